@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs the Debian packages keylockd needs to build, test and benchmark.
+# Uses sudo when not run as root. Safe to run again.
+set -eu
+PKGS="build-essential autoconf automake libtool pkg-config libevent-dev
+libjansson-dev check valgrind netcat-openbsd procps"
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO=sudo
+fi
+missing=
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+	    grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	$SUDO apt-get update
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $missing
+fi

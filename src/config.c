@@ -1,0 +1,412 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * One table of settings serves the command line and the config file, so
+ * the two can never disagree on a name, a range or a default. Precedence:
+ * built-in default < config file < command line. Errors name the file and
+ * line and are all reported before giving up; nothing here touches sockets.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kl.h"
+#include "util.h"
+
+#ifndef KL_SYSCONFDIR
+#define KL_SYSCONFDIR	"/etc"
+#endif
+#ifndef KL_LOCALSTATEDIR
+#define KL_LOCALSTATEDIR "/var"
+#endif
+#ifndef KL_RUNSTATEDIR
+#define KL_RUNSTATEDIR	"/run"
+#endif
+
+#define CONFIG_DEFAULT_FILE	KL_SYSCONFDIR "/keylockd/keylockd.conf"
+
+enum setting_kind {
+	SET_INT,	/* a number in [min, max] */
+	SET_INT_NONE,	/* a number or "none" */
+	SET_STRING,
+	SET_PATH_OR_EMPTY,
+	SET_BIND,	/* appended; the first on a layer replaces */
+	SET_FLAG,	/* yes/no in the file, no argument on the line */
+	SET_MODE,	/* octal file mode */
+	SET_LEVEL
+};
+
+struct setting {
+	const char		*name;
+	enum setting_kind	 kind;
+	size_t			 off;
+	int64_t			 min, max;
+	const char		*help;
+};
+
+#define OFF(f)	offsetof(struct config, f)
+static const struct setting settings[] = {
+	{ "bind", SET_BIND, OFF(binds), 0, 0, "address to listen on (repeatable)" },
+	{ "port", SET_INT, OFF(port), 0, 65535, "TCP port (0: any free port)" },
+	{ "no-tcp", SET_FLAG, OFF(no_tcp), 0, 0, "do not listen on TCP" },
+	{ "unix", SET_PATH_OR_EMPTY, OFF(unix_path), 0, 0,
+	    "unix socket path (empty: none)" },
+	{ "unix-mode", SET_MODE, OFF(unix_mode), 0, 0777,
+	    "unix socket file mode (octal)" },
+	{ "unix-group", SET_STRING, OFF(unix_group), 0, 0,
+	    "unix socket group" },
+	{ "state-dir", SET_STRING, OFF(state_dir), 0, 0,
+	    "directory for the fencing-token mark" },
+	{ "port-file", SET_STRING, OFF(port_file), 0, 0,
+	    "write the bound TCP port here" },
+	{ "max-clients", SET_INT, OFF(max_clients), 1, 10000000,
+	    "open connections" },
+	{ "max-keys", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
+	    "keys per request" },
+	{ "max-locks", SET_INT, OFF(max_locks), 1, 100000000,
+	    "keys held per connection" },
+	{ "max-line", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
+	    KL_MAX_LINE_MAX, "request line bytes, CR LF included" },
+	{ "max-output", SET_INT, OFF(max_output), 4096, 1073741824,
+	    "unread reply bytes per client" },
+	{ "default-timeout", SET_INT_NONE, OFF(default_timeout), 0,
+	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)" },
+	{ "max-timeout", SET_INT_NONE, OFF(max_timeout), 0,
+	    (int64_t)KL_MS_MAX, "largest timeout= accepted (ms)" },
+	{ "default-max-waiters", SET_INT_NONE, OFF(default_max_waiters), 0,
+	    KL_LIMIT_MAX, "max_waiters when none is given" },
+	{ "tcp-keepalive-idle", SET_INT, OFF(keepalive_idle), 0, 32767,
+	    "s before probing an idle peer (0: off)" },
+	{ "tcp-keepalive-interval", SET_INT, OFF(keepalive_interval), 1,
+	    32767, "s between probes" },
+	{ "tcp-keepalive-count", SET_INT, OFF(keepalive_count), 1, 127,
+	    "unanswered probes before the peer is dead" },
+	{ "auth-file", SET_STRING, OFF(auth_file), 0, 0,
+	    "file holding the AUTH secret" },
+	{ "metrics", SET_STRING, OFF(metrics), 0, 0,
+	    "ADDR:PORT of the metrics HTTP listener" },
+	{ "log-level", SET_LEVEL, OFF(log_level), 0, 0,
+	    "error, warn, info or debug" },
+};
+#undef OFF
+#define NSETTINGS	(sizeof(settings) / sizeof(settings[0]))
+
+/* Command-line only options, after the settings in getopt's index space. */
+enum {
+	OPT_CONFIG = NSETTINGS,
+	OPT_CHECK,
+	OPT_VERSION,
+	OPT_HELP
+};
+
+static char *
+config_strdup(const char *s)
+{
+	char	*d;
+
+	if ((d = kl_strndup(s, strlen(s))) == NULL) {
+		fprintf(stderr, "keylockd: out of memory\n");
+		exit(1);
+	}
+	return d;
+}
+
+static void
+config_defaults(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->binds[0] = config_strdup(KL_BIND_DEFAULT);
+	cfg->nbinds = 1;
+	cfg->port = KL_PORT_DEFAULT;
+	cfg->unix_path = config_strdup(KL_RUNSTATEDIR "/keylockd/keylockd.sock");
+	cfg->unix_mode = 0660;
+	cfg->state_dir = config_strdup(KL_LOCALSTATEDIR "/lib/keylockd");
+	cfg->max_clients = KL_MAX_CLIENTS_DEFAULT;
+	cfg->max_keys = KL_MAX_KEYS_DEFAULT;
+	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
+	cfg->max_line = KL_MAX_LINE_DEFAULT;
+	cfg->max_output = KL_MAX_OUTPUT_DEFAULT;
+	cfg->default_timeout = KL_NONE;
+	cfg->max_timeout = KL_NONE;
+	cfg->default_max_waiters = KL_NONE;
+	cfg->keepalive_idle = 60;
+	cfg->keepalive_interval = 10;
+	cfg->keepalive_count = 3;
+	cfg->log_level = LOG_LEVEL_INFO;
+}
+
+static void
+config_clear_binds(struct config *cfg)
+{
+	for (int i = 0; i < cfg->nbinds; i++)
+		free(cfg->binds[i]);
+	cfg->nbinds = 0;
+}
+
+/* Applies one value; on error returns a static message. *fresh_binds is
+ * true until this layer (file or command line) has set a bind. */
+static const char *
+config_apply(struct config *cfg, const struct setting *s, const char *val,
+    bool *fresh_binds)
+{
+	char		*field = (char *)cfg + s->off;
+	uint64_t	 v;
+	long		 mode;
+	char		*end;
+
+	switch (s->kind) {
+	case SET_INT_NONE:
+		if (strcmp(val, "none") == 0) {
+			*(int64_t *)(void *)field = KL_NONE;
+			return NULL;
+		}
+		/* FALLTHROUGH */
+	case SET_INT:
+		if (!kl_parse_u64(val, strlen(val), (uint64_t)s->min,
+		    (uint64_t)s->max, &v))
+			return "bad number or out of range";
+		if (s->off == offsetof(struct config, port))
+			cfg->port = (int)v;
+		else
+			*(int64_t *)(void *)field = (int64_t)v;
+		return NULL;
+	case SET_STRING:
+		if (*val == '\0')
+			return "empty value";
+		/* FALLTHROUGH */
+	case SET_PATH_OR_EMPTY:
+		free(*(char **)(void *)field);
+		*(char **)(void *)field = config_strdup(val);
+		return NULL;
+	case SET_BIND:
+		if (*val == '\0')
+			return "empty address";
+		if (*fresh_binds) {
+			config_clear_binds(cfg);
+			*fresh_binds = false;
+		}
+		if (cfg->nbinds == KL_BINDS_MAX)
+			return "too many bind addresses";
+		cfg->binds[cfg->nbinds++] = config_strdup(val);
+		return NULL;
+	case SET_FLAG:
+		if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0)
+			*(bool *)(void *)field = true;
+		else if (strcmp(val, "no") == 0 || strcmp(val, "false") == 0)
+			*(bool *)(void *)field = false;
+		else
+			return "expected yes or no";
+		return NULL;
+	case SET_MODE:
+		errno = 0;
+		mode = strtol(val, &end, 8);
+		if (errno != 0 || *val == '\0' || *end != '\0' || mode < 0 ||
+		    mode > s->max)
+			return "expected an octal mode such as 0660";
+		cfg->unix_mode = (int)mode;
+		return NULL;
+	case SET_LEVEL:
+		if (!log_parse_level(val, &cfg->log_level))
+			return "expected error, warn, info or debug";
+		return NULL;
+	}
+	return "unknown setting kind";
+}
+
+static const struct setting *
+config_find(const char *name)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (strcmp(settings[i].name, name) == 0)
+			return &settings[i];
+	return NULL;
+}
+
+/* Splits one file line into name and value; returns false for blank and
+ * comment lines. */
+static bool
+config_split(char *line, char **name, char **val)
+{
+	char	*p, *e;
+
+	if ((p = strchr(line, '#')) != NULL)
+		*p = '\0';
+	p = line + strspn(line, " \t\r\n");
+	if (*p == '\0')
+		return false;
+	*name = p;
+	p += strcspn(p, " \t\r\n");
+	if (*p != '\0')
+		*p++ = '\0';
+	p += strspn(p, " \t");
+	e = p + strlen(p);
+	while (e > p && strchr(" \t\r\n", e[-1]) != NULL)
+		*--e = '\0';
+	*val = p;
+	return true;
+}
+
+/* Returns the number of problems, each printed as FILE:LINE: message. */
+static int
+config_read_file(struct config *cfg, const char *path)
+{
+	FILE			*f;
+	char			 line[4096], *name, *val;
+	const struct setting	*s;
+	const char		*err;
+	int			 lineno = 0, nerr = 0;
+	bool			 fresh = true;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		lineno++;
+		if (!config_split(line, &name, &val))
+			continue;
+		if ((s = config_find(name)) == NULL)
+			err = "unknown setting";
+		else if (*val == '\0' && s->kind != SET_PATH_OR_EMPTY)
+			err = "missing value";
+		else
+			err = config_apply(cfg, s, val, &fresh);
+		if (err != NULL) {
+			fprintf(stderr, "%s:%d: %s: %s\n", path, lineno, name,
+			    err);
+			nerr++;
+		}
+	}
+	if (ferror(f)) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		nerr++;
+	}
+	fclose(f);
+	return nerr;
+}
+
+static void
+config_usage(FILE *out)
+{
+	fprintf(out, "usage: keylockd [options]\n\n"
+	    "  --config FILE          config file (default "
+	    CONFIG_DEFAULT_FILE ", if present)\n"
+	    "  --check-config         check the settings and exit\n"
+	    "  --version, --help\n");
+	for (size_t i = 0; i < NSETTINGS; i++)
+		fprintf(out, "  --%-22s %s\n", settings[i].name,
+		    settings[i].help);
+	fprintf(out, "\nSee keylockd(8) and keylockd.conf(5).\n");
+}
+
+static void
+config_build_longopts(struct option *lo)
+{
+	size_t	i;
+
+	for (i = 0; i < NSETTINGS; i++) {
+		lo[i].name = settings[i].name;
+		lo[i].has_arg = settings[i].kind == SET_FLAG ? no_argument :
+		    required_argument;
+		lo[i].flag = NULL;
+		lo[i].val = 256 + (int)i;
+	}
+	lo[i++] = (struct option){ "config", required_argument, NULL,
+	    256 + OPT_CONFIG };
+	lo[i++] = (struct option){ "check-config", no_argument, NULL,
+	    256 + OPT_CHECK };
+	lo[i++] = (struct option){ "version", no_argument, NULL,
+	    256 + OPT_VERSION };
+	lo[i++] = (struct option){ "help", no_argument, NULL, 256 + OPT_HELP };
+	lo[i] = (struct option){ NULL, 0, NULL, 0 };
+}
+
+/* First pass over argv: --config, --help, --version, --check-config and
+ * unknown options. Returns 0, -1 (exit 0) or an exit status. */
+static int
+config_scan_argv(struct config *cfg, int argc, char *argv[],
+    const struct option *lo, const char **file, bool *explicit)
+{
+	int	ch;
+
+	optind = 0;	/* glibc: start afresh, also inside "-xy" */
+	opterr = 1;
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (ch == 256 + OPT_CONFIG) {
+			*file = optarg;
+			*explicit = true;
+		} else if (ch == 256 + OPT_CHECK) {
+			cfg->check_config = true;
+		} else if (ch == 256 + OPT_VERSION) {
+			printf("keylockd %s\n", PACKAGE_VERSION);
+			return -1;
+		} else if (ch == 256 + OPT_HELP) {
+			config_usage(stdout);
+			return -1;
+		} else if (ch < 256) {
+			config_usage(stderr);
+			return EX_KL_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "keylockd: unexpected argument %s\n",
+		    argv[optind]);
+		return EX_KL_USAGE;
+	}
+	return 0;
+}
+
+int
+config_load(struct config *cfg, int argc, char *argv[])
+{
+	struct option	 lo[NSETTINGS + 5];
+	const char	*file = CONFIG_DEFAULT_FILE, *err;
+	bool		 explicit = false, fresh = true;
+	int		 ch, rc;
+
+	config_defaults(cfg);
+	config_build_longopts(lo);
+	if ((rc = config_scan_argv(cfg, argc, argv, lo, &file, &explicit)))
+		return rc;
+	if (explicit || access(file, F_OK) == 0) {
+		cfg->file = config_strdup(file);
+		if (config_read_file(cfg, file) > 0)
+			return EX_KL_CONFIG;
+	}
+	optind = 0;	/* glibc: start afresh, also inside "-xy" */
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		const struct setting	*s;
+
+		if (ch < 256 || ch - 256 >= (int)NSETTINGS)
+			continue;
+		s = &settings[ch - 256];
+		err = config_apply(cfg, s, s->kind == SET_FLAG ? "yes" :
+		    optarg, &fresh);
+		if (err != NULL) {
+			fprintf(stderr, "keylockd: --%s %s: %s\n", s->name,
+			    optarg, err);
+			return EX_KL_USAGE;
+		}
+	}
+	return 0;
+}
+
+void
+config_cleanup(struct config *cfg)
+{
+	config_clear_binds(cfg);
+	free(cfg->file);
+	free(cfg->unix_path);
+	free(cfg->unix_group);
+	free(cfg->state_dir);
+	free(cfg->port_file);
+	free(cfg->auth_file);
+	free(cfg->metrics);
+	memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,59 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Settings: built-in defaults, then the config file, then the command line,
+ * into one struct config. The file is "name value" per line with the long
+ * options' names; every problem is reported as FILE:LINE: message.
+ */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define KL_BINDS_MAX	16
+#define KL_NONE		(-1)	/* "none": no default timeout, no cap */
+
+#define EX_KL_USAGE	64	/* sysexits.h EX_USAGE */
+#define EX_KL_CONFIG	78	/* sysexits.h EX_CONFIG */
+
+struct config {
+	char		*file;		/* the config file read, or NULL */
+	char		*binds[KL_BINDS_MAX];
+	int		 nbinds;
+	int		 port;		/* 0: any free port */
+	bool		 no_tcp;
+	char		*unix_path;	/* "" disables */
+	int		 unix_mode;
+	char		*unix_group;	/* NULL: the daemon's group */
+	char		*state_dir;
+	char		*port_file;	/* NULL: none */
+	int64_t		 max_clients;
+	int64_t		 max_keys;	/* keys per request */
+	int64_t		 max_locks;	/* keys held per connection */
+	int64_t		 max_line;
+	int64_t		 max_output;
+	int64_t		 default_timeout;	/* ms or KL_NONE */
+	int64_t		 max_timeout;		/* ms or KL_NONE */
+	int64_t		 default_max_waiters;	/* or KL_NONE */
+	int64_t		 keepalive_idle;	/* s; 0 turns keepalive off */
+	int64_t		 keepalive_interval;	/* s */
+	int64_t		 keepalive_count;
+	char		*auth_file;
+	char		*metrics;		/* ADDR:PORT or NULL */
+	enum log_level	 log_level;
+	bool		 check_config;
+};
+
+/*
+ * Fills *cfg from argv and the config file it names (or the default one,
+ * if present). On a problem, prints every message to stderr and returns
+ * the exit status (EX_KL_USAGE or EX_KL_CONFIG); returns -1 when the
+ * caller should exit 0 (--help, --version); 0 on success.
+ */
+int	config_load(struct config *cfg, int argc, char *argv[]);
+void	config_cleanup(struct config *cfg);
+
+#endif /* CONFIG_H */

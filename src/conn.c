@@ -1,0 +1,642 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * One client. Bytes arrive with one recv() per readable event, straight
+ * into the server's scratch buffer; complete lines are handled in place and
+ * only a remainder (a partial line, or lines queued behind a waiting LOCK)
+ * is copied into the connection's own buffer, so an idle client holds no
+ * buffer at all. Replies collect in one output buffer written with one
+ * send() per turn. A line is never longer than max-line, unread output
+ * never more than max-output, and conn_close() is the only way out.
+ */
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "commands.h"
+#include "conn.h"
+#include "locktable.h"
+#include "log.h"
+#include "proto.h"
+#include "server.h"
+#include "util.h"
+
+#define CONN_IBUF_MIN	256
+#define CONN_OBUF_MIN	512	/* kept while empty, freed when bigger */
+
+struct conn {
+	TAILQ_ENTRY(conn)	 entry;		/* srv->conns */
+	TAILQ_ENTRY(conn)	 qentry;	/* srv->runq or srv->dead */
+	struct server		*srv;
+	struct lt_owner		*owner;
+	struct event		*rev;		/* readable (or closed) */
+	struct event		*wev;		/* writable, while output waits */
+	struct event		*timer;		/* the wait's timeout */
+	char			*ibuf;		/* unhandled input */
+	size_t			 ilen, icap;
+	char			*obuf;		/* unsent replies */
+	size_t			 ooff, olen, ocap;
+	char			*name;
+	uint64_t		 id;
+	int			 fd;
+	bool			 waiting;	/* a LOCK is queued */
+	bool			 discarding;	/* inside an overlong line */
+	bool			 quitting;	/* close once output is out */
+	bool			 closed;
+	bool			 queued;	/* on srv->runq */
+	bool			 read_paused;	/* ibuf full: watch for close */
+	bool			 authed;
+	char			 peer[64];
+};
+
+static void	conn_read_cb(evutil_socket_t, short, void *);
+static void	conn_write_cb(evutil_socket_t, short, void *);
+static void	conn_timer_cb(evutil_socket_t, short, void *);
+static void	conn_schedule(struct conn *c);
+static void	conn_run(struct conn *c);
+
+struct conn *
+conn_new(struct server *srv, int fd, const char *peer)
+{
+	struct conn	*c;
+
+	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	c->srv = srv;
+	c->fd = fd;
+	c->id = ++srv->next_id;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb,
+	    c);
+	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST,
+	    conn_write_cb, c);
+	c->owner = locktable_owner_new(srv->lt, c->id, c);
+	if (c->rev == NULL || c->wev == NULL || c->owner == NULL ||
+	    event_add(c->rev, NULL) == -1) {
+		if (c->rev != NULL)
+			event_free(c->rev);
+		if (c->wev != NULL)
+			event_free(c->wev);
+		locktable_owner_free(srv->lt, c->owner, 0);
+		kl_free(c);
+		return NULL;
+	}
+	c->authed = srv->cfg->auth_file == NULL;
+	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
+	srv->stats.clients++;
+	srv->stats.connections++;
+	log_debug("client %" PRIu64 ": connected from %s", c->id, c->peer);
+	return c;
+}
+
+void
+conn_close(struct conn *c, const char *reason)
+{
+	struct server	*srv = c->srv;
+
+	if (c->closed)
+		return;
+	c->closed = true;
+	log_debug("client %" PRIu64 " (%s): closed: %s", c->id,
+	    c->name != NULL ? c->name : "-", reason);
+	locktable_owner_free(srv->lt, c->owner, kl_now_ms());
+	c->owner = NULL;
+	event_free(c->rev);
+	event_free(c->wev);
+	if (c->timer != NULL)
+		event_free(c->timer);
+	c->rev = c->wev = c->timer = NULL;
+	close(c->fd);
+	c->fd = -1;
+	if (c->queued)
+		TAILQ_REMOVE(&srv->runq, c, qentry);
+	c->queued = false;
+	TAILQ_REMOVE(&srv->conns, c, entry);
+	TAILQ_INSERT_TAIL(&srv->dead, c, qentry);
+	srv->stats.clients--;
+}
+
+/* Sends what is pending; returns false if the connection was closed. */
+static bool
+conn_flush(struct conn *c)
+{
+	ssize_t	n;
+
+	if (c->ooff == c->olen && !c->quitting)
+		return true;
+	while (c->ooff < c->olen) {
+		n = send(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
+		    MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->ooff += (size_t)n;
+			continue;
+		}
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			event_add(c->wev, NULL);
+			return true;
+		}
+		conn_close(c, n == -1 ? strerror(errno) : "send failed");
+		return false;
+	}
+	c->ooff = c->olen = 0;
+	if (c->ocap > CONN_OBUF_MIN) {
+		kl_free(c->obuf);
+		c->obuf = NULL;
+		c->ocap = 0;
+	}
+	event_del(c->wev);
+	if (c->quitting) {
+		conn_close(c, "quit");
+		return false;
+	}
+	return true;
+}
+
+/* Makes room for n more output bytes; closes the client past max-output. */
+static bool
+conn_reserve(struct conn *c, size_t n)
+{
+	size_t	 need, cap;
+	char	*p;
+
+	if (c->closed)
+		return false;
+	if (c->ooff > 0 && c->olen + n > c->ocap) {
+		memmove(c->obuf, c->obuf + c->ooff, c->olen - c->ooff);
+		c->olen -= c->ooff;
+		c->ooff = 0;
+	}
+	need = c->olen + n;
+	if (need <= c->ocap)
+		return true;
+	if (need > (size_t)c->srv->cfg->max_output && !conn_flush(c))
+		return false;
+	need = c->olen - c->ooff + n;
+	if (need > (size_t)c->srv->cfg->max_output) {
+		c->srv->stats.output_closes++;
+		conn_close(c, "unread replies over max-output");
+		return false;
+	}
+	if (c->ooff > 0) {
+		memmove(c->obuf, c->obuf + c->ooff, c->olen - c->ooff);
+		c->olen -= c->ooff;
+		c->ooff = 0;
+	}
+	if (need <= c->ocap)
+		return true;
+	cap = c->ocap > 0 ? c->ocap : CONN_OBUF_MIN;
+	while (cap < need)
+		cap *= 2;
+	if ((p = kl_realloc(c->obuf, cap)) == NULL) {
+		log_warnx("client %" PRIu64 ": out of memory for replies",
+		    c->id);
+		conn_close(c, "out of memory");
+		return false;
+	}
+	c->obuf = p;
+	c->ocap = cap;
+	return true;
+}
+
+static void
+conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
+{
+	char	 small[512];
+	va_list	 ap2;
+	size_t	 hlen = strlen(head);
+	int	 n;
+
+	va_copy(ap2, ap);
+	n = vsnprintf(small, sizeof(small), fmt, ap2);
+	va_end(ap2);
+	if (n < 0)
+		n = 0;
+	if (!conn_reserve(c, hlen + (size_t)n + 2))
+		return;
+	memcpy(c->obuf + c->olen, head, hlen);
+	c->olen += hlen;
+	if (n > 0)
+		c->obuf[c->olen++] = ' ';
+	if ((size_t)n < sizeof(small))
+		memcpy(c->obuf + c->olen, small, (size_t)n);
+	else
+		vsnprintf(c->obuf + c->olen, (size_t)n + 1, fmt, ap);
+	c->olen += (size_t)n;
+	c->obuf[c->olen++] = '\n';
+	conn_schedule(c);
+}
+
+void
+conn_reply_ok(struct conn *c, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	conn_vappend(c, "OK", fmt, ap);
+	va_end(ap);
+}
+
+void
+conn_reply_ok_str(struct conn *c, const char *s)
+{
+	size_t	n = strlen(s);
+
+	if (!conn_reserve(c, n + 4))
+		return;
+	memcpy(c->obuf + c->olen, "OK ", 3);
+	memcpy(c->obuf + c->olen + 3, s, n);
+	c->olen += n + 3;
+	c->obuf[c->olen++] = '\n';
+	conn_schedule(c);
+}
+
+void
+conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
+{
+	char	head[32];
+	va_list	ap;
+
+	c->srv->stats.errors++;
+	snprintf(head, sizeof(head), "ERR %s", proto_err_word(err));
+	va_start(ap, fmt);
+	conn_vappend(c, head, fmt, ap);
+	va_end(ap);
+}
+
+/* Handles one line (LF and one CR stripped). */
+static void
+conn_handle_line(struct conn *c, const char *line, size_t len)
+{
+	struct request	*req = &c->srv->req;
+	enum kl_err	 err;
+
+	err = proto_parse(line, len, req);
+	if (err == KL_OK && req->cmd == CMD_NONE)
+		return;	/* PROTOCOL.md, Transport: empty lines get no reply */
+	c->srv->stats.requests++;
+	if (err != KL_OK)
+		conn_reply_err(c, err, "%s", req->why);
+	else
+		commands_execute(c, req);
+}
+
+/*
+ * Handles the complete lines in buf[0..len) until one waits; returns the
+ * bytes consumed. A line longer than max-line is dropped up to its LF and
+ * answered ERR TOOLONG (STYLE.md, Framing with a bound).
+ */
+static size_t
+conn_process(struct conn *c, char *buf, size_t len)
+{
+	size_t	max = (size_t)c->srv->cfg->max_line, off = 0;
+
+	while (off < len && !c->waiting && !c->closed && !c->quitting) {
+		char	*p = buf + off, *lf;
+		size_t	 avail = len - off, n;
+
+		if (c->discarding) {
+			if ((lf = memchr(p, '\n', avail)) == NULL)
+				return len;
+			off += (size_t)(lf - p) + 1;
+			c->discarding = false;
+			conn_reply_err(c, KL_ERR_TOOLONG,
+			    "request line over %zu bytes", max);
+			continue;
+		}
+		lf = memchr(p, '\n', avail < max ? avail : max);
+		if (lf == NULL) {
+			if (avail < max)
+				break;
+			c->discarding = true;	/* no LF in max bytes */
+			off += max;
+			continue;
+		}
+		n = (size_t)(lf - p);
+		off += n + 1;
+		if (n > 0 && p[n - 1] == '\r')
+			n--;
+		conn_handle_line(c, p, n);
+	}
+	return off;
+}
+
+/* Keeps buf[0..len) as the unhandled input. */
+static bool
+conn_keep(struct conn *c, const char *buf, size_t len)
+{
+	size_t	 cap;
+	char	*p;
+
+	if (len == 0) {
+		kl_free(c->ibuf);
+		c->ibuf = NULL;
+		c->icap = c->ilen = 0;
+		return true;
+	}
+	if (len > c->icap) {
+		cap = c->icap > 0 ? c->icap : CONN_IBUF_MIN;
+		while (cap < len)
+			cap *= 2;
+		if ((p = kl_realloc(c->ibuf, cap)) == NULL) {
+			log_warnx("client %" PRIu64 ": out of memory for "
+			    "input", c->id);
+			conn_close(c, "out of memory");
+			return false;
+		}
+		c->ibuf = p;
+		c->icap = cap;
+	}
+	memmove(c->ibuf, buf, len);
+	c->ilen = len;
+	return true;
+}
+
+/* Most input held for one client: a full line plus one read's worth. */
+static size_t
+conn_input_cap(const struct conn *c)
+{
+	return (size_t)c->srv->cfg->max_line + KL_SCRATCH_SIZE;
+}
+
+/* While the input buffer is full, watch only for the peer going away. */
+static void
+conn_pause_reading(struct conn *c, bool pause)
+{
+	if (c->closed || c->read_paused == pause)
+		return;
+	event_del(c->rev);
+	event_assign(c->rev, c->srv->base, c->fd,
+	    (pause ? EV_CLOSED : EV_READ) | EV_PERSIST, conn_read_cb, c);
+	event_add(c->rev, NULL);
+	c->read_paused = pause;
+}
+
+/* One recv() into the scratch buffer, or after what is already held. */
+static ssize_t
+conn_recv(struct conn *c, char **buf, size_t *len)
+{
+	size_t	room, cap = conn_input_cap(c);
+	ssize_t	n;
+
+	if (c->ilen == 0) {
+		*buf = c->srv->scratch;
+		room = KL_SCRATCH_SIZE;
+	} else {
+		room = cap - c->ilen;
+		if (room > KL_SCRATCH_SIZE)
+			room = KL_SCRATCH_SIZE;
+		if (c->ilen + room > c->icap) {
+			size_t	ncap = c->icap;
+			char	*p;
+
+			while (ncap < c->ilen + room)
+				ncap *= 2;
+			if ((p = kl_realloc(c->ibuf, ncap)) == NULL)
+				return -2;
+			c->ibuf = p;
+			c->icap = ncap;
+		}
+		*buf = c->ibuf;
+	}
+	if (room == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
+	if (n > 0)
+		*len = c->ilen + (size_t)n;
+	return n;
+}
+
+/* Handles what is buffered and keeps the rest; false if c was closed. */
+static bool
+conn_consume(struct conn *c, char *buf, size_t len)
+{
+	size_t	used = c->waiting ? 0 : conn_process(c, buf, len);
+
+	if (c->closed || !conn_keep(c, buf + used, len - used))
+		return false;
+	conn_pause_reading(c, c->ilen >= conn_input_cap(c));
+	return true;
+}
+
+static void
+conn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn	*c = arg;
+	char		*buf;
+	size_t		 len = 0;
+	ssize_t		 n;
+
+	if (c->read_paused) {
+		conn_close(c, "peer closed while its input was full");
+	} else if ((n = conn_recv(c, &buf, &len)) > 0) {
+		if (conn_consume(c, buf, len))
+			conn_flush(c);
+	} else if (n == -2) {
+		log_warnx("client %" PRIu64 ": out of memory for input",
+		    c->id);
+		conn_close(c, "out of memory");
+	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
+	    errno != EINTR)) {
+		/* Answer what came before the end, then go (PROTOCOL.md:
+		 * closing releases everything, a waiting LOCK included). */
+		const char	*why = n == 0 ? "end of input" :
+				    strerror(errno);
+
+		if (conn_consume(c, c->ibuf, c->ilen) && conn_flush(c))
+			conn_close(c, why);
+	}
+	server_end_turn(c->srv);
+}
+
+static void
+conn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn	*c = arg;
+
+	if (conn_flush(c))
+		conn_schedule(c);
+	server_end_turn(c->srv);
+}
+
+static void
+conn_schedule(struct conn *c)
+{
+	if (c->queued || c->closed)
+		return;
+	c->queued = true;
+	TAILQ_INSERT_TAIL(&c->srv->runq, c, qentry);
+}
+
+static void
+conn_run(struct conn *c)
+{
+	if (c->ilen > 0 && !c->waiting && !conn_consume(c, c->ibuf, c->ilen))
+		return;
+	if (!c->closed)
+		conn_flush(c);
+}
+
+void
+conn_run_queue(struct server *srv)
+{
+	struct conn	*c;
+
+	while ((c = TAILQ_FIRST(&srv->runq)) != NULL) {
+		TAILQ_REMOVE(&srv->runq, c, qentry);
+		c->queued = false;
+		conn_run(c);
+	}
+}
+
+void
+conn_free_dead(struct server *srv)
+{
+	struct conn	*c;
+
+	while ((c = TAILQ_FIRST(&srv->dead)) != NULL) {
+		TAILQ_REMOVE(&srv->dead, c, qentry);
+		kl_free(c->ibuf);
+		kl_free(c->obuf);
+		kl_free(c->name);
+		kl_free(c);
+	}
+}
+
+void
+conn_wait(struct conn *c, int64_t timeout_ms, uint64_t start_ms)
+{
+	struct timeval	tv;
+	uint64_t	now = kl_now_ms(), left;
+
+	c->waiting = true;
+	if (timeout_ms < 0)
+		return;
+	if (c->timer == NULL && (c->timer = evtimer_new(c->srv->base,
+	    conn_timer_cb, c)) == NULL) {
+		log_warnx("client %" PRIu64 ": out of memory for a timer",
+		    c->id);
+		conn_close(c, "out of memory");
+		return;
+	}
+	left = (uint64_t)timeout_ms;
+	left = now - start_ms >= left ? 0 : left - (now - start_ms);
+	tv.tv_sec = (time_t)(left / 1000);
+	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+	evtimer_add(c->timer, &tv);
+}
+
+void
+conn_wait_done(struct conn *c)
+{
+	c->waiting = false;
+	if (c->timer != NULL)
+		evtimer_del(c->timer);
+	conn_schedule(c);
+}
+
+static void
+conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn	*c = arg;
+
+	if (c->waiting)
+		commands_timeout(c);
+	server_end_turn(c->srv);
+}
+
+bool
+conn_is_waiting(const struct conn *c)
+{
+	return c->waiting;
+}
+
+void
+conn_quit(struct conn *c)
+{
+	c->quitting = true;
+	conn_schedule(c);
+}
+
+void
+conn_close_all(struct server *srv, const char *reason)
+{
+	struct conn	*c;
+
+	/* Withdrawing one waiter must not grant another (PROTOCOL.md:
+	 * SHUTDOWN means the request was not granted). */
+	locktable_freeze(srv->lt);
+	TAILQ_FOREACH(c, &srv->conns, entry)
+		if (c->waiting)
+			commands_shutdown_wait(c);
+	while ((c = TAILQ_FIRST(&srv->conns)) != NULL) {
+		conn_flush(c);
+		conn_close(c, reason);
+	}
+}
+
+uint64_t
+conn_id(const struct conn *c)
+{
+	return c->id;
+}
+
+const char *
+conn_name(const struct conn *c)
+{
+	return c->name;
+}
+
+bool
+conn_set_name(struct conn *c, const char *name, size_t len)
+{
+	char	*n;
+
+	if ((n = kl_strndup(name, len)) == NULL)
+		return false;
+	kl_free(c->name);
+	c->name = n;
+	return true;
+}
+
+struct lt_owner *
+conn_owner(const struct conn *c)
+{
+	return c->owner;
+}
+
+struct server *
+conn_server(const struct conn *c)
+{
+	return c->srv;
+}
+
+const char *
+conn_peer(const struct conn *c)
+{
+	return c->peer;
+}
+
+bool
+conn_is_authed(const struct conn *c)
+{
+	return c->authed;
+}
+
+void
+conn_set_authed(struct conn *c, bool authed)
+{
+	c->authed = authed;
+}

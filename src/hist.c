@@ -1,0 +1,30 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Millisecond histogram buckets. Never allocates.
+ */
+#include "hist.h"
+
+static const uint64_t hist_bounds[KL_HIST_NBUCKETS - 1] = {
+	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000
+};
+
+uint64_t
+kl_hist_bound(size_t i)
+{
+	if (i >= KL_HIST_NBUCKETS - 1)
+		return UINT64_MAX;
+	return hist_bounds[i];
+}
+
+void
+kl_hist_add(struct kl_hist *h, uint64_t ms)
+{
+	size_t	i = 0;
+
+	while (i < KL_HIST_NBUCKETS - 1 && ms > hist_bounds[i])
+		i++;
+	h->counts[i]++;
+	h->count++;
+	h->sum_ms += ms;
+}

@@ -1,0 +1,25 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * A fixed-bucket histogram of milliseconds, as STATS shows it: counts per
+ * bucket (not cumulative), the last bucket unbounded. Pure arithmetic.
+ */
+#ifndef HIST_H
+#define HIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_HIST_NBUCKETS	16	/* 15 bounded buckets and +Inf */
+
+struct kl_hist {
+	uint64_t	counts[KL_HIST_NBUCKETS];
+	uint64_t	count;
+	uint64_t	sum_ms;
+};
+
+/* Upper bound (inclusive) of bucket i in ms; UINT64_MAX for the last. */
+uint64_t	kl_hist_bound(size_t i);
+void		kl_hist_add(struct kl_hist *h, uint64_t ms);
+
+#endif /* HIST_H */

@@ -1,0 +1,41 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * main: settings, then the server, then the event loop until a signal
+ * stops it. Everything else lives in the library the tests link too.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+
+int
+main(int argc, char *argv[])
+{
+	struct config	 cfg;
+	struct server	*srv;
+	int		 rc;
+
+	if ((rc = config_load(&cfg, argc, argv)) != 0) {
+		config_cleanup(&cfg);
+		return rc < 0 ? 0 : rc;
+	}
+	log_set_level(cfg.log_level);
+	if (cfg.check_config) {
+		printf("keylockd: configuration %s is valid\n",
+		    cfg.file != NULL ? cfg.file : "(built-in defaults)");
+		config_cleanup(&cfg);
+		return 0;
+	}
+	log_info("keylockd %s starting, config %s", PACKAGE_VERSION,
+	    cfg.file != NULL ? cfg.file : "(none: built-in defaults)");
+	srv = server_new(&cfg);
+	server_listen(srv);
+	rc = server_run(srv);
+	server_free(srv);
+	config_cleanup(&cfg);
+	log_info("stopped");
+	return rc;
+}

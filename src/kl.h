@@ -1,0 +1,49 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Names shared by every module: the protocol's error codes and the limits
+ * with their defaults. Plain constants only; nothing here allocates or does
+ * I/O.
+ */
+#ifndef KL_H
+#define KL_H
+
+/* PROTOCOL.md, Replies: one enum, one table of wire words (proto.c). */
+enum kl_err {
+	KL_OK = 0,
+	KL_ERR_SYNTAX,
+	KL_ERR_BADKEY,
+	KL_ERR_TOOLONG,
+	KL_ERR_TIMEOUT,
+	KL_ERR_LOCKED,
+	KL_ERR_BUSY,
+	KL_ERR_DEADLOCK,
+	KL_ERR_HELD,
+	KL_ERR_NOTHELD,
+	KL_ERR_CONFLICT,
+	KL_ERR_LIMIT,
+	KL_ERR_AUTH,
+	KL_ERR_SHUTDOWN,
+	KL_ERR__COUNT
+};
+
+#define KL_KEY_MAX		250	/* bytes in a key (PROTOCOL.md, Keys) */
+#define KL_NAME_MAX		64	/* bytes in a NAME label */
+#define KL_SECRET_MAX		256	/* bytes in an AUTH secret */
+#define KL_KEYS_HARD_MAX	1024	/* keys one parsed request can carry */
+
+#define KL_MAX_LINE_DEFAULT	4096	/* request line, CR and LF included */
+#define KL_MAX_LINE_MIN		64
+#define KL_MAX_LINE_MAX		(1024 * 1024)
+#define KL_MAX_KEYS_DEFAULT	64	/* keys per request */
+#define KL_MAX_LOCKS_DEFAULT	10000	/* keys held per connection */
+#define KL_MAX_CLIENTS_DEFAULT	10000
+#define KL_MAX_OUTPUT_DEFAULT	(1024 * 1024)	/* unread reply bytes */
+#define KL_PORT_DEFAULT		7711
+#define KL_BIND_DEFAULT		"127.0.0.1"
+
+/* Option values in milliseconds stop here (about 31 years): no overflow. */
+#define KL_MS_MAX		1000000000000ULL
+#define KL_LIMIT_MAX		1000000000U	/* limit= and max_waiters= */
+
+#endif /* KL_H */

@@ -1,0 +1,234 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The lock table: keys, their holders and FIFO wait queues, shared and
+ * exclusive modes, semaphores, multi-key atomic grants, ttl expiry, the
+ * deadlock check and the counters STATS reports. It is pure: it never reads
+ * the clock, a socket or a global; time comes in as now_ms and later grants
+ * go out through the hooks given to locktable_new(). A key's entry lives
+ * only while somebody holds or waits for it.
+ */
+#ifndef LOCKTABLE_H
+#define LOCKTABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hist.h"
+#include "kl.h"
+
+struct locktable;
+struct lt_owner;	/* one client (connection); created by the caller */
+struct lt_key;		/* read-only outside locktable.c */
+
+enum lt_mode {
+	LT_EXCLUSIVE = 0,
+	LT_SHARED
+};
+
+/* Why a hold or a wait ended; picks the counter that is bumped. */
+enum lt_why {
+	LT_WHY_UNLOCK = 0,	/* UNLOCK / UNLOCKALL: releases */
+	LT_WHY_DISCONNECT,	/* the connection ended: disconnect_releases */
+	LT_WHY_TIMEOUT,		/* a wait ran out: timeouts */
+	LT_WHY_SHUTDOWN		/* the server is stopping: no counter */
+};
+
+/* Either pointer may be NULL: no callback, or tokens 1, 2, 3, ... */
+struct lt_hooks {
+	/*
+	 * A queued request of owner o was granted while the table served
+	 * somebody else (a release, a withdrawal, an expiry). Called from
+	 * inside that call; it must not call back into the table. waited_ms
+	 * is now_ms minus the request's arrival.
+	 */
+	void	(*granted)(void *arg, struct lt_owner *o, uint64_t token,
+		    uint64_t waited_ms);
+	/* Returns the next fencing token (> every earlier one, < 2^63). */
+	uint64_t (*next_token)(void *arg);
+	void	*arg;
+};
+
+/* One LOCK/TRYLOCK request. keys point into the caller's buffer. */
+struct lt_acquire {
+	const char *const *keys;
+	const size_t	*keylens;
+	size_t		 nkeys;		/* duplicates allowed: count once */
+	enum lt_mode	 mode;
+	uint32_t	 limit;		/* >= 1; 1 is a plain lock */
+	bool		 try;		/* never queue: LOCKED instead */
+	int64_t		 max_waiters;	/* < 0: unlimited */
+	uint64_t	 ttl_ms;	/* 0: none */
+	size_t		 max_holds;	/* owner's holds after grant; 0: no cap */
+};
+
+/*
+ * Who stands in the way, for the error texts of TIMEOUT, LOCKED, BUSY and
+ * DEADLOCK. key points into the table and is valid until the next call
+ * that changes the table. holder is the longest-standing conflicting holder,
+ * or NULL when the key is blocked only by requests queued ahead.
+ */
+struct lt_blocker {
+	const char	*key;
+	size_t		 keylen;
+	struct lt_owner	*holder;
+	uint64_t	 held_ms;
+	size_t		 nholders;
+	size_t		 nwaiters;
+};
+
+struct lt_counters {
+	uint64_t	keys;		/* gauges */
+	uint64_t	held;		/* one per key and holder */
+	uint64_t	waiting;	/* queued requests */
+	uint64_t	grants;		/* counters since start */
+	uint64_t	timeouts;
+	uint64_t	busy;
+	uint64_t	deadlocks;
+	uint64_t	conflicts;
+	uint64_t	releases;
+	uint64_t	expired;
+	uint64_t	disconnect_releases;
+	uint64_t	max_waiters;	/* most waiters one key has had */
+	struct kl_hist	wait_ms;	/* request to grant */
+	struct kl_hist	hold_ms;	/* grant to release, per key hold */
+};
+
+/* seed keys the hash of key bytes (random per process, so chosen keys
+ * cannot flood one bucket). hooks is copied and may be NULL. */
+struct locktable *locktable_new(const struct lt_hooks *hooks, uint64_t seed);
+/*
+ * Frees every key, hold and queued request; owners stay the caller's.
+ * Free them first with locktable_owner_free() to have their releases
+ * counted; an owner still alive is detached (emptied, nothing counted) and
+ * must still be freed with locktable_owner_free(), which then does not
+ * touch lt. NULL does nothing.
+ */
+void		 locktable_free(struct locktable *lt);
+
+/* Shutdown: from now on nothing is granted; withdrawals and releases
+ * only empty the table. */
+void		 locktable_freeze(struct locktable *lt);
+
+struct lt_owner	*locktable_owner_new(struct locktable *lt, uint64_t id,
+		    void *udata);
+/* Releases and withdraws everything of o (as locktable_release_owner with
+ * LT_WHY_DISCONNECT), then frees it. NULL does nothing. After
+ * locktable_free() it only frees o. */
+void		 locktable_owner_free(struct locktable *lt, struct lt_owner *o,
+		    uint64_t now_ms);
+uint64_t	 locktable_owner_id(const struct lt_owner *o);
+void		*locktable_owner_udata(const struct lt_owner *o);
+size_t		 locktable_owner_nholds(const struct lt_owner *o);
+bool		 locktable_owner_is_waiting(const struct lt_owner *o);
+
+/*
+ * Asks for every key of a at once. Checks, in PROTOCOL.md order: LIMIT
+ * (max_holds), HELD, CONFLICT, then, if the request cannot be granted at
+ * once: BUSY, DEADLOCK, LOCKED (try). Returns KL_OK with *granted true and
+ * *token set, or KL_OK with *granted false when the request was queued
+ * (granted later through hooks.granted, or ended by locktable_withdraw), or
+ * an error with *why filled (for BUSY, DEADLOCK, LOCKED) or the offending
+ * key in why->key (HELD, CONFLICT). o must not be waiting already.
+ *
+ * The key in *why: for LOCKED the first key, in request order, that is not
+ * free; for BUSY the first such key with max_waiters waiters; for DEADLOCK
+ * the first key through which the request would wait on a cycle. why may
+ * be NULL. Nothing is left in the table after an error.
+ *
+ * Requests proto_parse() never makes get SYNTAX (no keys, limit 0, shared
+ * with limit > 1), BADKEY (a key of 0 or over KL_KEY_MAX bytes) or LIMIT
+ * (over KL_KEYS_HARD_MAX keys). A LIMIT sets errno: 0 for those and for
+ * max_holds, ENOMEM when memory ran out, EBUSY when o was already waiting.
+ */
+enum kl_err	 locktable_acquire(struct locktable *lt, struct lt_owner *o,
+		    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
+		    uint64_t *token, struct lt_blocker *why);
+
+/* Fills *why for o's queued request: the first of its keys that blocks it.
+ * Returns false if o is not waiting. */
+bool		 locktable_wait_blocker(struct locktable *lt,
+		    const struct lt_owner *o, uint64_t now_ms,
+		    struct lt_blocker *why);
+
+/* Ends o's queued request (timeout, shutdown). Grants whoever it held
+ * back. Returns false if o was not waiting. */
+bool		 locktable_withdraw(struct locktable *lt, struct lt_owner *o,
+		    uint64_t now_ms, enum lt_why why);
+
+/*
+ * Releases o's holds on these keys (duplicates count once). If any key is
+ * not held by o, releases nothing and returns KL_ERR_NOTHELD with
+ * *bad_index set to that key's index. Otherwise *n is the number released.
+ */
+enum kl_err	 locktable_release(struct locktable *lt, struct lt_owner *o,
+		    const char *const *keys, const size_t *keylens,
+		    size_t nkeys, uint64_t now_ms, size_t *n, size_t *bad_index);
+
+/* Withdraws o's wait and releases every hold; returns the holds released. */
+size_t		 locktable_release_owner(struct locktable *lt,
+		    struct lt_owner *o, uint64_t now_ms, enum lt_why why);
+
+/* REFRESH: restarts the ttl of o's holds on these keys (all or nothing, as
+ * locktable_release). ttl_ms >= 1, else SYNTAX. Out of memory: LIMIT with
+ * errno ENOMEM, nothing changed. */
+enum kl_err	 locktable_refresh(struct locktable *lt, struct lt_owner *o,
+		    const char *const *keys, const size_t *keylens,
+		    size_t nkeys, uint64_t ttl_ms, uint64_t now_ms, size_t *n,
+		    size_t *bad_index);
+
+/* Ends every hold whose ttl ran out by now_ms; returns how many. */
+size_t		 locktable_expire(struct locktable *lt, uint64_t now_ms);
+/* When the next ttl runs out, or UINT64_MAX if no hold has a ttl. */
+uint64_t	 locktable_next_expiry(const struct locktable *lt);
+
+const struct lt_counters *locktable_counters(const struct locktable *lt);
+
+/* Read-only views for INFO and STATS. */
+const struct lt_key *locktable_find(const struct locktable *lt,
+		    const char *key, size_t keylen);
+
+struct lt_holder_view {
+	struct lt_owner	*owner;
+	uint64_t	 token;
+	enum lt_mode	 mode;
+	uint64_t	 held_ms;
+	uint64_t	 expires_in_ms;	/* 0: no ttl; >= 1 while it has one */
+};
+struct lt_waiter_view {
+	struct lt_owner	*owner;
+	enum lt_mode	 mode;
+	uint64_t	 waited_ms;
+	size_t		 nkeys;		/* keys of the whole request */
+};
+struct lt_key_view {
+	const char	*key;
+	size_t		 keylen;
+	uint32_t	 limit;
+	size_t		 nholders;
+	size_t		 nwaiters;
+	uint64_t	 max_waiters;	/* most waiters this entry has had */
+	uint64_t	 wait_ms_total;	/* waits of grants on this entry */
+};
+void		 locktable_key_view(const struct lt_key *k,
+		    struct lt_key_view *v);
+/* Calls fn for each holder in grant order, then each waiter in queue
+ * order; stops early if fn returns false. */
+void		 locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
+		    bool (*holder)(void *, const struct lt_holder_view *),
+		    bool (*waiter)(void *, const struct lt_waiter_view *),
+		    void *arg);
+
+/* Up to max keys, most waiters first (ties: any order); keys with no
+ * waiters fill the rest. Returns how many were stored. Cost: the number
+ * of keys with waiters plus max, not the size of the table. */
+size_t		 locktable_hot_keys(const struct locktable *lt,
+		    const struct lt_key **out, size_t max);
+
+/* Checks every internal invariant (indexes, counts, FIFO, compatibility,
+ * no grantable request left queued); for tests and fuzzers. Returns NULL
+ * or a static description of the first broken one. */
+const char	*locktable_check(const struct locktable *lt);
+
+#endif /* LOCKTABLE_H */

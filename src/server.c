@@ -1,0 +1,476 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Listeners, accept and the connection cap, signals, the one ttl timer, the
+ * end of every event-loop turn, and shutdown. The server owns the lock
+ * table and every connection; it never parses a request.
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "commands.h"
+#include "conn.h"
+#include "locktable.h"
+#include "log.h"
+#include "server.h"
+#include "token.h"
+#include "util.h"
+
+#define ACCEPT_BATCH		64	/* accepts per readable listener */
+#define ACCEPT_PAUSE_MS		100	/* after EMFILE */
+
+static void	server_accept_cb(evutil_socket_t, short, void *);
+
+static void
+server_set_keepalive(const struct config *cfg, int fd)
+{
+	int	on = 1, v;
+
+	if (cfg->keepalive_idle == 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	v = (int)cfg->keepalive_idle;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, sizeof(v));
+	v = (int)cfg->keepalive_interval;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, sizeof(v));
+	v = (int)cfg->keepalive_count;
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v, sizeof(v));
+}
+
+static void
+server_peer_name(const struct sockaddr_storage *ss, bool is_unix, char *buf,
+    size_t len)
+{
+	char	host[INET6_ADDRSTRLEN] = "?";
+	int	port = 0;
+
+	if (is_unix) {
+		snprintf(buf, len, "unix");
+		return;
+	}
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)ss;
+
+		inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+		port = ntohs(s4->sin_port);
+		snprintf(buf, len, "%s:%d", host, port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)ss;
+
+		inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+		port = ntohs(s6->sin6_port);
+		snprintf(buf, len, "[%s]:%d", host, port);
+	} else
+		snprintf(buf, len, "?");
+}
+
+static void
+server_pause_accept_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server	*srv = arg;
+
+	for (int i = 0; i < srv->nlisteners; i++)
+		event_add(srv->listeners[i].ev, NULL);
+}
+
+/* Out of descriptors: stop accepting for a moment instead of spinning. */
+static void
+server_pause_accept(struct server *srv)
+{
+	struct timeval	tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+
+	log_warn("accept");
+	for (int i = 0; i < srv->nlisteners; i++)
+		event_del(srv->listeners[i].ev);
+	evtimer_add(srv->accept_pause, &tv);
+}
+
+static void
+server_refuse(struct server *srv, int fd)
+{
+	static const char	msg[] = "ERR LIMIT too many connections\n";
+
+	srv->stats.rejected_connections++;
+	(void)send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+}
+
+static void
+server_accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	struct listener		*l = arg;
+	struct server		*srv = l->srv;
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl;
+	char			 peer[64];
+	int			 fd, on = 1;
+
+	for (int i = 0; i < ACCEPT_BATCH; i++) {
+		sl = sizeof(ss);
+		fd = accept4(lfd, (struct sockaddr *)&ss, &sl,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM)
+				server_pause_accept(srv);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != EINTR && errno != ECONNABORTED)
+				log_warn("accept on %s", l->name);
+			break;
+		}
+		if (srv->stats.clients >= (uint64_t)srv->cfg->max_clients) {
+			log_debug("refused a connection on %s: max-clients "
+			    "%" PRId64 " reached", l->name,
+			    srv->cfg->max_clients);
+			server_refuse(srv, fd);
+			continue;
+		}
+		if (!l->is_unix) {
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on,
+			    sizeof(on));
+			server_set_keepalive(srv->cfg, fd);
+		}
+		server_peer_name(&ss, l->is_unix, peer, sizeof(peer));
+		if (conn_new(srv, fd, peer) == NULL) {
+			log_warnx("out of memory for a connection from %s",
+			    peer);
+			close(fd);
+		}
+	}
+	server_end_turn(srv);
+}
+
+static bool
+server_add_listener(struct server *srv, int fd, bool is_unix,
+    const char *name)
+{
+	struct listener	*l;
+
+	if (srv->nlisteners == KL_LISTENERS_MAX) {
+		close(fd);
+		return false;
+	}
+	l = &srv->listeners[srv->nlisteners++];
+	l->srv = srv;
+	l->fd = fd;
+	l->is_unix = is_unix;
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	l->ev = event_new(srv->base, fd, EV_READ | EV_PERSIST,
+	    server_accept_cb, l);
+	if (l->ev == NULL || event_add(l->ev, NULL) == -1)
+		fatalx("cannot watch listener %s", name);
+	log_info("listening on %s", name);
+	return true;
+}
+
+/* Binds host (an IPv4 or IPv6 literal or a name) at the configured port. */
+static void
+server_listen_tcp(struct server *srv, const char *host)
+{
+	struct addrinfo		 hints, *res, *ai;
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl = sizeof(ss);
+	char			 port[16], name[128], addr[96];
+	int			 fd, on = 1, rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", srv->cfg->port);
+	if ((rc = getaddrinfo(host, port, &hints, &res)) != 0)
+		fatalx("bind %s: %s", host, gai_strerror(rc));
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd == -1)
+			fatal("socket for %s", host);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+		if (ai->ai_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on,
+			    sizeof(on));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == -1)
+			fatal("bind %s port %s", host, port);
+		if (listen(fd, SOMAXCONN) == -1)
+			fatal("listen %s port %s", host, port);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1)
+			fatal("getsockname");
+		server_peer_name(&ss, false, addr, sizeof(addr));
+		snprintf(name, sizeof(name), "tcp %s", addr);
+		if (srv->tcp_port == 0)
+			srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
+			    ((struct sockaddr_in *)&ss)->sin_port :
+			    ((struct sockaddr_in6 *)&ss)->sin6_port);
+		server_add_listener(srv, fd, false, name);
+		sl = sizeof(ss);
+	}
+	freeaddrinfo(res);
+}
+
+/* A socket file left by a dead daemon is removed; a live one is fatal. */
+static void
+server_clear_stale_unix(const struct sockaddr_un *sun)
+{
+	int	fd;
+
+	if (access(sun->sun_path, F_OK) == -1)
+		return;
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		fatal("socket");
+	if (connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0)
+		fatalx("%s: another keylockd is listening there",
+		    sun->sun_path);
+	close(fd);
+	if (unlink(sun->sun_path) == -1)
+		fatal("unlink stale socket %s", sun->sun_path);
+}
+
+static void
+server_listen_unix(struct server *srv, const char *path)
+{
+	struct sockaddr_un	 sun;
+	char			 name[128], dir[sizeof(sun.sun_path)], *slash;
+	int			 fd;
+	mode_t			 old;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path))
+		fatalx("unix socket path too long: %s", path);
+	strcpy(sun.sun_path, path);
+	snprintf(dir, sizeof(dir), "%s", path);
+	if ((slash = strrchr(dir, '/')) != NULL && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) == -1 && errno != EEXIST)
+			fatal("cannot create %s for the unix socket "
+			    "(set --unix '' to listen on TCP only)", dir);
+	}
+	server_clear_stale_unix(&sun);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	    0)) == -1)
+		fatal("socket");
+	old = umask(0777 & ~(mode_t)srv->cfg->unix_mode);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
+		fatal("bind %s", path);
+	umask(old);
+	if (chmod(path, (mode_t)srv->cfg->unix_mode) == -1)
+		fatal("chmod %s", path);
+	if (listen(fd, SOMAXCONN) == -1)
+		fatal("listen %s", path);
+	snprintf(name, sizeof(name), "unix %s", path);
+	server_add_listener(srv, fd, true, name);
+}
+
+static void
+server_write_port_file(const struct server *srv, const char *path)
+{
+	char	tmp[4096];
+	FILE	*f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((f = fopen(tmp, "w")) == NULL)
+		fatal("%s", tmp);
+	fprintf(f, "%d\n", srv->tcp_port);
+	if (fclose(f) != 0 || rename(tmp, path) == -1)
+		fatal("%s", path);
+}
+
+static void
+server_stop(struct server *srv, const char *why)
+{
+	if (srv->stopping)
+		return;
+	srv->stopping = true;
+	log_info("%s: shutting down, %" PRIu64 " clients, %" PRIu64
+	    " keys", why, srv->stats.clients, locktable_counters(srv->lt)->keys);
+	for (int i = 0; i < srv->nlisteners; i++)
+		event_del(srv->listeners[i].ev);
+	conn_close_all(srv, "server shutdown");
+	server_end_turn(srv);
+	event_base_loopbreak(srv->base);
+}
+
+static void
+server_signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct server	*srv = arg;
+
+	if (sig == SIGHUP) {
+		log_info("SIGHUP: configuration reload is not supported yet");
+		return;
+	}
+	server_stop(srv, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void
+server_arm_expiry(struct server *srv)
+{
+	uint64_t	next = locktable_next_expiry(srv->lt), now, d;
+	struct timeval	tv;
+
+	if (next >= srv->expiry_at)
+		return;
+	now = kl_now_ms();
+	d = next > now ? next - now : 0;
+	tv.tv_sec = (time_t)(d / 1000);
+	tv.tv_usec = (suseconds_t)(d % 1000) * 1000;
+	evtimer_add(srv->expiry, &tv);
+	srv->expiry_at = next;
+}
+
+static void
+server_expiry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server	*srv = arg;
+
+	srv->expiry_at = UINT64_MAX;
+	locktable_expire(srv->lt, kl_now_ms());
+	server_end_turn(srv);
+}
+
+void
+server_end_turn(struct server *srv)
+{
+	conn_run_queue(srv);
+	conn_free_dead(srv);
+	server_arm_expiry(srv);
+}
+
+void
+server_listen(struct server *srv)
+{
+	const struct config	*cfg = srv->cfg;
+
+	if (!cfg->no_tcp)
+		for (int i = 0; i < cfg->nbinds; i++)
+			server_listen_tcp(srv, cfg->binds[i]);
+	if (cfg->unix_path != NULL && cfg->unix_path[0] != '\0')
+		server_listen_unix(srv, cfg->unix_path);
+	if (srv->nlisteners == 0)
+		fatalx("nothing to listen on: give --bind or --unix");
+	if (cfg->port_file != NULL)
+		server_write_port_file(srv, cfg->port_file);
+}
+
+/* Reads the AUTH secret: the file's first line, without its line end. */
+static char *
+server_read_secret(const char *path, size_t *len)
+{
+	char	 buf[KL_SECRET_MAX + 2];
+	FILE	*f;
+	size_t	 n;
+
+	if ((f = fopen(path, "r")) == NULL)
+		fatal("auth-file %s", path);
+	if (fgets(buf, sizeof(buf), f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL)
+		fatalx("auth-file %s: the secret must be one line of 1 to %d "
+		    "bytes without spaces", path, KL_SECRET_MAX);
+	*len = n;
+	return kl_strndup(buf, n);
+}
+
+struct server *
+server_new(struct config *cfg)
+{
+	struct server	*srv;
+	struct lt_hooks	 hooks;
+	uint64_t	 seed;
+	char		 err[512];
+
+	if ((srv = kl_calloc(1, sizeof(*srv))) == NULL ||
+	    (srv->scratch = kl_malloc(KL_SCRATCH_SIZE)) == NULL)
+		fatalx("out of memory");
+	srv->cfg = cfg;
+	srv->expiry_at = UINT64_MAX;
+	srv->stats.start_ms = kl_now_ms();
+	TAILQ_INIT(&srv->conns);
+	TAILQ_INIT(&srv->runq);
+	TAILQ_INIT(&srv->dead);
+	if ((srv->tokens = token_open(cfg->state_dir, err, sizeof(err))) ==
+	    NULL)
+		fatalx("%s", err);
+	if (cfg->auth_file != NULL && (srv->secret = server_read_secret(
+	    cfg->auth_file, &srv->secret_len)) == NULL)
+		fatalx("out of memory");
+	kl_random(&seed, sizeof(seed));
+	commands_hooks(srv, &hooks);
+	if ((srv->base = event_base_new()) == NULL ||
+	    (srv->lt = locktable_new(&hooks, seed)) == NULL)
+		fatalx("out of memory");
+	srv->expiry = evtimer_new(srv->base, server_expiry_cb, srv);
+	srv->accept_pause = evtimer_new(srv->base, server_pause_accept_cb,
+	    srv);
+	srv->sig_term = evsignal_new(srv->base, SIGTERM, server_signal_cb,
+	    srv);
+	srv->sig_int = evsignal_new(srv->base, SIGINT, server_signal_cb, srv);
+	srv->sig_hup = evsignal_new(srv->base, SIGHUP, server_signal_cb, srv);
+	if (srv->expiry == NULL || srv->accept_pause == NULL ||
+	    srv->sig_term == NULL || srv->sig_int == NULL ||
+	    srv->sig_hup == NULL || evsignal_add(srv->sig_term, NULL) ||
+	    evsignal_add(srv->sig_int, NULL) || evsignal_add(srv->sig_hup, NULL))
+		fatalx("cannot set up events");
+	signal(SIGPIPE, SIG_IGN);
+	return srv;
+}
+
+int
+server_run(struct server *srv)
+{
+	log_info("keylockd %s ready, state in %s, next token %" PRIu64,
+	    PACKAGE_VERSION, srv->cfg->state_dir, token_peek(srv->tokens));
+	if (event_base_dispatch(srv->base) == -1) {
+		log_warnx("event loop failed");
+		return 1;
+	}
+	return 0;
+}
+
+void
+server_free(struct server *srv)
+{
+	if (srv == NULL)
+		return;
+	conn_close_all(srv, "server shutdown");
+	conn_free_dead(srv);
+	for (int i = 0; i < srv->nlisteners; i++) {
+		struct listener	*l = &srv->listeners[i];
+
+		event_free(l->ev);
+		close(l->fd);
+		if (l->is_unix)
+			unlink(srv->cfg->unix_path);
+	}
+	event_free(srv->expiry);
+	event_free(srv->accept_pause);
+	event_free(srv->sig_term);
+	event_free(srv->sig_int);
+	event_free(srv->sig_hup);
+	locktable_free(srv->lt);
+	token_close(srv->tokens);
+	event_base_free(srv->base);
+	kl_free(srv->scratch);
+	kl_free(srv->secret);
+	kl_free(srv);
+}

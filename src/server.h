@@ -1,0 +1,77 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The server: listeners (TCP, unix), accept with the connection cap,
+ * signals, the ttl timer, the end-of-turn work queue and shutdown. It owns
+ * every connection and the lock table.
+ */
+#ifndef SERVER_H
+#define SERVER_H
+
+#include <sys/queue.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "proto.h"
+#include "stats.h"
+
+struct event_base;
+struct event;
+struct conn;
+struct token;
+struct locktable;
+
+#define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
+#define KL_SCRATCH_SIZE		(64 * 1024)	/* one read per batch */
+#define KL_AUTH_LOG_MS		10000	/* one warning per 10 s of failures */
+
+TAILQ_HEAD(conn_list, conn);
+
+struct listener {
+	struct server	*srv;
+	int		 fd;
+	bool		 is_unix;
+	struct event	*ev;
+	char		 name[128];	/* for logs */
+};
+
+struct server {
+	struct event_base	*base;
+	struct config		*cfg;
+	struct locktable	*lt;
+	struct token		*tokens;
+	struct stats		 stats;
+	struct listener		 listeners[KL_LISTENERS_MAX];
+	int			 nlisteners;
+	int			 tcp_port;	/* bound port of the first TCP */
+	struct event		*accept_pause;
+	struct event		*sig_term, *sig_int, *sig_hup;
+	struct event		*expiry;	/* the earliest ttl */
+	uint64_t		 expiry_at;	/* UINT64_MAX: not armed */
+	struct conn_list	 conns;
+	struct conn_list	 runq;		/* work left for this turn */
+	struct conn_list	 dead;		/* closed, freed end of turn */
+	uint64_t		 next_id;
+	char			*scratch;	/* KL_SCRATCH_SIZE bytes */
+	struct request		 req;		/* the one being handled */
+	char			*secret;	/* AUTH secret, or NULL */
+	size_t			 secret_len;
+	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
+	bool			 stopping;
+};
+
+/* Creates the server from cfg: the state dir, the table, the signals.
+ * Exits through fatalx() with a clear message when it cannot. */
+struct server	*server_new(struct config *cfg);
+/* Opens every configured listener (and the port file). */
+void		 server_listen(struct server *srv);
+int		 server_run(struct server *srv);
+void		 server_free(struct server *srv);
+
+/* End of every top-level callback: run queued connections, flush their
+ * output, re-arm the ttl timer, free closed connections. */
+void		 server_end_turn(struct server *srv);
+
+#endif /* SERVER_H */

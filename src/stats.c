@@ -1,0 +1,184 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * STATS and INFO as compact JSON. Every value is built with jansson's _new
+ * setters so each has exactly one owner, and the root is released once
+ * dumped. Keys and names are valid UTF-8 (proto.c checked them).
+ */
+#include <stdlib.h>
+
+#include <jansson.h>
+
+#include "stats.h"
+
+static json_t *
+stats_hist_json(const struct kl_hist *h)
+{
+	json_t	*o = json_object(), *b = json_array();
+
+	for (size_t i = 0; i < KL_HIST_NBUCKETS; i++) {
+		uint64_t	 ub = kl_hist_bound(i);
+		json_t		*pair = json_array();
+
+		json_array_append_new(pair, ub == UINT64_MAX ? json_null() :
+		    json_integer((json_int_t)ub));
+		json_array_append_new(pair,
+		    json_integer((json_int_t)h->counts[i]));
+		json_array_append_new(b, pair);
+	}
+	json_object_set_new(o, "buckets", b);
+	json_object_set_new(o, "count", json_integer((json_int_t)h->count));
+	json_object_set_new(o, "sum_ms", json_integer((json_int_t)h->sum_ms));
+	return o;
+}
+
+static json_t *
+stats_hot_json(const struct locktable *lt)
+{
+	const struct lt_key	*hot[KL_HOT_KEYS];
+	struct lt_key_view	 v;
+	size_t			 n;
+	json_t			*a = json_array();
+
+	n = locktable_hot_keys(lt, hot, KL_HOT_KEYS);
+	for (size_t i = 0; i < n; i++) {
+		json_t	*o = json_object();
+
+		locktable_key_view(hot[i], &v);
+		json_object_set_new(o, "key", json_stringn(v.key, v.keylen));
+		json_object_set_new(o, "holders",
+		    json_integer((json_int_t)v.nholders));
+		json_object_set_new(o, "waiters",
+		    json_integer((json_int_t)v.nwaiters));
+		json_object_set_new(o, "max_waiters",
+		    json_integer((json_int_t)v.max_waiters));
+		json_object_set_new(o, "wait_ms_total",
+		    json_integer((json_int_t)v.wait_ms_total));
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static char *
+stats_dump(json_t *root)
+{
+	char	*s = json_dumps(root, JSON_COMPACT);
+
+	json_decref(root);
+	return s;
+}
+
+#define SET_U(o, name, v)	\
+	json_object_set_new((o), (name), json_integer((json_int_t)(v)))
+
+char *
+stats_to_json(const struct stats *st, const struct locktable *lt,
+    uint64_t now_ms, const char *version, stats_name_fn name)
+{
+	const struct lt_counters	*c = locktable_counters(lt);
+	json_t				*o = json_object();
+
+	(void)name;
+	json_object_set_new(o, "version", json_string(version));
+	SET_U(o, "uptime_ms", now_ms - st->start_ms);
+	SET_U(o, "clients", st->clients);
+	SET_U(o, "keys", c->keys);
+	SET_U(o, "held", c->held);
+	SET_U(o, "waiting", c->waiting);
+	SET_U(o, "grants", c->grants);
+	SET_U(o, "timeouts", c->timeouts);
+	SET_U(o, "busy", c->busy);
+	SET_U(o, "deadlocks", c->deadlocks);
+	SET_U(o, "conflicts", c->conflicts);
+	SET_U(o, "releases", c->releases);
+	SET_U(o, "expired", c->expired);
+	SET_U(o, "disconnect_releases", c->disconnect_releases);
+	json_object_set_new(o, "wait_ms", stats_hist_json(&c->wait_ms));
+	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
+	SET_U(o, "max_waiters", c->max_waiters);
+	json_object_set_new(o, "hot_keys", stats_hot_json(lt));
+	SET_U(o, "connections", st->connections);
+	SET_U(o, "rejected_connections", st->rejected_connections);
+	SET_U(o, "requests", st->requests);
+	SET_U(o, "errors", st->errors);
+	SET_U(o, "auth_failures", st->auth_failures);
+	SET_U(o, "output_closes", st->output_closes);
+	return stats_dump(o);
+}
+
+static json_t *
+stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
+{
+	const char	*n = name(owner);
+
+	SET_U(o, "client", locktable_owner_id(owner));
+	json_object_set_new(o, "name", n != NULL ? json_string(n) :
+	    json_null());
+	return o;
+}
+
+struct info_walk {
+	json_t		*holders;
+	json_t		*waiters;
+	stats_name_fn	 name;
+};
+
+static const char *
+stats_mode(enum lt_mode m)
+{
+	return m == LT_SHARED ? "shared" : "exclusive";
+}
+
+static bool
+stats_info_holder(void *arg, const struct lt_holder_view *h)
+{
+	struct info_walk	*w = arg;
+	json_t			*o = stats_client(json_object(), h->owner,
+				    w->name);
+
+	SET_U(o, "token", h->token);
+	json_object_set_new(o, "mode", json_string(stats_mode(h->mode)));
+	SET_U(o, "held_ms", h->held_ms);
+	if (h->expires_in_ms != 0)
+		SET_U(o, "expires_in_ms", h->expires_in_ms);
+	json_array_append_new(w->holders, o);
+	return true;
+}
+
+static bool
+stats_info_waiter(void *arg, const struct lt_waiter_view *v)
+{
+	struct info_walk	*w = arg;
+	json_t			*o = stats_client(json_object(), v->owner,
+				    w->name);
+
+	json_object_set_new(o, "mode", json_string(stats_mode(v->mode)));
+	SET_U(o, "waited_ms", v->waited_ms);
+	json_array_append_new(w->waiters, o);
+	return true;
+}
+
+char *
+stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
+    uint64_t now_ms, stats_name_fn name)
+{
+	const struct lt_key	*k = locktable_find(lt, key, keylen);
+	struct lt_key_view	 v;
+	struct info_walk	 w;
+	json_t			*o = json_object();
+
+	w.holders = json_array();
+	w.waiters = json_array();
+	w.name = name;
+	json_object_set_new(o, "key", json_stringn(key, keylen));
+	if (k != NULL) {
+		locktable_key_view(k, &v);
+		SET_U(o, "limit", v.limit);
+		locktable_key_walk(k, now_ms, stats_info_holder,
+		    stats_info_waiter, &w);
+	} else
+		SET_U(o, "limit", 1);
+	json_object_set_new(o, "holders", w.holders);
+	json_object_set_new(o, "waiters", w.waiters);
+	return stats_dump(o);
+}

@@ -1,0 +1,174 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The fencing-token high-water mark on disk. The file holds one decimal
+ * number H: no token >= H was ever issued. At start the daemon issues from
+ * the stored H and first raises the mark to H + KL_TOKEN_BLOCK (written to
+ * a temporary file, fsync'd, renamed, directory fsync'd). It never writes
+ * per grant and never hands out a token at or above the durable mark,
+ * unless that write failed, which it logs.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "token.h"
+#include "util.h"
+
+#define TOKEN_MAX	((1ULL << 63) - 1)
+
+struct token {
+	char		*path;
+	char		*tmp;
+	char		*dir;
+	uint64_t	 next;	/* next to issue */
+	uint64_t	 mark;	/* durable: nothing >= mark issued */
+};
+
+static int
+token_fsync_dir(const char *dir)
+{
+	int	fd, rc;
+
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* Writes mark durably; -1 with errno on failure. */
+static int
+token_write_mark(struct token *t, uint64_t mark)
+{
+	char	buf[32];
+	int	fd, n;
+
+	n = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", mark);
+	fd = open(t->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	if (fd == -1)
+		return -1;
+	if (write(fd, buf, (size_t)n) != n || fsync(fd) == -1) {
+		int	e = errno;
+
+		close(fd);
+		unlink(t->tmp);
+		errno = e;
+		return -1;
+	}
+	if (close(fd) == -1 || rename(t->tmp, t->path) == -1)
+		return -1;
+	return token_fsync_dir(t->dir);
+}
+
+/* Reads the stored mark; 1 if there is none, -1 on a damaged file. */
+static int
+token_read_mark(const char *path, uint64_t *mark)
+{
+	char	buf[32];
+	ssize_t	n;
+	int	fd;
+	size_t	len;
+
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1) {
+		if (errno != ENOENT)
+			return -1;
+		*mark = 1;
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	len = (size_t)n;
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+		len--;
+	if (!kl_parse_u64(buf, len, 1, TOKEN_MAX, mark))
+		return -1;
+	return 0;
+}
+
+static char *
+token_join(const char *dir, const char *name)
+{
+	size_t	 n = strlen(dir) + strlen(name) + 2;
+	char	*p;
+
+	if ((p = kl_malloc(n)) != NULL)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+struct token *
+token_open(const char *dir, char *errbuf, size_t errlen)
+{
+	struct token	*t;
+
+	if (mkdir(dir, 0750) == -1 && errno != EEXIST) {
+		snprintf(errbuf, errlen, "state dir %s: %s", dir,
+		    strerror(errno));
+		return NULL;
+	}
+	if ((t = kl_calloc(1, sizeof(*t))) == NULL ||
+	    (t->dir = kl_strndup(dir, strlen(dir))) == NULL ||
+	    (t->path = token_join(dir, KL_TOKEN_FILE)) == NULL ||
+	    (t->tmp = token_join(dir, KL_TOKEN_FILE ".tmp")) == NULL) {
+		token_close(t);
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	if (token_read_mark(t->path, &t->next) == -1) {
+		snprintf(errbuf, errlen, "%s: unreadable or damaged token "
+		    "mark (remove it only if no client keeps tokens)", t->path);
+		token_close(t);
+		return NULL;
+	}
+	if (t->next > TOKEN_MAX - KL_TOKEN_BLOCK ||
+	    token_write_mark(t, t->next + KL_TOKEN_BLOCK) == -1) {
+		snprintf(errbuf, errlen, "%s: cannot write the token mark: %s",
+		    t->path, strerror(errno));
+		token_close(t);
+		return NULL;
+	}
+	t->mark = t->next + KL_TOKEN_BLOCK;
+	return t;
+}
+
+uint64_t
+token_next(struct token *t)
+{
+	if (t->next >= t->mark) {
+		uint64_t	mark = t->next + KL_TOKEN_BLOCK;
+
+		if (token_write_mark(t, mark) == -1)
+			log_warn("%s: cannot raise the token mark to %" PRIu64
+			    "; tokens stay increasing but a crash now could "
+			    "reuse some", t->path, mark);
+		t->mark = mark;
+	}
+	return t->next++;
+}
+
+uint64_t
+token_peek(const struct token *t)
+{
+	return t->next;
+}
+
+void
+token_close(struct token *t)
+{
+	if (t == NULL)
+		return;
+	kl_free(t->path);
+	kl_free(t->tmp);
+	kl_free(t->dir);
+	kl_free(t);
+}

@@ -1,0 +1,538 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Unit tests of the fencing-token mark (token.h, PROTOCOL.md "Fencing
+ * tokens"): tokens rise strictly, also across a restart and a crash (a
+ * second token_open on the same directory with or without token_close),
+ * the mark on disk stays above every token handed out, and a damaged or
+ * unusable state directory makes token_open fail with a message. Each test
+ * gets a fresh mkdtemp directory from a checked fixture.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* nftw, mkdtemp */
+#endif
+#include <sys/stat.h>
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "token.h"
+#include "util.h"
+
+static char	base[PATH_MAX];		/* the test's mkdtemp directory */
+static char	errbuf[512];
+
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	if (flag == FTW_DP || flag == FTW_D)
+		chmod(path, 0700);
+	return remove(path);
+}
+
+static void
+setup(void)
+{
+	const char	*tmp = getenv("TMPDIR");
+
+	snprintf(base, sizeof(base), "%s/check_token.XXXXXX",
+	    tmp != NULL && *tmp != '\0' ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	errbuf[0] = '\0';
+}
+
+static void
+teardown(void)
+{
+	chmod(base, 0700);
+	nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* base/name into buf. */
+static const char *
+path_in(char *buf, size_t len, const char *name)
+{
+	int	n = snprintf(buf, len, "%s/%s", base, name);
+
+	ck_assert(n > 0 && (size_t)n < len);
+	return buf;
+}
+
+static void
+write_file(const char *path, const char *data, size_t len)
+{
+	FILE	*f = fopen(path, "w");
+
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The number stored in dir/token. */
+static uint64_t
+read_mark(const char *dir)
+{
+	char		 path[PATH_MAX + 16], buf[64];
+	FILE		*f;
+	size_t		 n;
+	uint64_t	 v;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, KL_TOKEN_FILE);
+	f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	ck_assert_uint_gt(n, 0);
+	ck_assert_msg(buf[n - 1] == '\n', "mark file does not end in LF");
+	n--;
+	ck_assert_msg(kl_parse_u64(buf, n, 1, UINT64_MAX, &v),
+	    "mark file is not one decimal number: %.*s", (int)n, buf);
+	return v;
+}
+
+static struct token *
+open_ok(const char *dir)
+{
+	struct token	*t;
+
+	errbuf[0] = '\0';
+	t = token_open(dir, errbuf, sizeof(errbuf));
+	ck_assert_msg(t != NULL, "token_open(%s): %s", dir, errbuf);
+	return t;
+}
+
+static void
+expect_open_fails(const char *dir, const char *needle)
+{
+	struct token	*t;
+
+	errbuf[0] = '\0';
+	t = token_open(dir, errbuf, sizeof(errbuf));
+	if (t != NULL)
+		token_close(t);
+	ck_assert_msg(t == NULL, "token_open(%s) succeeded", dir);
+	ck_assert_msg(errbuf[0] != '\0', "token_open failed without a "
+	    "message");
+	ck_assert_msg(strstr(errbuf, needle) != NULL,
+	    "message \"%s\" does not name \"%s\"", errbuf, needle);
+}
+
+/* Issues n tokens, checking each is above the previous; returns the last. */
+static uint64_t
+issue(struct token *t, uint64_t n, uint64_t after)
+{
+	uint64_t	last = after, v;
+
+	for (uint64_t i = 0; i < n; i++) {
+		v = token_next(t);
+		if (v <= last)
+			ck_abort_msg("token %" PRIu64 " after %" PRIu64, v,
+			    last);
+		last = v;
+	}
+	return last;
+}
+
+/* ---- order ---- */
+
+START_TEST(tokens_are_strictly_increasing)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 first, last;
+
+	first = token_peek(t);
+	ck_assert_uint_ge(first, 1);
+	ck_assert_uint_eq(token_next(t), first);
+	last = issue(t, 1000, first);
+	ck_assert_uint_eq(last, first + 1000);
+	ck_assert_uint_eq(token_peek(t), last + 1);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(tokens_are_positive_and_below_2_63)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 v = token_next(t);
+
+	ck_assert_uint_gt(v, 0);
+	ck_assert_uint_lt(v, UINT64_C(1) << 63);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(peek_does_not_consume_a_token)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 p = token_peek(t);
+
+	ck_assert_uint_eq(token_peek(t), p);
+	ck_assert_uint_eq(token_next(t), p);
+	ck_assert_uint_eq(token_peek(t), p + 1);
+	token_close(t);
+}
+END_TEST
+
+/* ---- restarts and crashes ---- */
+
+START_TEST(restart_after_close_issues_higher_tokens)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 last, v;
+
+	last = issue(t, 100, 0);
+	token_close(t);
+	t = open_ok(base);
+	v = token_next(t);
+	ck_assert_uint_gt(v, last);
+	issue(t, 10, v);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(restart_without_close_issues_higher_tokens)
+{
+	struct token	*crashed = open_ok(base), *t;
+	uint64_t	 last, v;
+
+	/* A crash: the first instance never closes before the next opens. */
+	last = issue(crashed, 100, 0);
+	t = open_ok(base);
+	v = token_next(t);
+	ck_assert_uint_gt(v, last);
+	token_close(t);
+	token_close(crashed);
+}
+END_TEST
+
+START_TEST(restart_after_a_block_boundary_issues_higher_tokens)
+{
+	struct token	*t = open_ok(base), *t2;
+	uint64_t	 last, v;
+
+	last = issue(t, KL_TOKEN_BLOCK + 5, 0);
+	t2 = open_ok(base);	/* crash: t still open */
+	v = token_next(t2);
+	ck_assert_uint_gt(v, last);
+	token_close(t2);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(many_restarts_and_crashes_keep_tokens_increasing)
+{
+	struct token	*prev = NULL;
+	uint64_t	 last = 0;
+
+	for (int i = 0; i < 20; i++) {
+		struct token	*t = open_ok(base);
+
+		/* Odd rounds crash: the previous instance is still open. */
+		if (prev != NULL) {
+			token_close(prev);
+			prev = NULL;
+		}
+		last = issue(t, 3, last);
+		if (i % 2 == 0)
+			token_close(t);
+		else
+			prev = t;
+	}
+	token_close(prev);
+	ck_assert_uint_ge(last, 60);
+}
+END_TEST
+
+/* ---- the mark on disk ---- */
+
+START_TEST(mark_is_above_every_token_after_open)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 first = token_peek(t);
+
+	ck_assert_uint_ge(read_mark(base), first + 1);
+	ck_assert_uint_eq(read_mark(base), first + KL_TOKEN_BLOCK);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(mark_is_above_every_token_after_a_block_boundary)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 last, mark_before = read_mark(base);
+
+	last = issue(t, KL_TOKEN_BLOCK + 5, 0);
+	ck_assert_uint_ge(read_mark(base), last + 1);
+	ck_assert_uint_gt(read_mark(base), mark_before);
+	ck_assert_uint_gt(read_mark(base), token_peek(t));
+	token_close(t);
+}
+END_TEST
+
+START_TEST(mark_is_not_written_per_token)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 mark = read_mark(base);
+
+	issue(t, 1000, 0);
+	ck_assert_uint_eq(read_mark(base), mark);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(no_temporary_file_is_left_behind)
+{
+	char		 p[PATH_MAX + 32];
+	struct token	*t = open_ok(base);
+
+	issue(t, KL_TOKEN_BLOCK + 1, 0);
+	token_close(t);
+	ck_assert_int_eq(access(path_in(p, sizeof(p), KL_TOKEN_FILE ".tmp"),
+	    F_OK), -1);
+	ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+START_TEST(an_existing_mark_is_where_tokens_start)
+{
+	char		 p[PATH_MAX + 32];
+	struct token	*t;
+
+	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE), "12345\n", 6);
+	t = open_ok(base);
+	ck_assert_uint_ge(token_next(t), 12345);
+	ck_assert_uint_ge(read_mark(base), 12345 + KL_TOKEN_BLOCK);
+	token_close(t);
+}
+END_TEST
+
+START_TEST(a_mark_without_newline_is_accepted)
+{
+	char		 p[PATH_MAX + 32];
+	struct token	*t;
+
+	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE), "777", 3);
+	t = open_ok(base);
+	ck_assert_uint_ge(token_next(t), 777);
+	token_close(t);
+}
+END_TEST
+
+/* ---- damaged marks ---- */
+
+static void
+damaged_mark_fails(const char *content, size_t len)
+{
+	char	p[PATH_MAX + 32];
+
+	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE), content, len);
+	expect_open_fails(base, KL_TOKEN_FILE);
+	ck_assert_msg(strstr(errbuf, "damaged") != NULL, "message \"%s\" does "
+	    "not say the mark is damaged", errbuf);
+	/* The damaged file is left for the operator, not overwritten. */
+	ck_assert_int_eq(access(p, F_OK), 0);
+}
+
+START_TEST(garbage_mark_fails_with_a_message)
+{
+	damaged_mark_fails("hello world\n", 12);
+}
+END_TEST
+
+START_TEST(empty_mark_fails_with_a_message)
+{
+	damaged_mark_fails("", 0);
+}
+END_TEST
+
+START_TEST(mark_of_2_64_fails_with_a_message)
+{
+	damaged_mark_fails("18446744073709551616\n", 21);
+}
+END_TEST
+
+START_TEST(mark_of_2_63_fails_with_a_message)
+{
+	damaged_mark_fails("9223372036854775808\n", 20);
+}
+END_TEST
+
+START_TEST(mark_of_zero_fails_with_a_message)
+{
+	damaged_mark_fails("0\n", 2);
+}
+END_TEST
+
+START_TEST(negative_mark_fails_with_a_message)
+{
+	damaged_mark_fails("-5\n", 3);
+}
+END_TEST
+
+START_TEST(mark_with_nul_byte_fails_with_a_message)
+{
+	damaged_mark_fails("12\0" "34\n", 6);
+}
+END_TEST
+
+START_TEST(mark_near_2_63_fails_rather_than_wrap)
+{
+	char	p[PATH_MAX + 32];
+
+	/* 2^63 - 1: no block of tokens below 2^63 is left. */
+	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE),
+	    "9223372036854775807\n", 20);
+	expect_open_fails(base, KL_TOKEN_FILE);
+}
+END_TEST
+
+/* ---- the state directory ---- */
+
+START_TEST(missing_state_dir_is_created)
+{
+	char		 dir[PATH_MAX + 32];
+	struct stat	 sb;
+	struct token	*t;
+
+	path_in(dir, sizeof(dir), "state");
+	ck_assert_int_eq(stat(dir, &sb), -1);
+	t = open_ok(dir);
+	ck_assert_int_eq(stat(dir, &sb), 0);
+	ck_assert(S_ISDIR(sb.st_mode));
+	ck_assert_uint_gt(token_next(t), 0);
+	ck_assert_uint_ge(read_mark(dir), token_peek(t));
+	token_close(t);
+}
+END_TEST
+
+START_TEST(state_dir_under_a_regular_file_fails)
+{
+	char	file[PATH_MAX + 32], dir[PATH_MAX + 64];
+
+	write_file(path_in(file, sizeof(file), "plain"), "x", 1);
+	snprintf(dir, sizeof(dir), "%s/state", file);
+	expect_open_fails(dir, "state");
+}
+END_TEST
+
+START_TEST(state_dir_that_is_a_regular_file_fails)
+{
+	char	file[PATH_MAX + 32];
+
+	write_file(path_in(file, sizeof(file), "plain"), "x", 1);
+	expect_open_fails(file, "plain");
+}
+END_TEST
+
+START_TEST(unwritable_state_dir_fails)
+{
+	if (geteuid() == 0) {
+		/* root writes anywhere: nothing to check */
+		return;
+	}
+	ck_assert_int_eq(chmod(base, 0500), 0);
+	expect_open_fails(base, base);
+}
+END_TEST
+
+START_TEST(unwritable_parent_of_missing_state_dir_fails)
+{
+	char	dir[PATH_MAX + 32];
+
+	if (geteuid() == 0)
+		return;
+	ck_assert_int_eq(chmod(base, 0500), 0);
+	expect_open_fails(path_in(dir, sizeof(dir), "state"), "state");
+}
+END_TEST
+
+START_TEST(state_dir_with_a_missing_parent_fails_with_the_reason)
+{
+	char	dir[PATH_MAX + 64];
+
+	/* Two levels missing: mkdir fails, and the message says why. */
+	snprintf(dir, sizeof(dir), "%s/a/b", base);
+	expect_open_fails(dir, "No such file or directory");
+}
+END_TEST
+
+static Suite *
+token_suite(void)
+{
+	Suite	*s = suite_create("token");
+	TCase	*tc;
+
+	tc = tcase_create("order");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, tokens_are_strictly_increasing);
+	tcase_add_test(tc, tokens_are_positive_and_below_2_63);
+	tcase_add_test(tc, peek_does_not_consume_a_token);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("restart");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, restart_after_close_issues_higher_tokens);
+	tcase_add_test(tc, restart_without_close_issues_higher_tokens);
+	tcase_add_test(tc, restart_after_a_block_boundary_issues_higher_tokens);
+	tcase_add_test(tc, many_restarts_and_crashes_keep_tokens_increasing);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("mark");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, mark_is_above_every_token_after_open);
+	tcase_add_test(tc, mark_is_above_every_token_after_a_block_boundary);
+	tcase_add_test(tc, mark_is_not_written_per_token);
+	tcase_add_test(tc, no_temporary_file_is_left_behind);
+	tcase_add_test(tc, an_existing_mark_is_where_tokens_start);
+	tcase_add_test(tc, a_mark_without_newline_is_accepted);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("damaged");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, garbage_mark_fails_with_a_message);
+	tcase_add_test(tc, empty_mark_fails_with_a_message);
+	tcase_add_test(tc, mark_of_2_64_fails_with_a_message);
+	tcase_add_test(tc, mark_of_2_63_fails_with_a_message);
+	tcase_add_test(tc, mark_of_zero_fails_with_a_message);
+	tcase_add_test(tc, negative_mark_fails_with_a_message);
+	tcase_add_test(tc, mark_with_nul_byte_fails_with_a_message);
+	tcase_add_test(tc, mark_near_2_63_fails_rather_than_wrap);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("state_dir");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, missing_state_dir_is_created);
+	tcase_add_test(tc, state_dir_under_a_regular_file_fails);
+	tcase_add_test(tc, state_dir_that_is_a_regular_file_fails);
+	tcase_add_test(tc, unwritable_state_dir_fails);
+	tcase_add_test(tc, unwritable_parent_of_missing_state_dir_fails);
+	tcase_add_test(tc, state_dir_with_a_missing_parent_fails_with_the_reason);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner	*sr = srunner_create(token_suite());
+	int	 nfailed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	nfailed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,37 @@
+UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
+UNIT_LDADD = src/libkeylockd.a $(CHECK_LIBS) $(LIBEVENT_LIBS) $(JANSSON_LIBS)
+
+UNIT_TESTS = \
+	tests/unit/check_proto \
+	tests/unit/check_locktable \
+	tests/unit/check_locktable_model \
+	tests/unit/check_conn \
+	tests/unit/check_token \
+	tests/unit/check_config \
+	tests/unit/check_stats
+check_PROGRAMS += $(UNIT_TESTS)
+TESTS += $(UNIT_TESTS)
+
+tests_unit_check_proto_SOURCES = tests/unit/check_proto.c
+tests_unit_check_proto_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_proto_LDADD = $(UNIT_LDADD)
+tests_unit_check_locktable_SOURCES = tests/unit/check_locktable.c
+tests_unit_check_locktable_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_locktable_LDADD = $(UNIT_LDADD)
+tests_unit_check_locktable_model_SOURCES = tests/unit/check_locktable_model.c
+tests_unit_check_locktable_model_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_locktable_model_LDADD = $(UNIT_LDADD)
+tests_unit_check_conn_SOURCES = tests/unit/check_conn.c
+tests_unit_check_conn_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_conn_LDADD = $(UNIT_LDADD)
+tests_unit_check_token_SOURCES = tests/unit/check_token.c
+tests_unit_check_token_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_token_LDADD = $(UNIT_LDADD)
+tests_unit_check_config_SOURCES = tests/unit/check_config.c
+tests_unit_check_config_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_config_LDADD = $(UNIT_LDADD)
+tests_unit_check_stats_SOURCES = tests/unit/check_stats.c
+tests_unit_check_stats_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_stats_LDADD = $(UNIT_LDADD)
+
+EXTRA_DIST += tests/unit/proto-cases
