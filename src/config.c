@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,51 +48,55 @@ struct setting {
 	size_t			 off;
 	int64_t			 min, max;
 	const char		*help;
+	bool			 live;	/* SIGHUP applies it */
 };
 
 #define OFF(f)	offsetof(struct config, f)
 static const struct setting settings[] = {
-	{ "bind", SET_BIND, OFF(binds), 0, 0, "address to listen on (repeatable)" },
-	{ "port", SET_INT, OFF(port), 0, 65535, "TCP port (0: any free port)" },
-	{ "no-tcp", SET_FLAG, OFF(no_tcp), 0, 0, "do not listen on TCP" },
+	{ "bind", SET_BIND, OFF(binds), 0, 0,
+	    "address to listen on (repeatable)", false },
+	{ "port", SET_INT, OFF(port), 0, 65535,
+	    "TCP port (0: any free port)", false },
+	{ "no-tcp", SET_FLAG, OFF(no_tcp), 0, 0,
+	    "do not listen on TCP", false },
 	{ "unix", SET_PATH_OR_EMPTY, OFF(unix_path), 0, 0,
-	    "unix socket path (empty: none)" },
+	    "unix socket path (empty: none)", false },
 	{ "unix-mode", SET_MODE, OFF(unix_mode), 0, 0777,
-	    "unix socket file mode (octal)" },
+	    "unix socket file mode (octal)", false },
 	{ "unix-group", SET_STRING, OFF(unix_group), 0, 0,
-	    "unix socket group" },
+	    "unix socket group", false },
 	{ "state-dir", SET_STRING, OFF(state_dir), 0, 0,
-	    "directory for the fencing-token mark" },
+	    "directory for the fencing-token mark", false },
 	{ "port-file", SET_STRING, OFF(port_file), 0, 0,
-	    "write the bound TCP port here" },
+	    "write the bound TCP port here", false },
 	{ "max-clients", SET_INT, OFF(max_clients), 1, 10000000,
-	    "open connections" },
+	    "open connections", true },
 	{ "max-keys", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
-	    "keys per request" },
+	    "keys per request", true },
 	{ "max-locks", SET_INT, OFF(max_locks), 1, 100000000,
-	    "keys held per connection" },
+	    "keys held per connection", true },
 	{ "max-line", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
-	    KL_MAX_LINE_MAX, "request line bytes, CR LF included" },
+	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
 	{ "max-output", SET_INT, OFF(max_output), 4096, 1073741824,
-	    "unread reply bytes per client" },
+	    "unread reply bytes per client", true },
 	{ "default-timeout", SET_INT_NONE, OFF(default_timeout), 0,
-	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)" },
+	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)", true },
 	{ "max-timeout", SET_INT_NONE, OFF(max_timeout), 0,
-	    (int64_t)KL_MS_MAX, "largest timeout= accepted (ms)" },
+	    (int64_t)KL_MS_MAX, "largest timeout= accepted (ms)", true },
 	{ "default-max-waiters", SET_INT_NONE, OFF(default_max_waiters), 0,
-	    KL_LIMIT_MAX, "max_waiters when none is given" },
+	    KL_LIMIT_MAX, "max_waiters when none is given", true },
 	{ "tcp-keepalive-idle", SET_INT, OFF(keepalive_idle), 0, 32767,
-	    "s before probing an idle peer (0: off)" },
+	    "s before probing an idle peer (0: off)", true },
 	{ "tcp-keepalive-interval", SET_INT, OFF(keepalive_interval), 1,
-	    32767, "s between probes" },
+	    32767, "s between probes", true },
 	{ "tcp-keepalive-count", SET_INT, OFF(keepalive_count), 1, 127,
-	    "unanswered probes before the peer is dead" },
+	    "unanswered probes before the peer is dead", true },
 	{ "auth-file", SET_STRING, OFF(auth_file), 0, 0,
-	    "file holding the AUTH secret" },
+	    "file holding the AUTH secret", true },
 	{ "metrics", SET_STRING, OFF(metrics), 0, 0,
-	    "ADDR:PORT of the metrics HTTP listener" },
+	    "ADDR:PORT of the metrics HTTP listener", false },
 	{ "log-level", SET_LEVEL, OFF(log_level), 0, 0,
-	    "error, warn, info or debug" },
+	    "error, warn, info or debug", true },
 };
 #undef OFF
 #define NSETTINGS	(sizeof(settings) / sizeof(settings[0]))
@@ -370,6 +375,8 @@ config_load(struct config *cfg, int argc, char *argv[])
 	int		 ch, rc;
 
 	config_defaults(cfg);
+	cfg->argc = argc;
+	cfg->argv = argv;
 	config_build_longopts(lo);
 	if ((rc = config_scan_argv(cfg, argc, argv, lo, &file, &explicit)))
 		return rc;
@@ -395,6 +402,80 @@ config_load(struct config *cfg, int argc, char *argv[])
 		}
 	}
 	return 0;
+}
+
+/* The value of one setting as text, as the config file would spell it. */
+static void
+config_render(const struct config *cfg, const struct setting *s, char *buf,
+    size_t len)
+{
+	const char	*field = (const char *)cfg + s->off;
+	int64_t		 v;
+	size_t		 off = 0;
+
+	switch (s->kind) {
+	case SET_INT:
+	case SET_INT_NONE:
+		v = s->off == offsetof(struct config, port) ? cfg->port :
+		    *(const int64_t *)(const void *)field;
+		if (v == KL_NONE && s->kind == SET_INT_NONE)
+			snprintf(buf, len, "none");
+		else
+			snprintf(buf, len, "%" PRId64, v);
+		break;
+	case SET_STRING:
+	case SET_PATH_OR_EMPTY:
+		field = *(char *const *)(const void *)field;
+		snprintf(buf, len, "%s", field != NULL ? field : "(unset)");
+		break;
+	case SET_BIND:
+		buf[0] = '\0';
+		for (int i = 0; i < cfg->nbinds && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s",
+			    i > 0 ? " " : "", cfg->binds[i]);
+		break;
+	case SET_FLAG:
+		snprintf(buf, len, "%s", *(const bool *)(const void *)field ?
+		    "yes" : "no");
+		break;
+	case SET_MODE:
+		snprintf(buf, len, "%04o", (unsigned)cfg->unix_mode);
+		break;
+	case SET_LEVEL:
+		snprintf(buf, len, "%s", log_level_name(cfg->log_level));
+		break;
+	}
+}
+
+void
+config_update(struct config *cur, const struct config *next)
+{
+	char	a[1024], b[1024];
+	bool	fresh = true;
+
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const struct setting	*s = &settings[i];
+
+		config_render(cur, s, a, sizeof(a));
+		config_render(next, s, b, sizeof(b));
+		if (strcmp(a, b) == 0)
+			continue;
+		if (!s->live) {
+			log_warnx("reload: %s changed from %s to %s; it takes "
+			    "effect at the next restart", s->name, a, b);
+			continue;
+		}
+		log_info("reload: %s changed from %s to %s", s->name, a, b);
+		if (s->kind == SET_STRING &&
+		    *(char *const *)(const void *)((const char *)next +
+		    s->off) == NULL) {
+			char	**f = (char **)(void *)((char *)cur + s->off);
+
+			free(*f);
+			*f = NULL;
+		} else
+			config_apply(cur, s, b, &fresh);
+	}
 }
 
 void

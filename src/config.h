@@ -45,6 +45,8 @@ struct config {
 	char		*metrics;		/* ADDR:PORT or NULL */
 	enum log_level	 log_level;
 	bool		 check_config;
+	int		 argc;		/* what it was loaded from, for */
+	char		**argv;		/* SIGHUP's reload */
 };
 
 /*
@@ -55,5 +57,8 @@ struct config {
  */
 int	config_load(struct config *cfg, int argc, char *argv[]);
 void	config_cleanup(struct config *cfg);
+/* SIGHUP: takes from next the settings that can change live, logs each
+ * change, and warns about those that need a restart. */
+void	config_update(struct config *cur, const struct config *next);
 
 #endif /* CONFIG_H */

@@ -90,7 +90,6 @@ conn_new(struct server *srv, int fd, const char *peer)
 		kl_free(c);
 		return NULL;
 	}
-	c->authed = srv->cfg->auth_file == NULL;
 	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
 	srv->stats.clients++;
 	srv->stats.connections++;
@@ -632,7 +631,7 @@ conn_peer(const struct conn *c)
 bool
 conn_is_authed(const struct conn *c)
 {
-	return c->authed;
+	return c->authed || c->srv->secret == NULL;
 }
 
 void

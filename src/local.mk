@@ -11,7 +11,9 @@ src_libkeylockd_a_SOURCES = \
 	src/token.c src/token.h \
 	src/commands.c src/commands.h \
 	src/conn.c src/conn.h \
-	src/server.c src/server.h
+	src/server.c src/server.h \
+	src/notify.c src/notify.h \
+	src/metrics.c src/metrics.h
 src_libkeylockd_a_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 
 sbin_PROGRAMS += src/keylockd

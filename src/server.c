@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <signal.h>
@@ -30,14 +31,19 @@
 #include "conn.h"
 #include "locktable.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "server.h"
 #include "token.h"
 #include "util.h"
 
 #define ACCEPT_BATCH		64	/* accepts per readable listener */
 #define ACCEPT_PAUSE_MS		100	/* after EMFILE */
+#define STATUS_INTERVAL_S	5	/* sd_notify STATUS= refresh */
 
 static void	server_accept_cb(evutil_socket_t, short, void *);
+static void	server_open_configured(struct server *);
+static char	*server_read_secret(const char *, size_t *, char *, size_t);
 
 static void
 server_set_keepalive(const struct config *cfg, int fd)
@@ -181,6 +187,22 @@ server_add_listener(struct server *srv, int fd, bool is_unix,
 	return true;
 }
 
+static bool
+server_is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)ss;
+
+		return (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)ss;
+
+		return IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
+	}
+	return true;
+}
+
 /* Binds host (an IPv4 or IPv6 literal or a name) at the configured port. */
 static void
 server_listen_tcp(struct server *srv, const char *host)
@@ -215,6 +237,10 @@ server_listen_tcp(struct server *srv, const char *host)
 			fatal("getsockname");
 		server_peer_name(&ss, false, addr, sizeof(addr));
 		snprintf(name, sizeof(name), "tcp %s", addr);
+		if (!server_is_loopback(&ss) && srv->secret == NULL)
+			log_warnx("%s is not a loopback address and no "
+			    "auth-file is set: anyone who can reach it can "
+			    "take and break locks", addr);
 		if (srv->tcp_port == 0)
 			srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
 			    ((struct sockaddr_in *)&ss)->sin_port :
@@ -273,6 +299,16 @@ server_listen_unix(struct server *srv, const char *path)
 	umask(old);
 	if (chmod(path, (mode_t)srv->cfg->unix_mode) == -1)
 		fatal("chmod %s", path);
+	if (srv->cfg->unix_group != NULL) {
+		struct group	*gr = getgrnam(srv->cfg->unix_group);
+
+		if (gr == NULL)
+			fatalx("unix-group %s: no such group",
+			    srv->cfg->unix_group);
+		if (chown(path, (uid_t)-1, gr->gr_gid) == -1)
+			fatal("chown %s to group %s", path,
+			    srv->cfg->unix_group);
+	}
 	if (listen(fd, SOMAXCONN) == -1)
 		fatal("listen %s", path);
 	snprintf(name, sizeof(name), "unix %s", path);
@@ -289,6 +325,8 @@ server_write_port_file(const struct server *srv, const char *path)
 	if ((f = fopen(tmp, "w")) == NULL)
 		fatal("%s", tmp);
 	fprintf(f, "%d\n", srv->tcp_port);
+	if (srv->metrics != NULL)
+		fprintf(f, "metrics %d\n", metrics_port(srv->metrics));
 	if (fclose(f) != 0 || rename(tmp, path) == -1)
 		fatal("%s", path);
 }
@@ -301,6 +339,7 @@ server_stop(struct server *srv, const char *why)
 	srv->stopping = true;
 	log_info("%s: shutting down, %" PRIu64 " clients, %" PRIu64
 	    " keys", why, srv->stats.clients, locktable_counters(srv->lt)->keys);
+	notify_send("STOPPING=1");
 	for (int i = 0; i < srv->nlisteners; i++)
 		event_del(srv->listeners[i].ev);
 	conn_close_all(srv, "server shutdown");
@@ -308,16 +347,62 @@ server_stop(struct server *srv, const char *why)
 	event_base_loopbreak(srv->base);
 }
 
+/* SIGHUP: a new configuration, or, if it has errors, the old one. Locks
+ * and waiters are untouched. */
+static void
+server_reload(struct server *srv)
+{
+	struct config	 next;
+	char		*secret = NULL, err[512];
+	size_t		 len = 0;
+
+	log_info("SIGHUP: reloading %s", srv->cfg->file != NULL ?
+	    srv->cfg->file : "the command line");
+	notify_send("RELOADING=1");
+	if (config_load(&next, srv->cfg->argc, srv->cfg->argv) != 0) {
+		log_warnx("reload: the configuration has errors (above); "
+		    "keeping the running one");
+	} else if (next.auth_file != NULL && (secret = server_read_secret(
+	    next.auth_file, &len, err, sizeof(err))) == NULL) {
+		log_warnx("reload: %s; keeping the running configuration",
+		    err);
+	} else {
+		config_update(srv->cfg, &next);
+		log_set_level(srv->cfg->log_level);
+		if (secret != NULL || srv->secret != NULL)
+			log_info("reload: AUTH %s", secret == NULL ? "off" :
+			    "secret read");
+		kl_free(srv->secret);
+		srv->secret = secret;
+		srv->secret_len = len;
+	}
+	config_cleanup(&next);
+	notify_send("READY=1");
+}
+
 static void
 server_signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct server	*srv = arg;
 
-	if (sig == SIGHUP) {
-		log_info("SIGHUP: configuration reload is not supported yet");
-		return;
-	}
-	server_stop(srv, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	if (sig == SIGHUP)
+		server_reload(srv);
+	else
+		server_stop(srv, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	server_end_turn(srv);
+}
+
+static void
+server_status_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server			*srv = arg;
+	const struct lt_counters	*c = locktable_counters(srv->lt);
+	char				 buf[256];
+
+	snprintf(buf, sizeof(buf), "STATUS=%" PRIu64 " clients, %" PRIu64
+	    " keys, %" PRIu64 " held, %" PRIu64 " waiting",
+	    srv->stats.clients, c->keys, c->held, c->waiting);
+	notify_send(buf);
 }
 
 static void
@@ -354,8 +439,71 @@ server_end_turn(struct server *srv)
 	server_arm_expiry(srv);
 }
 
+/* Takes the sockets systemd passed; returns how many. */
+static int
+server_adopt(struct server *srv)
+{
+	const char		*names[KL_LISTENERS_MAX];
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl;
+	char			 peer[96], addr[136], name[256];
+	int			 n = notify_listen_fds(names, KL_LISTENERS_MAX);
+
+	for (int i = 0; i < n; i++) {
+		int	fd = 3 + i;
+		bool	is_unix;
+
+		sl = sizeof(ss);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1)
+			fatal("socket %d from systemd", fd);
+		is_unix = ss.ss_family == AF_UNIX;
+		if (is_unix)
+			snprintf(addr, sizeof(addr), "unix %s",
+			    ((struct sockaddr_un *)&ss)->sun_path);
+		else {
+			server_peer_name(&ss, false, peer, sizeof(peer));
+			snprintf(addr, sizeof(addr), "tcp %s", peer);
+			if (srv->tcp_port == 0)
+				srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
+				    ((struct sockaddr_in *)&ss)->sin_port :
+				    ((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+		snprintf(name, sizeof(name), "%s (systemd%s%s)", addr,
+		    names[i][0] != '\0' ? " " : "", names[i]);
+		server_add_listener(srv, fd, is_unix, name);
+		srv->listeners[srv->nlisteners - 1].adopted = true;
+	}
+	return n;
+}
+
 void
 server_listen(struct server *srv)
+{
+	const struct config	*cfg = srv->cfg;
+	char			 err[512];
+	struct timeval		 tv = { STATUS_INTERVAL_S, 0 };
+
+	if (server_adopt(srv) > 0)
+		log_info("using the sockets systemd passed; bind, port and "
+		    "unix settings are ignored");
+	else
+		server_open_configured(srv);
+	if (srv->nlisteners == 0)
+		fatalx("nothing to listen on: give --bind or --unix");
+	if (cfg->metrics != NULL && (srv->metrics = metrics_new(srv,
+	    cfg->metrics, err, sizeof(err))) == NULL)
+		fatalx("%s", err);
+	if (cfg->port_file != NULL)
+		server_write_port_file(srv, cfg->port_file);
+	if (notify_enabled()) {
+		notify_send("READY=1");
+		server_status_cb(-1, 0, srv);
+		event_add(srv->status, &tv);
+	}
+}
+
+static void
+server_open_configured(struct server *srv)
 {
 	const struct config	*cfg = srv->cfg;
 
@@ -364,31 +512,37 @@ server_listen(struct server *srv)
 			server_listen_tcp(srv, cfg->binds[i]);
 	if (cfg->unix_path != NULL && cfg->unix_path[0] != '\0')
 		server_listen_unix(srv, cfg->unix_path);
-	if (srv->nlisteners == 0)
-		fatalx("nothing to listen on: give --bind or --unix");
-	if (cfg->port_file != NULL)
-		server_write_port_file(srv, cfg->port_file);
 }
 
-/* Reads the AUTH secret: the file's first line, without its line end. */
+/* Reads the AUTH secret: the file's first line, without its line end.
+ * Returns NULL with a message in err. */
 static char *
-server_read_secret(const char *path, size_t *len)
+server_read_secret(const char *path, size_t *len, char *err, size_t errlen)
 {
-	char	 buf[KL_SECRET_MAX + 2];
+	char	 buf[KL_SECRET_MAX + 2], *s;
 	FILE	*f;
 	size_t	 n;
 
-	if ((f = fopen(path, "r")) == NULL)
-		fatal("auth-file %s", path);
+	if ((f = fopen(path, "r")) == NULL) {
+		snprintf(err, errlen, "auth-file %s: %s", path,
+		    strerror(errno));
+		return NULL;
+	}
 	if (fgets(buf, sizeof(buf), f) == NULL)
 		buf[0] = '\0';
 	fclose(f);
 	n = strcspn(buf, "\r\n");
-	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL)
-		fatalx("auth-file %s: the secret must be one line of 1 to %d "
-		    "bytes without spaces", path, KL_SECRET_MAX);
+	buf[n] = '\0';
+	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL) {
+		snprintf(err, errlen, "auth-file %s: the secret must be one "
+		    "line of 1 to %d bytes without spaces", path,
+		    KL_SECRET_MAX);
+		return NULL;
+	}
+	if ((s = kl_strndup(buf, n)) == NULL)
+		snprintf(err, errlen, "out of memory");
 	*len = n;
-	return kl_strndup(buf, n);
+	return s;
 }
 
 struct server *
@@ -412,8 +566,8 @@ server_new(struct config *cfg)
 	    NULL)
 		fatalx("%s", err);
 	if (cfg->auth_file != NULL && (srv->secret = server_read_secret(
-	    cfg->auth_file, &srv->secret_len)) == NULL)
-		fatalx("out of memory");
+	    cfg->auth_file, &srv->secret_len, err, sizeof(err))) == NULL)
+		fatalx("%s", err);
 	kl_random(&seed, sizeof(seed));
 	commands_hooks(srv, &hooks);
 	if ((srv->base = event_base_new()) == NULL ||
@@ -426,7 +580,10 @@ server_new(struct config *cfg)
 	    srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, server_signal_cb, srv);
 	srv->sig_hup = evsignal_new(srv->base, SIGHUP, server_signal_cb, srv);
+	srv->status = event_new(srv->base, -1, EV_PERSIST, server_status_cb,
+	    srv);
 	if (srv->expiry == NULL || srv->accept_pause == NULL ||
+	    srv->status == NULL ||
 	    srv->sig_term == NULL || srv->sig_int == NULL ||
 	    srv->sig_hup == NULL || evsignal_add(srv->sig_term, NULL) ||
 	    evsignal_add(srv->sig_int, NULL) || evsignal_add(srv->sig_hup, NULL))
@@ -459,9 +616,11 @@ server_free(struct server *srv)
 
 		event_free(l->ev);
 		close(l->fd);
-		if (l->is_unix)
+		if (l->is_unix && !l->adopted)
 			unlink(srv->cfg->unix_path);
 	}
+	metrics_free(srv->metrics);
+	event_free(srv->status);
 	event_free(srv->expiry);
 	event_free(srv->accept_pause);
 	event_free(srv->sig_term);

@@ -22,6 +22,7 @@ struct event;
 struct conn;
 struct token;
 struct locktable;
+struct metrics;
 
 #define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
 #define KL_SCRATCH_SIZE		(64 * 1024)	/* one read per batch */
@@ -33,6 +34,7 @@ struct listener {
 	struct server	*srv;
 	int		 fd;
 	bool		 is_unix;
+	bool		 adopted;	/* from systemd: not ours to unlink */
 	struct event	*ev;
 	char		 name[128];	/* for logs */
 };
@@ -48,6 +50,8 @@ struct server {
 	int			 tcp_port;	/* bound port of the first TCP */
 	struct event		*accept_pause;
 	struct event		*sig_term, *sig_int, *sig_hup;
+	struct event		*status;	/* sd_notify STATUS= refresh */
+	struct metrics		*metrics;
 	struct event		*expiry;	/* the earliest ttl */
 	uint64_t		 expiry_at;	/* UINT64_MAX: not armed */
 	struct conn_list	 conns;
@@ -65,7 +69,8 @@ struct server {
 /* Creates the server from cfg: the state dir, the table, the signals.
  * Exits through fatalx() with a clear message when it cannot. */
 struct server	*server_new(struct config *cfg);
-/* Opens every configured listener (and the port file). */
+/* Opens the listeners systemd passed, or else every configured one; then
+ * the metrics listener and the port file; then tells systemd READY=1. */
 void		 server_listen(struct server *srv);
 int		 server_run(struct server *srv);
 void		 server_free(struct server *srv);

@@ -1,0 +1,298 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Monitoring over HTTP with evhttp. /metrics renders the same counters as
+ * STATS in the Prometheus text format (version 0.0.4): names prefixed
+ * keylockd_, counters ending in _total, times in seconds, histograms with
+ * cumulative le buckets ending at +Inf. It only reads the server's state.
+ */
+#include <sys/socket.h>
+
+#include <netinet/in.h>
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "locktable.h"
+#include "log.h"
+#include "metrics.h"
+#include "server.h"
+#include "stats.h"
+#include "util.h"
+
+struct metrics {
+	struct server	*srv;
+	struct evhttp	*http;
+	int		 port;
+};
+
+struct mbuf {
+	char	*p;
+	size_t	 len, cap;
+	int	 failed;
+};
+
+static void KL_PRINTF(2, 3)
+mbuf_printf(struct mbuf *b, const char *fmt, ...)
+{
+	va_list	ap;
+	int	n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->failed = 1;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		char	*p = kl_realloc(b->p, b->cap * 2 + (size_t)n);
+
+		if (p == NULL) {
+			b->failed = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = b->cap * 2 + (size_t)n;
+	}
+}
+
+static void
+metrics_one(struct mbuf *b, const char *name, const char *type,
+    const char *help, uint64_t v)
+{
+	mbuf_printf(b, "# HELP keylockd_%s %s\n# TYPE keylockd_%s %s\n"
+	    "keylockd_%s %" PRIu64 "\n", name, help, name, type, name, v);
+}
+
+static void
+metrics_hist(struct mbuf *b, const char *name, const char *help,
+    const struct kl_hist *h)
+{
+	uint64_t	cum = 0;
+
+	mbuf_printf(b, "# HELP keylockd_%s %s\n# TYPE keylockd_%s "
+	    "histogram\n", name, help, name);
+	for (size_t i = 0; i < KL_HIST_NBUCKETS; i++) {
+		uint64_t	ub = kl_hist_bound(i);
+
+		cum += h->counts[i];
+		if (ub == UINT64_MAX)
+			mbuf_printf(b, "keylockd_%s_bucket{le=\"+Inf\"} %"
+			    PRIu64 "\n", name, cum);
+		else
+			mbuf_printf(b, "keylockd_%s_bucket{le=\"%g\"} %"
+			    PRIu64 "\n", name, (double)ub / 1000.0, cum);
+	}
+	mbuf_printf(b, "keylockd_%s_sum %.3f\nkeylockd_%s_count %" PRIu64
+	    "\n", name, (double)h->sum_ms / 1000.0, name, h->count);
+}
+
+char *
+metrics_render(struct server *srv)
+{
+	const struct lt_counters	*c = locktable_counters(srv->lt);
+	const struct stats		*st = &srv->stats;
+	struct mbuf			 b = { NULL, 0, 4096, 0 };
+
+	if ((b.p = kl_malloc(b.cap)) == NULL)
+		return NULL;
+	mbuf_printf(&b, "# HELP keylockd_info Version of the running "
+	    "server.\n# TYPE keylockd_info gauge\n"
+	    "keylockd_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+	metrics_one(&b, "uptime_seconds", "gauge", "Seconds since start.",
+	    (kl_now_ms() - st->start_ms) / 1000);
+	metrics_one(&b, "clients", "gauge", "Open connections.", st->clients);
+	metrics_one(&b, "keys", "gauge", "Entries in the lock table.",
+	    c->keys);
+	metrics_one(&b, "held", "gauge", "Grants held, one per key and "
+	    "holder.", c->held);
+	metrics_one(&b, "waiting", "gauge", "Requests waiting.", c->waiting);
+	metrics_one(&b, "max_waiters", "gauge", "Most waiters one key has "
+	    "had.", c->max_waiters);
+	metrics_one(&b, "grants_total", "counter", "Requests granted.",
+	    c->grants);
+	metrics_one(&b, "timeouts_total", "counter", "Requests timed out.",
+	    c->timeouts);
+	metrics_one(&b, "busy_total", "counter", "Requests refused with "
+	    "BUSY.", c->busy);
+	metrics_one(&b, "deadlocks_total", "counter", "Requests refused with "
+	    "DEADLOCK.", c->deadlocks);
+	metrics_one(&b, "conflicts_total", "counter", "Requests refused with "
+	    "CONFLICT.", c->conflicts);
+	metrics_one(&b, "releases_total", "counter", "Key holds ended by "
+	    "UNLOCK or UNLOCKALL.", c->releases);
+	metrics_one(&b, "expired_total", "counter", "Key holds ended by "
+	    "ttl.", c->expired);
+	metrics_one(&b, "disconnect_releases_total", "counter", "Key holds "
+	    "ended by a connection's end.", c->disconnect_releases);
+	metrics_one(&b, "connections_total", "counter", "Connections "
+	    "accepted.", st->connections);
+	metrics_one(&b, "rejected_connections_total", "counter",
+	    "Connections refused over max-clients.", st->rejected_connections);
+	metrics_one(&b, "requests_total", "counter", "Requests handled.",
+	    st->requests);
+	metrics_one(&b, "errors_total", "counter", "ERR replies sent.",
+	    st->errors);
+	metrics_one(&b, "auth_failures_total", "counter", "Failed AUTH "
+	    "attempts.", st->auth_failures);
+	metrics_one(&b, "output_closes_total", "counter", "Clients closed "
+	    "for unread replies over max-output.", st->output_closes);
+	metrics_hist(&b, "wait_seconds", "Time from request to grant.",
+	    &c->wait_ms);
+	metrics_hist(&b, "hold_seconds", "Time from grant to release.",
+	    &c->hold_ms);
+	if (b.failed) {
+		kl_free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+static void
+metrics_send(struct evhttp_request *req, int code, const char *type,
+    const char *body)
+{
+	struct evbuffer	*out = evbuffer_new();
+
+	if (out == NULL) {
+		evhttp_send_error(req, HTTP_INTERNAL, NULL);
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "Content-Type", type);
+	evbuffer_add(out, body, strlen(body));
+	evhttp_send_reply(req, code, code == 200 ? "OK" : "Not Found", out);
+	evbuffer_free(out);
+}
+
+static void
+metrics_request_cb(struct evhttp_request *req, void *arg)
+{
+	struct metrics	*m = arg;
+	struct server	*srv = m->srv;
+	const char	*path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(
+			    req));
+	char		*body = NULL;
+
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
+	    evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+		evhttp_send_error(req, 405, "Method Not Allowed");
+		return;
+	}
+	if (path != NULL && strcmp(path, "/metrics") == 0) {
+		body = metrics_render(srv);
+		if (body != NULL)
+			metrics_send(req, 200, "text/plain; version=0.0.4; "
+			    "charset=utf-8", body);
+		kl_free(body);
+	} else if (path != NULL && strcmp(path, "/stats") == 0) {
+		body = stats_to_json(&srv->stats, srv->lt, kl_now_ms(),
+		    PACKAGE_VERSION, NULL);
+		if (body != NULL)
+			metrics_send(req, 200, "application/json", body);
+		free(body);
+	} else if (path != NULL && strcmp(path, "/healthz") == 0) {
+		metrics_send(req, 200, "text/plain", "ok\n");
+		return;
+	} else {
+		metrics_send(req, 404, "text/plain", "not found\n");
+		return;
+	}
+	if (body == NULL)
+		evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+/* Splits "HOST:PORT" or "[V6]:PORT" into host (no brackets) and port. */
+static int
+metrics_split(const char *addr, char *host, size_t hostlen, uint16_t *port)
+{
+	const char	*colon, *h = addr, *he;
+	uint64_t	 p;
+
+	if ((colon = strrchr(addr, ':')) == NULL)
+		return -1;
+	he = colon;
+	if (*h == '[') {
+		h++;
+		if (he == h || he[-1] != ']')
+			return -1;
+		he--;
+	}
+	if ((size_t)(he - h) >= hostlen || he == h ||
+	    !kl_parse_u64(colon + 1, strlen(colon + 1), 0, 65535, &p))
+		return -1;
+	memcpy(host, h, (size_t)(he - h));
+	host[he - h] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+struct metrics *
+metrics_new(struct server *srv, const char *addr, char *errbuf,
+    size_t errlen)
+{
+	struct metrics			*m;
+	struct evhttp_bound_socket	*h;
+	struct sockaddr_storage		 ss;
+	socklen_t			 sl = sizeof(ss);
+	char				 host[256];
+	uint16_t			 port;
+
+	if (metrics_split(addr, host, sizeof(host), &port) == -1) {
+		snprintf(errbuf, errlen, "metrics %s: expected HOST:PORT or "
+		    "[V6]:PORT", addr);
+		return NULL;
+	}
+	if ((m = kl_calloc(1, sizeof(*m))) == NULL ||
+	    (m->http = evhttp_new(srv->base)) == NULL) {
+		kl_free(m);
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	m->srv = srv;
+	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	evhttp_set_gencb(m->http, metrics_request_cb, m);
+	if ((h = evhttp_bind_socket_with_handle(m->http, host, port)) ==
+	    NULL) {
+		snprintf(errbuf, errlen, "metrics: cannot listen on %s",
+		    addr);
+		metrics_free(m);
+		return NULL;
+	}
+	if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss,
+	    &sl) == 0)
+		m->port = ntohs(ss.ss_family == AF_INET6 ?
+		    ((struct sockaddr_in6 *)&ss)->sin6_port :
+		    ((struct sockaddr_in *)&ss)->sin_port);
+	log_info("metrics on http %s port %d: /metrics, /stats, /healthz",
+	    host, m->port);
+	return m;
+}
+
+int
+metrics_port(const struct metrics *m)
+{
+	return m->port;
+}
+
+void
+metrics_free(struct metrics *m)
+{
+	if (m == NULL)
+		return;
+	if (m->http != NULL)
+		evhttp_free(m->http);
+	kl_free(m);
+}

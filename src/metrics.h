@@ -1,0 +1,26 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The optional HTTP listener for monitoring (libevent's evhttp): /metrics
+ * in the Prometheus text exposition format, /stats as STATS's JSON and
+ * /healthz. It reads the server's counters and never changes them.
+ */
+#ifndef METRICS_H
+#define METRICS_H
+
+#include <stddef.h>
+
+struct server;
+struct metrics;
+
+/* Listens on addr ("HOST:PORT", "[V6]:PORT"); NULL with errbuf set. */
+struct metrics	*metrics_new(struct server *srv, const char *addr,
+		    char *errbuf, size_t errlen);
+void		 metrics_free(struct metrics *m);
+/* The bound port (useful when the configured one was 0). */
+int		 metrics_port(const struct metrics *m);
+
+/* The exposition text for the server's state now; malloc'd, or NULL. */
+char		*metrics_render(struct server *srv);
+
+#endif /* METRICS_H */
