@@ -208,7 +208,7 @@ conn_reserve(struct conn *c, size_t n)
 	return true;
 }
 
-static void
+static void __attribute__((format(printf, 3, 0)))
 conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
 {
 	char	 small[512];

@@ -50,7 +50,7 @@ log_is_debug(void)
 	return log_level >= LOG_LEVEL_DEBUG;
 }
 
-static void
+static void __attribute__((format(printf, 3, 0)))
 log_vwrite(enum log_level level, const char *errstr, const char *fmt,
     va_list ap)
 {

@@ -130,8 +130,13 @@ token_open(const char *dir, char *errbuf, size_t errlen)
 		token_close(t);
 		return NULL;
 	}
-	if (t->next > TOKEN_MAX - KL_TOKEN_BLOCK ||
-	    token_write_mark(t, t->next + KL_TOKEN_BLOCK) == -1) {
+	if (t->next > TOKEN_MAX - KL_TOKEN_BLOCK) {
+		snprintf(errbuf, errlen, "%s: the token space below 2^63 is "
+		    "used up", t->path);
+		token_close(t);
+		return NULL;
+	}
+	if (token_write_mark(t, t->next + KL_TOKEN_BLOCK) == -1) {
 		snprintf(errbuf, errlen, "%s: cannot write the token mark: %s",
 		    t->path, strerror(errno));
 		token_close(t);

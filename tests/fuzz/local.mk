@@ -1,28 +1,51 @@
 # The harnesses are replayed over their seed corpora in every `make check`
-# (so they cannot rot); with --enable-fuzzing they are also built as
-# libFuzzer binaries: `make fuzz FUZZ_SECONDS=N`.
+# (so they cannot rot); with --enable-fuzzing (CC=clang) they are also
+# built as libFuzzer binaries: `make fuzz FUZZ_SECONDS=N` runs each.
 FUZZ_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 FUZZ_LDADD = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS)
+FUZZ_HARNESSES = proto locktable session
 
-check_PROGRAMS += tests/fuzz/replay_proto
+check_PROGRAMS += tests/fuzz/replay_proto tests/fuzz/replay_locktable \
+	tests/fuzz/replay_session
 tests_fuzz_replay_proto_SOURCES = tests/fuzz/fuzz_proto.c tests/fuzz/replay.c
 tests_fuzz_replay_proto_CFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_replay_proto_LDADD = $(FUZZ_LDADD)
+tests_fuzz_replay_locktable_SOURCES = tests/fuzz/fuzz_locktable.c \
+	tests/fuzz/replay.c
+tests_fuzz_replay_locktable_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_replay_locktable_LDADD = $(FUZZ_LDADD)
+tests_fuzz_replay_session_SOURCES = tests/fuzz/fuzz_session.c \
+	tests/fuzz/replay.c
+tests_fuzz_replay_session_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_replay_session_LDADD = $(FUZZ_LDADD)
 
 TESTS += tests/fuzz/replay.test
 EXTRA_DIST += tests/fuzz/replay.test tests/fuzz/corpus
 
 if FUZZING
-noinst_PROGRAMS += tests/fuzz/fuzz_proto
+noinst_PROGRAMS += tests/fuzz/fuzz_proto tests/fuzz/fuzz_locktable \
+	tests/fuzz/fuzz_session
 tests_fuzz_fuzz_proto_SOURCES = tests/fuzz/fuzz_proto.c
 tests_fuzz_fuzz_proto_CFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_proto_LDADD = $(FUZZ_LDADD)
 tests_fuzz_fuzz_proto_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
+tests_fuzz_fuzz_locktable_SOURCES = tests/fuzz/fuzz_locktable.c
+tests_fuzz_fuzz_locktable_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_locktable_LDADD = $(FUZZ_LDADD)
+tests_fuzz_fuzz_locktable_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
+tests_fuzz_fuzz_session_SOURCES = tests/fuzz/fuzz_session.c
+tests_fuzz_fuzz_session_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_session_LDADD = $(FUZZ_LDADD)
+tests_fuzz_fuzz_session_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
 
 FUZZ_SECONDS ?= 60
-fuzz: tests/fuzz/fuzz_proto
-	mkdir -p fuzz-work/proto
-	tests/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) fuzz-work/proto \
-	    $(srcdir)/tests/fuzz/corpus/proto $(srcdir)/tests/unit/proto-cases
+# New inputs go to fuzz-work/NAME; crashes to fuzz-work/crash-NAME-*.
+fuzz: $(FUZZ_HARNESSES:%=tests/fuzz/fuzz_%)
+	for h in $(FUZZ_HARNESSES); do \
+	    mkdir -p fuzz-work/$$h || exit 1; \
+	    tests/fuzz/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) \
+	        -artifact_prefix=fuzz-work/crash-$$h- \
+	        fuzz-work/$$h $(srcdir)/tests/fuzz/corpus/$$h || exit 1; \
+	done
 .PHONY: fuzz
 endif

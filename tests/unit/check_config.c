@@ -36,14 +36,14 @@
 #define MAX_ARGS	64
 #define OUT_MAX		16384
 
-static char		 dir[PATH_MAX];		/* the test's mkdtemp directory */
+static char		 dir[PATH_MAX];	/* mkdtemp */
 static char		 conf[PATH_MAX + 32];	/* dir/keylockd.conf */
 static struct config	 cfg;
 static bool		 loaded;
-static char		*args[MAX_ARGS + 1];	/* writable copies for getopt */
+static char		*args[MAX_ARGS + 1];	/* for getopt */
 static int		 nargs;
-static char		 err_out[OUT_MAX];	/* what config_load printed */
-static char		 std_out[OUT_MAX];
+static char		 err_out[OUT_MAX];	/* config_load's stderr */
+static char		 std_out[OUT_MAX];	/* and stdout */
 
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

@@ -703,15 +703,15 @@ START_TEST(hot_keys_stops_at_10)
 	    KL_HOT_KEYS);
 	/* k10..k14 have 10 waiters (owners 2..11); k9 has 9 ... */
 	for (size_t i = 0; i < KL_HOT_KEYS; i++) {
-		json_t		*e = json_array_get(member(doc, "hot_keys"), i);
+		json_t		*hot = member(doc, "hot_keys");
+		json_t		*e = json_array_get(hot, i);
 		uint64_t	 w = uint_member(e, "waiters");
 		const char	*k = str_member(e, "key");
 		int		 kn = atoi(k + 1);
 
 		ck_assert_uint_eq(w, kn >= 10 ? 10 : (uint64_t)kn);
 		if (i > 0) {
-			json_t	*p = json_array_get(member(doc, "hot_keys"),
-			    i - 1);
+			json_t	*p = json_array_get(hot, i - 1);
 
 			ck_assert_uint_le(w, uint_member(p, "waiters"));
 		}

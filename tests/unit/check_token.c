@@ -29,7 +29,7 @@
 #include "token.h"
 #include "util.h"
 
-static char	base[PATH_MAX];		/* the test's mkdtemp directory */
+static char	base[PATH_MAX];		/* the test's mkdtemp dir */
 static char	errbuf[512];
 
 static int
@@ -520,7 +520,8 @@ token_suite(void)
 	tcase_add_test(tc, state_dir_that_is_a_regular_file_fails);
 	tcase_add_test(tc, unwritable_state_dir_fails);
 	tcase_add_test(tc, unwritable_parent_of_missing_state_dir_fails);
-	tcase_add_test(tc, state_dir_with_a_missing_parent_fails_with_the_reason);
+	tcase_add_test(tc,
+	    state_dir_with_a_missing_parent_fails_with_the_reason);
 	suite_add_tcase(s, tc);
 	return s;
 }
