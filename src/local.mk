@@ -6,6 +6,8 @@ src_libkeylockd_a_SOURCES = \
 	src/hist.c src/hist.h \
 	src/proto.c src/proto.h \
 	src/locktable.c src/locktable.h \
+	src/lt_impl.h src/lt_acquire.c src/lt_check.c src/lt_deadlock.c \
+	src/lt_hash.c src/lt_heap.c src/lt_views.c \
 	src/stats.c src/stats.h \
 	src/config.c src/config.h \
 	src/token.c src/token.h \

@@ -20,7 +20,7 @@
 
 struct locktable;
 struct lt_owner;	/* one client (connection); created by the caller */
-struct lt_key;		/* read-only outside locktable.c */
+struct lt_key;		/* read-only outside the lt_*.c files */
 
 enum lt_mode {
 	LT_EXCLUSIVE = 0,

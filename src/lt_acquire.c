@@ -1,0 +1,361 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The lock table's acquire path: one LOCK or TRYLOCK. Its keys are looked
+ * up once and deduplicated, checked in PROTOCOL.md's order (Which error
+ * wins), then granted on every key at one instant or queued at the tail of
+ * every key's queue at one instant (Multi-key requests are atomic). All a
+ * grant or a wait needs is allocated before the table changes, so an error
+ * leaves the table as it was. It never reads the clock, a socket or a
+ * global, and never logs.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "locktable.h"
+#include "lt_impl.h"
+#include "util.h"
+
+static bool	 probes_init(struct locktable *, struct lt_probes *,
+		    const struct lt_acquire *);
+static void	 probes_add(struct locktable *, struct lt_probes *,
+		    const char *, size_t);
+static bool	 probes_alloc(struct lt_probes *, uint32_t);
+static void	 probes_unalloc(struct lt_probes *);
+static void	 probes_done(struct lt_probes *);
+static struct lt_key *probe_commit(struct locktable *, struct lt_probe *);
+static bool	 key_blocks(const struct lt_key *, enum lt_mode);
+static enum kl_err acquire_validate(const struct lt_acquire *);
+static enum kl_err acquire_check(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, const struct lt_probes *,
+		    struct lt_blocker *);
+static bool	 acquire_is_grantable(const struct lt_probes *, enum lt_mode);
+static enum kl_err acquire_refuse(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, const struct lt_probes *,
+		    uint64_t, struct lt_blocker *);
+static enum kl_err acquire_grant(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, struct lt_probes *, uint64_t,
+		    uint64_t *);
+static enum kl_err acquire_queue(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, struct lt_probes *, uint64_t);
+
+static bool
+probes_init(struct locktable *lt, struct lt_probes *ps,
+    const struct lt_acquire *a)
+{
+	size_t	i, setsize = 2 * LT_PROBES_STACK;
+
+	ps->p = ps->sp;
+	ps->set = ps->sset;
+	ps->n = 0;
+	if (a->nkeys > LT_PROBES_STACK) {
+		while (setsize < 2 * a->nkeys)
+			setsize *= 2;
+		ps->p = kl_malloc(a->nkeys * sizeof(*ps->p) +
+		    setsize * sizeof(*ps->set));
+		if (ps->p == NULL)
+			return false;
+		ps->set = (void *)(ps->p + a->nkeys);
+	}
+	ps->setsize = setsize;
+	memset(ps->set, 0xff, setsize * sizeof(*ps->set));
+	for (i = 0; i < a->nkeys; i++)
+		probes_add(lt, ps, a->keys[i], a->keylens[i]);
+	return true;
+}
+
+/* PROTOCOL.md: duplicate keys in one request count once. */
+static void
+probes_add(struct locktable *lt, struct lt_probes *ps, const char *key,
+    size_t len)
+{
+	struct lt_probe	*q;
+	uint32_t	 hash = lt_key_hash(lt, key, len);
+	size_t		 mask = ps->setsize - 1, j;
+
+	for (j = hash & mask; ps->set[j] != UINT32_MAX; j = (j + 1) & mask) {
+		q = &ps->p[ps->set[j]];
+		if (q->hash == hash && q->len == len &&
+		    memcmp(q->key, key, len) == 0)
+			return;
+	}
+	ps->set[j] = (uint32_t)ps->n;
+	q = &ps->p[ps->n++];
+	q->key = key;
+	q->len = len;
+	q->hash = hash;
+	q->h = NULL;
+	q->fresh = false;
+	q->k = lt_key_lookup(lt, key, len, hash);
+}
+
+/* Allocates a hold per key and the missing entries, all or nothing. */
+static bool
+probes_alloc(struct lt_probes *ps, uint32_t limit)
+{
+	struct lt_probe	*p;
+	size_t		 i;
+
+	for (i = 0; i < ps->n; i++) {
+		p = &ps->p[i];
+		if ((p->h = kl_malloc(sizeof(*p->h))) == NULL)
+			break;
+		if (p->k != NULL)
+			continue;
+		if ((p->k = lt_key_new(p, limit)) == NULL)
+			break;
+		p->fresh = true;
+	}
+	if (i == ps->n)
+		return true;
+	probes_unalloc(ps);
+	return false;
+}
+
+static void
+probes_unalloc(struct lt_probes *ps)
+{
+	struct lt_probe	*p;
+	size_t		 i;
+
+	for (i = 0; i < ps->n; i++) {
+		p = &ps->p[i];
+		kl_free(p->h);
+		p->h = NULL;
+		if (p->fresh) {
+			kl_free(p->k);
+			p->k = NULL;
+			p->fresh = false;
+		}
+	}
+}
+
+static void
+probes_done(struct lt_probes *ps)
+{
+	if (ps->p != ps->sp)
+		kl_free(ps->p);
+}
+
+static struct lt_key *
+probe_commit(struct locktable *lt, struct lt_probe *p)
+{
+	if (p->fresh) {
+		lt_key_insert(lt, p->k);
+		p->fresh = false;
+	}
+	return p->k;
+}
+
+/* PROTOCOL.md, Per-key FIFO: a key with a waiter is not free. */
+static bool
+key_blocks(const struct lt_key *k, enum lt_mode mode)
+{
+	return k->nwaiters > 0 || !lt_key_admits(k, mode);
+}
+
+/* Requests proto_parse() never produces; see the header. */
+static enum kl_err
+acquire_validate(const struct lt_acquire *a)
+{
+	size_t	i;
+
+	if (a->nkeys == 0 || a->limit == 0 ||
+	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
+	    (a->mode == LT_SHARED && a->limit > 1))
+		return KL_ERR_SYNTAX;
+	if (a->nkeys > KL_KEYS_HARD_MAX) {
+		errno = 0;
+		return KL_ERR_LIMIT;
+	}
+	for (i = 0; i < a->nkeys; i++)
+		if (a->keylens[i] == 0 || a->keylens[i] > KL_KEY_MAX)
+			return KL_ERR_BADKEY;
+	return KL_OK;
+}
+
+/* PROTOCOL.md, Which error wins: LIMIT, HELD, CONFLICT. */
+static enum kl_err
+acquire_check(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const struct lt_probes *ps,
+    struct lt_blocker *why)
+{
+	struct lt_key	*k;
+	size_t		 i;
+
+	if (a->max_holds != 0 && o->nholds + ps->n > a->max_holds) {
+		errno = 0;
+		return KL_ERR_LIMIT;
+	}
+	for (i = 0; i < ps->n; i++) {
+		if ((k = ps->p[i].k) != NULL && lt_hold_find(k, o) != NULL) {
+			why->key = k->key;
+			why->keylen = k->keylen;
+			return KL_ERR_HELD;
+		}
+	}
+	for (i = 0; i < ps->n; i++) {
+		if ((k = ps->p[i].k) != NULL && k->limit != a->limit) {
+			lt->c.conflicts++;
+			why->key = k->key;
+			why->keylen = k->keylen;
+			return KL_ERR_CONFLICT;
+		}
+	}
+	return KL_OK;
+}
+
+static bool
+acquire_is_grantable(const struct lt_probes *ps, enum lt_mode mode)
+{
+	size_t	i;
+
+	for (i = 0; i < ps->n; i++)
+		if (ps->p[i].k != NULL && key_blocks(ps->p[i].k, mode))
+			return false;
+	return true;
+}
+
+/*
+ * BUSY, DEADLOCK, LOCKED for a request that cannot be granted at once.
+ * BUSY names a blocking key with too many waiters: with max_waiters >= 1
+ * any such key blocks, and with 0 any blocking key will do ("grant now or
+ * refuse with BUSY").
+ */
+static enum kl_err
+acquire_refuse(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const struct lt_probes *ps, uint64_t now_ms,
+    struct lt_blocker *why)
+{
+	struct lt_key	*k;
+	size_t		 i;
+
+	for (i = 0; i < ps->n && a->max_waiters >= 0; i++) {
+		k = ps->p[i].k;
+		if (k != NULL && key_blocks(k, a->mode) &&
+		    (int64_t)k->nwaiters >= a->max_waiters) {
+			lt->c.busy++;
+			lt_blocker_fill(k, a->mode, now_ms, why);
+			return KL_ERR_BUSY;
+		}
+	}
+	/* Nobody can wait on an owner that holds nothing. */
+	if (o->nholds > 0 &&
+	    (i = lt_dl_search(lt, o, ps, a->mode)) != LT_NONE) {
+		lt->c.deadlocks++;
+		lt_blocker_fill(ps->p[i].k, a->mode, now_ms, why);
+		return KL_ERR_DEADLOCK;
+	}
+	if (!a->try)
+		return KL_OK;
+	for (i = 0; i < ps->n; i++) {
+		k = ps->p[i].k;
+		if (k != NULL && key_blocks(k, a->mode)) {
+			lt_blocker_fill(k, a->mode, now_ms, why);
+			break;
+		}
+	}
+	return KL_ERR_LOCKED;
+}
+
+/* Allocates everything first, so that failure leaves the table as it was. */
+static enum kl_err
+acquire_grant(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, struct lt_probes *ps, uint64_t now_ms,
+    uint64_t *token)
+{
+	struct lt_grant	 g;
+	struct lt_probe	*p;
+	size_t		 i;
+
+	if (a->ttl_ms != 0 && !lt_heap_reserve(lt, ps->n))
+		return lt_nomem();
+	if (!probes_alloc(ps, a->limit))
+		return lt_nomem();
+	g.token = lt_next_token(lt);
+	g.now_ms = now_ms;
+	g.ttl_ms = a->ttl_ms;
+	g.mode = a->mode;
+	for (i = 0; i < ps->n; i++) {
+		p = &ps->p[i];
+		lt_hold_grant(lt, p->h, probe_commit(lt, p), o, &g);
+		p->h = NULL;
+	}
+	lt_grant_count(lt, 0);
+	*token = g.token;
+	return KL_OK;
+}
+
+/*
+ * Queues the request at the tail of every key's queue at once (PROTOCOL.md,
+ * Multi-key requests are atomic), with the holds its grant will need.
+ */
+static enum kl_err
+acquire_queue(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, struct lt_probes *ps, uint64_t now_ms)
+{
+	struct lt_req	*r;
+	struct lt_slot	*s;
+	size_t		 i;
+
+	if (a->ttl_ms != 0 && !lt_heap_reserve(lt, ps->n))
+		return lt_nomem();
+	r = kl_malloc(sizeof(*r) + ps->n * sizeof(r->slots[0]));
+	if (r == NULL)
+		return lt_nomem();
+	if (!probes_alloc(ps, a->limit)) {
+		kl_free(r);
+		return lt_nomem();
+	}
+	r->owner = o;
+	r->arrival_ms = now_ms;
+	r->ttl_ms = a->ttl_ms;
+	r->nkeys = (uint32_t)ps->n;
+	r->mode = (uint8_t)a->mode;
+	for (i = 0; i < ps->n; i++) {
+		s = &r->slots[i];
+		s->req = r;
+		s->hold = ps->p[i].h;
+		ps->p[i].h = NULL;
+		lt_queue_append(lt, probe_commit(lt, &ps->p[i]), s);
+	}
+	o->wait = r;
+	lt->c.waiting++;
+	if (a->ttl_ms != 0)
+		lt->ttl_reserved += ps->n;
+	return KL_OK;
+}
+
+enum kl_err
+locktable_acquire(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
+    uint64_t *token, struct lt_blocker *why)
+{
+	struct lt_probes	ps;
+	struct lt_blocker	dummy;
+	enum kl_err		err;
+
+	if (why == NULL)
+		why = &dummy;
+	memset(why, 0, sizeof(*why));
+	*granted = false;
+	*token = 0;
+	if ((err = acquire_validate(a)) != KL_OK)
+		return err;
+	if (o->wait != NULL) {
+		errno = EBUSY;
+		return KL_ERR_LIMIT;
+	}
+	if (!probes_init(lt, &ps, a))
+		return lt_nomem();
+	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
+		if (acquire_is_grantable(&ps, a->mode)) {
+			err = acquire_grant(lt, o, a, &ps, now_ms, token);
+			*granted = err == KL_OK;
+		} else if ((err = acquire_refuse(lt, o, a, &ps, now_ms,
+		    why)) == KL_OK)
+			err = acquire_queue(lt, o, a, &ps, now_ms);
+	}
+	probes_done(&ps);
+	return err;
+}

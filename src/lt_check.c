@@ -1,0 +1,252 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The lock table's invariant checker, for tests and fuzzers: every key
+ * entry, holder list and queue, the hot list, the ttl heap and every owner
+ * are checked against each other and against the gauges, and the first
+ * broken invariant is named. It only reads: it never repairs, allocates
+ * or aborts, and never reads the clock, a socket or a global.
+ */
+#include "locktable.h"
+#include "lt_impl.h"
+
+static const char *check_holders(const struct lt_key *, uint64_t *,
+		    uint64_t *);
+static const char *check_queue(const struct lt_key *, uint64_t *);
+static const char *check_key(const struct locktable *, const struct lt_key *,
+		    size_t, uint64_t *);
+static const char *check_keys(const struct locktable *, uint64_t *);
+static const char *check_hot(const struct locktable *, uint64_t);
+static const char *check_heap(const struct locktable *, uint64_t);
+static const char *check_owner(const struct locktable *,
+		    const struct lt_owner *, uint64_t *);
+static const char *check_owners(const struct locktable *);
+
+/* Walks are bounded by the counts they check, so a cycle cannot hang. */
+static const char *
+check_holders(const struct lt_key *k, uint64_t *held, uint64_t *ttl)
+{
+	const struct lt_hold	*h, *prev = NULL;
+	uint32_t		 n = 0;
+
+	for (h = k->holders; h != NULL; prev = h, h = h->knext) {
+		if (++n > k->nholders)
+			return "key has more holders than nholders";
+		if (h->key != k || h->kprev != prev)
+			return "holder list links broken";
+		if (h->mode != k->holders->mode)
+			return "shared and exclusive holders mixed";
+		if (k->limit > 1 && h->mode != LT_EXCLUSIVE)
+			return "shared holder of a semaphore";
+		if (h->owner == NULL || h->mark)
+			return "holder without owner, or marked";
+		*ttl += h->expiry_ms != 0;
+	}
+	if (n != k->nholders || k->holders_tail != prev)
+		return "key nholders or holder tail wrong";
+	if (k->limit > 1 && n > k->limit)
+		return "more holders than the semaphore's limit";
+	if (k->limit == 1 && n > 1 && k->holders->mode == LT_EXCLUSIVE)
+		return "two exclusive holders";
+	*held += n;
+	return NULL;
+}
+
+static const char *
+check_queue(const struct lt_key *k, uint64_t *nreq)
+{
+	const struct lt_slot	*s, *prev = NULL;
+	const struct lt_req	*r;
+	uint32_t		 n = 0;
+
+	for (s = k->qhead; s != NULL; prev = s, s = s->next) {
+		if (++n > k->nwaiters)
+			return "key has more waiters than nwaiters";
+		r = s->req;
+		if (s->key != k || s->prev != prev || s->hold == NULL)
+			return "queue links broken";
+		if (s < r->slots || s >= r->slots + r->nkeys)
+			return "slot not in its request";
+		if (r->owner == NULL || r->owner->wait != r)
+			return "queued request not its owner's wait";
+		if (k->limit > 1 && r->mode != LT_EXCLUSIVE)
+			return "shared request on a semaphore";
+		*nreq += s == &r->slots[0];
+	}
+	if (n != k->nwaiters || k->qtail != prev)
+		return "key nwaiters or queue tail wrong";
+	if (k->max_waiters < n)
+		return "key max_waiters below nwaiters";
+	return NULL;
+}
+
+static const char *
+check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
+    uint64_t *tally)
+{
+	const char	*err;
+
+	if (k->hash != lt_key_hash(lt, k->key, k->keylen) ||
+	    (k->hash & (lt->nbuckets - 1)) != bucket)
+		return "key in the wrong bucket or with a wrong hash";
+	if (k->keylen == 0 || k->keylen > KL_KEY_MAX || k->key[k->keylen])
+		return "key bytes malformed";
+	if (k->nholders == 0 && k->nwaiters == 0)
+		return "empty key entry not freed";
+	if (k->dirty)
+		return "key left dirty after settling";
+	if (k->limit == 0)
+		return "key limit 0";
+	if ((err = check_holders(k, &tally[1], &tally[3])) != NULL)
+		return err;
+	if ((err = check_queue(k, &tally[2])) != NULL)
+		return err;
+	if (!lt->frozen && k->qhead != NULL &&
+	    lt_req_is_grantable(k->qhead->req))
+		return "a queued request is grantable (settling incomplete)";
+	if (k->max_waiters > lt->c.max_waiters)
+		return "counter max_waiters below a key's";
+	tally[4] += k->nwaiters > 0;
+	return NULL;
+}
+
+/* tally: keys, holds, requests, holds with a ttl, keys with waiters. */
+static const char *
+check_keys(const struct locktable *lt, uint64_t *tally)
+{
+	const struct lt_key	*k;
+	const char		*err;
+	size_t			 i;
+
+	if (lt->dirty != NULL)
+		return "dirty list not empty";
+	if (lt->nbuckets < LT_BUCKETS_MIN ||
+	    (lt->nbuckets & (lt->nbuckets - 1)) != 0)
+		return "bucket count not a power of two";
+	for (i = 0; i < lt->nbuckets; i++) {
+		for (k = lt->buckets[i]; k != NULL; k = k->next) {
+			if (++tally[0] > lt->c.keys)
+				return "more entries than the keys gauge";
+			if ((err = check_key(lt, k, i, tally)) != NULL)
+				return err;
+		}
+	}
+	if (tally[0] != lt->c.keys)
+		return "keys gauge wrong";
+	if (tally[1] != lt->c.held)
+		return "held gauge wrong";
+	if (tally[2] != lt->c.waiting)
+		return "waiting gauge wrong";
+	return NULL;
+}
+
+static const char *
+check_hot(const struct locktable *lt, uint64_t nhot)
+{
+	const struct lt_key	*k, *prev = NULL;
+	uint64_t		 n = 0;
+
+	for (k = lt->hot; k != NULL; prev = k, k = k->hot_next) {
+		if (++n > nhot)
+			return "hot list longer than keys with waiters";
+		if (k->nwaiters == 0 || k->hot_prev != prev)
+			return "hot list holds a key without waiters";
+		if (locktable_find(lt, k->key, k->keylen) != k)
+			return "hot list key not in the table";
+	}
+	return n == nhot ? NULL : "key with waiters missing from hot list";
+}
+
+static const char *
+check_heap(const struct locktable *lt, uint64_t nttl)
+{
+	const struct lt_hold	*h;
+	size_t			 i;
+
+	if (lt->heap_len != nttl)
+		return "ttl heap size differs from holds with a ttl";
+	if (lt->heap_cap < lt->heap_len + lt->ttl_reserved)
+		return "ttl heap room for queued requests not reserved";
+	for (i = 0; i < lt->heap_len; i++) {
+		h = lt->heap[i];
+		if (h->heap_idx != i || h->expiry_ms == 0)
+			return "ttl heap index wrong";
+		if (i > 0 && h->expiry_ms < lt->heap[(i - 1) / 2]->expiry_ms)
+			return "ttl heap order broken";
+	}
+	return NULL;
+}
+
+static const char *
+check_owner(const struct locktable *lt, const struct lt_owner *o,
+    uint64_t *reserved)
+{
+	const struct lt_hold	*h, *prev = NULL;
+	const struct lt_slot	*s;
+	size_t			 n = 0;
+	uint32_t		 i;
+
+	if (o->lt != lt)
+		return "owner of another table";
+	for (h = o->holds; h != NULL; prev = h, h = h->onext) {
+		if (++n > o->nholds || h->owner != o || h->oprev != prev)
+			return "owner hold list broken";
+		if (locktable_find(lt, h->key->key, h->key->keylen) != h->key)
+			return "owner holds a key not in the table";
+	}
+	if (n != o->nholds)
+		return "owner nholds wrong";
+	if (o->wait == NULL)
+		return NULL;
+	if (o->wait->owner != o || o->wait->nkeys == 0)
+		return "owner's wait is somebody else's";
+	for (i = 0; i < o->wait->nkeys; i++) {
+		s = &o->wait->slots[i];
+		if (locktable_find(lt, s->key->key, s->key->keylen) != s->key)
+			return "waited key not in the table";
+		if ((s->prev == NULL) != (s->key->qhead == s))
+			return "slot not linked in its queue";
+	}
+	if (o->wait->ttl_ms != 0)
+		*reserved += o->wait->nkeys;
+	return NULL;
+}
+
+static const char *
+check_owners(const struct locktable *lt)
+{
+	const struct lt_owner	*o, *prev = NULL;
+	const char		*err;
+	uint64_t		 held = 0, waiting = 0, reserved = 0;
+
+	for (o = lt->owners; o != NULL; prev = o, o = o->next) {
+		if (o->prev != prev)
+			return "owner list links broken";
+		if ((err = check_owner(lt, o, &reserved)) != NULL)
+			return err;
+		held += o->nholds;
+		waiting += o->wait != NULL;
+		if (held > lt->c.held || waiting > lt->c.waiting)
+			return "owners hold or wait more than the gauges";
+	}
+	if (held != lt->c.held || waiting != lt->c.waiting)
+		return "owners' holds or waits differ from the gauges";
+	if (reserved != lt->ttl_reserved)
+		return "ttl reservation differs from queued ttl requests";
+	return NULL;
+}
+
+const char *
+locktable_check(const struct locktable *lt)
+{
+	uint64_t	 tally[5] = { 0, 0, 0, 0, 0 };
+	const char	*err;
+
+	if ((err = check_keys(lt, tally)) != NULL)
+		return err;
+	if ((err = check_hot(lt, tally[4])) != NULL)
+		return err;
+	if ((err = check_heap(lt, tally[3])) != NULL)
+		return err;
+	return check_owners(lt);
+}

@@ -1,0 +1,145 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Read-only views of the lock table for INFO and STATS: the counters, one
+ * key's entry, its holders and waiters, and the keys with most waiters.
+ * Nothing here changes the table or allocates; it never reads the clock
+ * (now_ms is an argument), a socket or a global.
+ */
+#include "locktable.h"
+#include "lt_impl.h"
+
+static void	 hot_swap(const struct lt_key **, size_t, size_t);
+static void	 hot_up(const struct lt_key **, size_t);
+static void	 hot_down(const struct lt_key **, size_t, size_t);
+static size_t	 hot_offer(const struct lt_key **, size_t, size_t,
+		    const struct lt_key *);
+
+const struct lt_counters *
+locktable_counters(const struct locktable *lt)
+{
+	return &lt->c;
+}
+
+const struct lt_key *
+locktable_find(const struct locktable *lt, const char *key, size_t keylen)
+{
+	return lt_key_lookup(lt, key, keylen, lt_key_hash(lt, key, keylen));
+}
+
+void
+locktable_key_view(const struct lt_key *k, struct lt_key_view *v)
+{
+	v->key = k->key;
+	v->keylen = k->keylen;
+	v->limit = k->limit;
+	v->nholders = k->nholders;
+	v->nwaiters = k->nwaiters;
+	v->max_waiters = k->max_waiters;
+	v->wait_ms_total = k->wait_ms_total;
+}
+
+void
+locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
+    bool (*holder)(void *, const struct lt_holder_view *),
+    bool (*waiter)(void *, const struct lt_waiter_view *), void *arg)
+{
+	struct lt_holder_view	 hv;
+	struct lt_waiter_view	 wv;
+	const struct lt_hold	*h;
+	const struct lt_slot	*s;
+
+	for (h = k->holders; h != NULL; h = h->knext) {
+		hv.owner = h->owner;
+		hv.token = h->token;
+		hv.mode = (enum lt_mode)h->mode;
+		hv.held_ms = lt_ms_since(now_ms, h->granted_ms);
+		hv.expires_in_ms = 0;
+		if (h->expiry_ms != 0)
+			hv.expires_in_ms = h->expiry_ms > now_ms ?
+			    h->expiry_ms - now_ms : 1;
+		if (!holder(arg, &hv))
+			return;
+	}
+	for (s = k->qhead; s != NULL; s = s->next) {
+		wv.owner = s->req->owner;
+		wv.mode = (enum lt_mode)s->req->mode;
+		wv.waited_ms = lt_ms_since(now_ms, s->req->arrival_ms);
+		wv.nkeys = s->req->nkeys;
+		if (!waiter(arg, &wv))
+			return;
+	}
+}
+
+static void
+hot_swap(const struct lt_key **h, size_t a, size_t b)
+{
+	const struct lt_key	*t = h[a];
+
+	h[a] = h[b];
+	h[b] = t;
+}
+
+static void
+hot_up(const struct lt_key **h, size_t i)
+{
+	while (i > 0 && h[i]->nwaiters < h[(i - 1) / 2]->nwaiters) {
+		hot_swap(h, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void
+hot_down(const struct lt_key **h, size_t n, size_t i)
+{
+	size_t	c;
+
+	while ((c = 2 * i + 1) < n) {
+		if (c + 1 < n && h[c + 1]->nwaiters < h[c]->nwaiters)
+			c++;
+		if (h[c]->nwaiters >= h[i]->nwaiters)
+			break;
+		hot_swap(h, c, i);
+		i = c;
+	}
+}
+
+/* Keeps the max keys with most waiters seen so far, as a min-heap. */
+static size_t
+hot_offer(const struct lt_key **h, size_t n, size_t max,
+    const struct lt_key *k)
+{
+	if (n < max) {
+		h[n] = k;
+		hot_up(h, n);
+		return n + 1;
+	}
+	if (k->nwaiters > h[0]->nwaiters) {
+		h[0] = k;
+		hot_down(h, n, 0);
+	}
+	return n;
+}
+
+size_t
+locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
+    size_t max)
+{
+	const struct lt_key	*k;
+	size_t			 n = 0, i;
+
+	if (max == 0)
+		return 0;
+	for (k = lt->hot; k != NULL; k = k->hot_next)
+		n = hot_offer(out, n, max, k);
+	/* Heapsort: popping the fewest to the end leaves most first. */
+	for (i = n; i > 1; i--) {
+		hot_swap(out, 0, i - 1);
+		hot_down(out, i - 1, 0);
+	}
+	for (i = 0; i < lt->nbuckets && n < max; i++)
+		for (k = lt->buckets[i]; k != NULL && n < max; k = k->next)
+			if (k->nwaiters == 0)
+				out[n++] = k;
+	return n;
+}
