@@ -3,7 +3,8 @@
 # Uses sudo when not run as root. Safe to run again.
 set -eu
 PKGS="build-essential autoconf automake libtool pkg-config libevent-dev
-libjansson-dev check valgrind netcat-openbsd procps"
+libjansson-dev libssl-dev openssl check valgrind netcat-openbsd procps
+systemd curl man-db"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

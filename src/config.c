@@ -95,6 +95,14 @@ static const struct setting settings[] = {
 	    "file holding the AUTH secret", true },
 	{ "metrics", SET_STRING, OFF(metrics), 0, 0,
 	    "ADDR:PORT of the metrics HTTP listener", false },
+	{ "tls-cert", SET_STRING, OFF(tls_cert), 0, 0,
+	    "TLS certificate chain (PEM): enables the TLS listener", false },
+	{ "tls-key", SET_STRING, OFF(tls_key), 0, 0,
+	    "TLS private key (PEM)", false },
+	{ "tls-client-ca", SET_STRING, OFF(tls_client_ca), 0, 0,
+	    "CA (PEM) that client certificates must chain to", false },
+	{ "tls-port", SET_INT, OFF(tls_port), 0, 65535,
+	    "TLS port on every bind address (0: any free port)", false },
 	{ "log-level", SET_LEVEL, OFF(log_level), 0, 0,
 	    "error, warn, info or debug", true },
 };
@@ -128,6 +136,7 @@ config_defaults(struct config *cfg)
 	cfg->binds[0] = config_strdup(KL_BIND_DEFAULT);
 	cfg->nbinds = 1;
 	cfg->port = KL_PORT_DEFAULT;
+	cfg->tls_port = KL_TLS_PORT_DEFAULT;
 	cfg->unix_path = config_strdup(KL_RUNSTATEDIR "/keylockd/keylockd.sock");
 	cfg->unix_mode = 0660;
 	cfg->state_dir = config_strdup(KL_LOCALSTATEDIR "/lib/keylockd");
@@ -175,8 +184,9 @@ config_apply(struct config *cfg, const struct setting *s, const char *val,
 		if (!kl_parse_u64(val, strlen(val), (uint64_t)s->min,
 		    (uint64_t)s->max, &v))
 			return "bad number or out of range";
-		if (s->off == offsetof(struct config, port))
-			cfg->port = (int)v;
+		if (s->off == offsetof(struct config, port) ||
+		    s->off == offsetof(struct config, tls_port))
+			*(int *)(void *)field = (int)v;
 		else
 			*(int64_t *)(void *)field = (int64_t)v;
 		return NULL;
@@ -416,7 +426,9 @@ config_render(const struct config *cfg, const struct setting *s, char *buf,
 	switch (s->kind) {
 	case SET_INT:
 	case SET_INT_NONE:
-		v = s->off == offsetof(struct config, port) ? cfg->port :
+		v = s->off == offsetof(struct config, port) ||
+		    s->off == offsetof(struct config, tls_port) ?
+		    *(const int *)(const void *)field :
 		    *(const int64_t *)(const void *)field;
 		if (v == KL_NONE && s->kind == SET_INT_NONE)
 			snprintf(buf, len, "none");
@@ -489,5 +501,8 @@ config_cleanup(struct config *cfg)
 	free(cfg->port_file);
 	free(cfg->auth_file);
 	free(cfg->metrics);
+	free(cfg->tls_cert);
+	free(cfg->tls_key);
+	free(cfg->tls_client_ca);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -43,6 +43,10 @@ struct config {
 	int64_t		 keepalive_count;
 	char		*auth_file;
 	char		*metrics;		/* ADDR:PORT or NULL */
+	char		*tls_cert;		/* PEM; NULL: no TLS */
+	char		*tls_key;
+	char		*tls_client_ca;		/* NULL: no client certs */
+	int		 tls_port;
 	enum log_level	 log_level;
 	bool		 check_config;
 	int		 argc;		/* what it was loaded from, for */

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "proto.h"
 #include "server.h"
+#include "tls.h"
 #include "util.h"
 
 #define CONN_IBUF_MIN	256
@@ -36,6 +37,7 @@
 struct conn {
 	TAILQ_ENTRY(conn)	 entry;		/* srv->conns */
 	TAILQ_ENTRY(conn)	 qentry;	/* srv->runq or srv->dead */
+	TAILQ_ENTRY(conn)	 dentry;	/* srv->deferred */
 	struct server		*srv;
 	struct lt_owner		*owner;
 	struct event		*rev;		/* readable (or closed) */
@@ -45,7 +47,9 @@ struct conn {
 	size_t			 ilen, icap;
 	char			*obuf;		/* unsent replies */
 	size_t			 ooff, olen, ocap;
+	size_t			 produced;	/* reply bytes this turn */
 	char			*name;
+	struct tls_conn		*tls;		/* NULL: plain */
 	uint64_t		 id;
 	int			 fd;
 	bool			 waiting;	/* a LOCK is queued */
@@ -53,8 +57,11 @@ struct conn {
 	bool			 quitting;	/* close once output is out */
 	bool			 closed;
 	bool			 queued;	/* on srv->runq */
+	bool			 deferred;	/* on srv->deferred: turn used up */
+	const char		*eof;		/* why input ended, or NULL */
 	bool			 read_paused;	/* ibuf full: watch for close */
 	bool			 authed;
+	bool			 tls_read_wants_write;
 	char			 peer[64];
 };
 
@@ -63,6 +70,8 @@ static void	conn_write_cb(evutil_socket_t, short, void *);
 static void	conn_timer_cb(evutil_socket_t, short, void *);
 static void	conn_schedule(struct conn *c);
 static void	conn_run(struct conn *c);
+static void	conn_defer(struct conn *c);
+static void	conn_finish(struct conn *c);
 
 struct conn *
 conn_new(struct server *srv, int fd, const char *peer)
@@ -114,14 +123,30 @@ conn_close(struct conn *c, const char *reason)
 	if (c->timer != NULL)
 		event_free(c->timer);
 	c->rev = c->wev = c->timer = NULL;
+	tls_conn_free(c->tls);
+	c->tls = NULL;
 	close(c->fd);
 	c->fd = -1;
 	if (c->queued)
 		TAILQ_REMOVE(&srv->runq, c, qentry);
-	c->queued = false;
+	if (c->deferred)
+		TAILQ_REMOVE(&srv->deferred, c, dentry);
+	c->queued = c->deferred = false;
 	TAILQ_REMOVE(&srv->conns, c, entry);
 	TAILQ_INSERT_TAIL(&srv->dead, c, qentry);
 	srv->stats.clients--;
+}
+
+/* One send(2), or one SSL_write; a write that waits for the peer's
+ * bytes simply resumes after the next read. */
+static ssize_t
+conn_send(struct conn *c, const char *p, size_t n)
+{
+	bool	want_read;
+
+	if (c->tls != NULL)
+		return tls_write(c->tls, p, n, &want_read);
+	return send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* Sends what is pending; returns false if the connection was closed. */
@@ -133,8 +158,7 @@ conn_flush(struct conn *c)
 	if (c->ooff == c->olen && !c->quitting)
 		return true;
 	while (c->ooff < c->olen) {
-		n = send(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
-		    MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = conn_send(c, c->obuf + c->ooff, c->olen - c->ooff);
 		if (n > 0) {
 			c->ooff += (size_t)n;
 			continue;
@@ -154,7 +178,8 @@ conn_flush(struct conn *c)
 		c->obuf = NULL;
 		c->ocap = 0;
 	}
-	event_del(c->wev);
+	if (!c->tls_read_wants_write)
+		event_del(c->wev);
 	if (c->quitting) {
 		conn_close(c, "quit");
 		return false;
@@ -233,6 +258,7 @@ conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
 		vsnprintf(c->obuf + c->olen, (size_t)n + 1, fmt, ap);
 	c->olen += (size_t)n;
 	c->obuf[c->olen++] = '\n';
+	c->produced += hlen + (size_t)n + 2;
 	conn_schedule(c);
 }
 
@@ -257,6 +283,7 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	memcpy(c->obuf + c->olen + 3, s, n);
 	c->olen += n + 3;
 	c->obuf[c->olen++] = '\n';
+	c->produced += n + 4;
 	conn_schedule(c);
 }
 
@@ -298,11 +325,22 @@ conn_handle_line(struct conn *c, const char *line, size_t len)
 static size_t
 conn_process(struct conn *c, char *buf, size_t len)
 {
-	size_t	max = (size_t)c->srv->cfg->max_line, off = 0;
+	size_t	max = (size_t)c->srv->cfg->max_line, off = 0, handled = 0;
 
-	while (off < len && !c->waiting && !c->closed && !c->quitting) {
+	c->produced = 0;
+
+	while (off < len && !c->waiting && !c->closed && !c->quitting &&
+	    !c->deferred) {
 		char	*p = buf + off, *lf;
 		size_t	 avail = len - off, n;
+
+		/* One client's pipeline must not hold the loop: past its
+		 * share of a turn, the rest waits for the next one. */
+		if (handled == KL_TURN_REQUESTS ||
+		    c->produced >= KL_TURN_OUTPUT) {
+			conn_defer(c);
+			break;
+		}
 
 		if (c->discarding) {
 			if ((lf = memchr(p, '\n', avail)) == NULL)
@@ -326,6 +364,7 @@ conn_process(struct conn *c, char *buf, size_t len)
 		if (n > 0 && p[n - 1] == '\r')
 			n--;
 		conn_handle_line(c, p, n);
+		handled++;
 	}
 	return off;
 }
@@ -412,7 +451,13 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 		errno = EAGAIN;
 		return -1;
 	}
-	n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
+	if (c->tls != NULL) {
+		n = tls_read(c->tls, *buf + c->ilen, room,
+		    &c->tls_read_wants_write);
+		if (c->tls_read_wants_write)
+			event_add(c->wev, NULL);
+	} else
+		n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
 	if (n > 0)
 		*len = c->ilen + (size_t)n;
 	return n;
@@ -443,19 +488,18 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 	} else if ((n = conn_recv(c, &buf, &len)) > 0) {
 		if (conn_consume(c, buf, len))
 			conn_flush(c);
+		if (c->tls != NULL)
+			conn_schedule(c);	/* conn_run checks pending */
 	} else if (n == -2) {
 		log_warnx("client %" PRIu64 ": out of memory for input",
 		    c->id);
 		conn_close(c, "out of memory");
 	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
 	    errno != EINTR)) {
-		/* Answer what came before the end, then go (PROTOCOL.md:
-		 * closing releases everything, a waiting LOCK included). */
-		const char	*why = n == 0 ? "end of input" :
-				    strerror(errno);
-
-		if (conn_consume(c, c->ibuf, c->ilen) && conn_flush(c))
-			conn_close(c, why);
+		c->eof = n == 0 ? "end of input" : strerror(errno);
+		event_del(c->rev);
+		if (conn_consume(c, c->ibuf, c->ilen))
+			conn_finish(c);
 	}
 	server_end_turn(c->srv);
 }
@@ -465,6 +509,10 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn	*c = arg;
 
+	if (c->tls_read_wants_write) {
+		c->tls_read_wants_write = false;
+		event_active(c->rev, EV_READ, 0);
+	}
 	if (conn_flush(c))
 		conn_schedule(c);
 	server_end_turn(c->srv);
@@ -479,13 +527,65 @@ conn_schedule(struct conn *c)
 	TAILQ_INSERT_TAIL(&c->srv->runq, c, qentry);
 }
 
+/*
+ * After the peer's end of input: answer the complete lines that came
+ * before it, then go (PROTOCOL.md: closing releases everything, a waiting
+ * LOCK included).
+ */
+static void
+conn_finish(struct conn *c)
+{
+	if (c->closed || c->eof == NULL || c->deferred)
+		return;
+	if (conn_flush(c))
+		conn_close(c, c->eof);
+}
+
 static void
 conn_run(struct conn *c)
 {
 	if (c->ilen > 0 && !c->waiting && !conn_consume(c, c->ibuf, c->ilen))
 		return;
-	if (!c->closed)
-		conn_flush(c);
+	if (c->eof != NULL) {
+		conn_finish(c);
+		return;
+	}
+	if (c->closed || !conn_flush(c))
+		return;
+	/* OpenSSL may hold decrypted bytes no socket event will announce. */
+	if (c->tls != NULL && !c->waiting && !c->read_paused &&
+	    tls_pending(c->tls))
+		event_active(c->rev, EV_READ, 0);
+}
+
+bool
+conn_start_tls(struct conn *c, struct tls_ctx *ctx)
+{
+	return (c->tls = tls_conn_new(ctx, c->fd)) != NULL;
+}
+
+static void
+conn_defer(struct conn *c)
+{
+	static const struct timeval	now = { 0, 0 };
+
+	if (c->deferred || c->closed)
+		return;
+	c->deferred = true;
+	TAILQ_INSERT_TAIL(&c->srv->deferred, c, dentry);
+	evtimer_add(c->srv->resume, &now);
+}
+
+void
+conn_resume_deferred(struct server *srv)
+{
+	struct conn	*c;
+
+	while ((c = TAILQ_FIRST(&srv->deferred)) != NULL) {
+		TAILQ_REMOVE(&srv->deferred, c, dentry);
+		c->deferred = false;
+		conn_schedule(c);
+	}
 }
 
 void

@@ -16,8 +16,11 @@
 
 struct server;
 struct lt_owner;
+struct tls_ctx;
 
 struct conn	*conn_new(struct server *srv, int fd, const char *peer);
+/* Speaks TLS on c from its first byte; false on no memory. */
+bool		 conn_start_tls(struct conn *c, struct tls_ctx *ctx);
 /* Releases everything the client holds or waits for, closes the socket
  * and frees the connection at the end of the event-loop turn. */
 void		 conn_close(struct conn *c, const char *reason);
@@ -44,6 +47,8 @@ void		 conn_quit(struct conn *c);
  * write their replies; then free the connections closed this turn. */
 void		 conn_run_queue(struct server *srv);
 void		 conn_free_dead(struct server *srv);
+/* Next turn: the connections that used up their share of the last one. */
+void		 conn_resume_deferred(struct server *srv);
 /* Shutdown: every waiter gets ERR SHUTDOWN, then every client is closed
  * after one last attempt to send its replies. */
 void		 conn_close_all(struct server *srv, const char *reason);

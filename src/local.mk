@@ -15,10 +15,16 @@ src_libkeylockd_a_SOURCES = \
 	src/conn.c src/conn.h \
 	src/server.c src/server.h \
 	src/notify.c src/notify.h \
-	src/metrics.c src/metrics.h
-src_libkeylockd_a_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
+	src/metrics.c src/metrics.h \
+	src/tls.c src/tls.h
+src_libkeylockd_a_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
+	$(OPENSSL_CFLAGS)
 
 sbin_PROGRAMS += src/keylockd
 src_keylockd_SOURCES = src/keylockd.c
 src_keylockd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
-src_keylockd_LDADD = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS)
+src_keylockd_LDADD = $(KEYLOCKD_LIBS)
+
+# What links the daemon's library: the daemon, unit tests, fuzzers.
+KEYLOCKD_LIBS = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS) \
+	$(OPENSSL_LIBS)

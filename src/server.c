@@ -34,6 +34,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "server.h"
+#include "tls.h"
 #include "token.h"
 #include "util.h"
 
@@ -124,6 +125,7 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
 	struct listener		*l = arg;
 	struct server		*srv = l->srv;
+	struct conn		*c;
 	struct sockaddr_storage	 ss;
 	socklen_t		 sl;
 	char			 peer[64];
@@ -155,10 +157,13 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			server_set_keepalive(srv->cfg, fd);
 		}
 		server_peer_name(&ss, l->is_unix, peer, sizeof(peer));
-		if (conn_new(srv, fd, peer) == NULL) {
+		if ((c = conn_new(srv, fd, peer)) == NULL) {
 			log_warnx("out of memory for a connection from %s",
 			    peer);
 			close(fd);
+		} else if (l->tls && !conn_start_tls(c, srv->tls)) {
+			log_warnx("out of memory for TLS from %s", peer);
+			conn_close(c, "out of memory");
 		}
 	}
 	server_end_turn(srv);
@@ -205,7 +210,7 @@ server_is_loopback(const struct sockaddr_storage *ss)
 
 /* Binds host (an IPv4 or IPv6 literal or a name) at the configured port. */
 static void
-server_listen_tcp(struct server *srv, const char *host)
+server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
 {
 	struct addrinfo		 hints, *res, *ai;
 	struct sockaddr_storage	 ss;
@@ -217,7 +222,7 @@ server_listen_tcp(struct server *srv, const char *host)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", srv->cfg->port);
+	snprintf(port, sizeof(port), "%d", lport);
 	if ((rc = getaddrinfo(host, port, &hints, &res)) != 0)
 		fatalx("bind %s: %s", host, gai_strerror(rc));
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -236,16 +241,20 @@ server_listen_tcp(struct server *srv, const char *host)
 		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1)
 			fatal("getsockname");
 		server_peer_name(&ss, false, addr, sizeof(addr));
-		snprintf(name, sizeof(name), "tcp %s", addr);
+		snprintf(name, sizeof(name), "%s %s", tls ? "tls" : "tcp",
+		    addr);
 		if (!server_is_loopback(&ss) && srv->secret == NULL)
 			log_warnx("%s is not a loopback address and no "
 			    "auth-file is set: anyone who can reach it can "
 			    "take and break locks", addr);
-		if (srv->tcp_port == 0)
-			srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
+		int *first = tls ? &srv->tls_port : &srv->tcp_port;
+
+		if (*first == 0)
+			*first = ntohs(ss.ss_family == AF_INET ?
 			    ((struct sockaddr_in *)&ss)->sin_port :
 			    ((struct sockaddr_in6 *)&ss)->sin6_port);
 		server_add_listener(srv, fd, false, name);
+		srv->listeners[srv->nlisteners - 1].tls = tls;
 		sl = sizeof(ss);
 	}
 	freeaddrinfo(res);
@@ -327,6 +336,8 @@ server_write_port_file(const struct server *srv, const char *path)
 	fprintf(f, "%d\n", srv->tcp_port);
 	if (srv->metrics != NULL)
 		fprintf(f, "metrics %d\n", metrics_port(srv->metrics));
+	if (srv->tls_port != 0)
+		fprintf(f, "tls %d\n", srv->tls_port);
 	if (fclose(f) != 0 || rename(tmp, path) == -1)
 		fatal("%s", path);
 }
@@ -431,6 +442,15 @@ server_expiry_cb(evutil_socket_t fd, short what, void *arg)
 	server_end_turn(srv);
 }
 
+static void
+server_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct server	*srv = arg;
+
+	conn_resume_deferred(srv);
+	server_end_turn(srv);
+}
+
 void
 server_end_turn(struct server *srv)
 {
@@ -509,7 +529,12 @@ server_open_configured(struct server *srv)
 
 	if (!cfg->no_tcp)
 		for (int i = 0; i < cfg->nbinds; i++)
-			server_listen_tcp(srv, cfg->binds[i]);
+			server_listen_tcp(srv, cfg->binds[i], cfg->port,
+			    false);
+	if (srv->tls != NULL)
+		for (int i = 0; i < cfg->nbinds; i++)
+			server_listen_tcp(srv, cfg->binds[i], cfg->tls_port,
+			    true);
 	if (cfg->unix_path != NULL && cfg->unix_path[0] != '\0')
 		server_listen_unix(srv, cfg->unix_path);
 }
@@ -562,11 +587,16 @@ server_new(struct config *cfg)
 	TAILQ_INIT(&srv->conns);
 	TAILQ_INIT(&srv->runq);
 	TAILQ_INIT(&srv->dead);
+	TAILQ_INIT(&srv->deferred);
 	if ((srv->tokens = token_open(cfg->state_dir, err, sizeof(err))) ==
 	    NULL)
 		fatalx("%s", err);
 	if (cfg->auth_file != NULL && (srv->secret = server_read_secret(
 	    cfg->auth_file, &srv->secret_len, err, sizeof(err))) == NULL)
+		fatalx("%s", err);
+	if (cfg->tls_cert != NULL && (srv->tls = tls_ctx_new(cfg->tls_cert,
+	    cfg->tls_key != NULL ? cfg->tls_key : cfg->tls_cert,
+	    cfg->tls_client_ca, err, sizeof(err))) == NULL)
 		fatalx("%s", err);
 	kl_random(&seed, sizeof(seed));
 	commands_hooks(srv, &hooks);
@@ -574,6 +604,7 @@ server_new(struct config *cfg)
 	    (srv->lt = locktable_new(&hooks, seed)) == NULL)
 		fatalx("out of memory");
 	srv->expiry = evtimer_new(srv->base, server_expiry_cb, srv);
+	srv->resume = evtimer_new(srv->base, server_resume_cb, srv);
 	srv->accept_pause = evtimer_new(srv->base, server_pause_accept_cb,
 	    srv);
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, server_signal_cb,
@@ -583,6 +614,7 @@ server_new(struct config *cfg)
 	srv->status = event_new(srv->base, -1, EV_PERSIST, server_status_cb,
 	    srv);
 	if (srv->expiry == NULL || srv->accept_pause == NULL ||
+	    srv->resume == NULL ||
 	    srv->status == NULL ||
 	    srv->sig_term == NULL || srv->sig_int == NULL ||
 	    srv->sig_hup == NULL || evsignal_add(srv->sig_term, NULL) ||
@@ -620,8 +652,10 @@ server_free(struct server *srv)
 			unlink(srv->cfg->unix_path);
 	}
 	metrics_free(srv->metrics);
+	tls_ctx_free(srv->tls);
 	event_free(srv->status);
 	event_free(srv->expiry);
+	event_free(srv->resume);
 	event_free(srv->accept_pause);
 	event_free(srv->sig_term);
 	event_free(srv->sig_int);

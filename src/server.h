@@ -23,10 +23,13 @@ struct conn;
 struct token;
 struct locktable;
 struct metrics;
+struct tls_ctx;
 
 #define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
 #define KL_SCRATCH_SIZE		(64 * 1024)	/* one read per batch */
 #define KL_AUTH_LOG_MS		10000	/* one warning per 10 s of failures */
+#define KL_TURN_REQUESTS	512	/* one client's requests per turn */
+#define KL_TURN_OUTPUT		(64 * 1024)	/* and reply bytes */
 
 TAILQ_HEAD(conn_list, conn);
 
@@ -35,6 +38,7 @@ struct listener {
 	int		 fd;
 	bool		 is_unix;
 	bool		 adopted;	/* from systemd: not ours to unlink */
+	bool		 tls;
 	struct event	*ev;
 	char		 name[128];	/* for logs */
 };
@@ -48,6 +52,8 @@ struct server {
 	struct listener		 listeners[KL_LISTENERS_MAX];
 	int			 nlisteners;
 	int			 tcp_port;	/* bound port of the first TCP */
+	int			 tls_port;	/* and of the first TLS one */
+	struct tls_ctx		*tls;		/* NULL: no TLS listener */
 	struct event		*accept_pause;
 	struct event		*sig_term, *sig_int, *sig_hup;
 	struct event		*status;	/* sd_notify STATUS= refresh */
@@ -57,6 +63,8 @@ struct server {
 	struct conn_list	 conns;
 	struct conn_list	 runq;		/* work left for this turn */
 	struct conn_list	 dead;		/* closed, freed end of turn */
+	struct conn_list	 deferred;	/* turn used up: next turn */
+	struct event		*resume;	/* runs them after the poll */
 	uint64_t		 next_id;
 	char			*scratch;	/* KL_SCRATCH_SIZE bytes */
 	struct request		 req;		/* the one being handled */

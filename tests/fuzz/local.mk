@@ -2,7 +2,7 @@
 # (so they cannot rot); with --enable-fuzzing (CC=clang) they are also
 # built as libFuzzer binaries: `make fuzz FUZZ_SECONDS=N` runs each.
 FUZZ_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
-FUZZ_LDADD = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS)
+FUZZ_LDADD = $(KEYLOCKD_LIBS)
 FUZZ_HARNESSES = proto locktable session
 
 check_PROGRAMS += tests/fuzz/replay_proto tests/fuzz/replay_locktable \

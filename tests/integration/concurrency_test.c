@@ -683,6 +683,83 @@ START_TEST(killed_holder_process_lets_the_waiter_in)
 }
 END_TEST
 
+/* connection churn: every way of leaving, many times over */
+
+struct churn {
+	int	idx;
+};
+
+static void *
+churn_worker(void *arg)
+{
+	struct churn	*w = arg;
+
+	pthread_barrier_wait(&start_line);
+	for (int it = 0; it < 50; it++) {
+		struct kt_conn	*c = kt_conn_open(kt_d, it % 2 &&
+				    kt_have_unix() ? KT_UNIX : KT_TCP,
+				    kt_ms(5000));
+		int		 k = (w->idx + it) % 5;
+
+		if (c == NULL) {
+			worker_error("connect: %s", strerror(errno));
+			return NULL;
+		}
+		switch (it % 4) {
+		case 0:		/* hold, then hang up */
+			if (w_request(c, kt_ms(30000), "LOCK churn:%d", k) &&
+			    !kt_line_has_prefix(c, "OK "))
+				worker_error("LOCK churn:%d: \"%s\"", k,
+				    kt_esc(c->line, c->linelen));
+			break;
+		case 1:		/* ask, and hang up before the reply */
+			kt_conn_sendf(c, "LOCK churn:%d churn:%d\nSTATS\n"
+			    "PING", k, (k + 1) % 5);
+			break;
+		case 2:		/* a clean exit */
+			if (w_request(c, kt_ms(30000), "LOCK churn:%d ttl=50",
+			    k) && w_request(c, kt_ms(30000), "UNLOCKALL") &&
+			    !kt_line_has_prefix(c, "OK "))
+				worker_error("UNLOCKALL: \"%s\"",
+				    kt_esc(c->line, c->linelen));
+			break;
+		default:	/* QUIT while others wait */
+			if (w_request(c, kt_ms(30000), "TRYLOCK churn:x%d",
+			    k) && w_request(c, kt_ms(30000), "QUIT") &&
+			    !kt_line_is(c, "OK"))
+				worker_error("QUIT: \"%s\"",
+				    kt_esc(c->line, c->linelen));
+			break;
+		}
+		kt_conn_close(c);
+	}
+	return NULL;
+}
+
+START_TEST(connection_churn_leaves_nothing_behind)
+{
+	struct kt_conn	*o = kt_connect();
+	struct churn	 ws[20];
+	pthread_t	 th[20];
+	json_t		*s;
+
+	reset_errors();
+	for (int i = 0; i < 20; i++)
+		ws[i].idx = i;
+	start_workers(th, 20, churn_worker, ws, sizeof(ws[0]));
+	go_and_join(th, 20);
+	assert_no_worker_errors();
+	kt_wait_stat(o, "clients", 1);
+	kt_wait_stat(o, "keys", 0);
+	s = kt_stats(o);
+	ck_assert_int_eq(kt_jint(s, "held"), 0);
+	ck_assert_int_eq(kt_jint(s, "waiting"), 0);
+	json_decref(s);
+	kt_req(o, "OK PONG", "PING");
+	kt_lock(o, "LOCK churn:0 churn:1 churn:2 churn:3 churn:4");
+}
+END_TEST
+
 /* (h) FIFO */
 
 /* Reads any ready line among cs; returns its index, or -1 if none came
@@ -884,6 +961,7 @@ concurrency_suite(void)
 	tcase_add_test(tc,
 	    max_waiters_queues_exactly_that_many_and_refuses_the_rest);
 	tcase_add_test(tc, killed_holder_process_lets_the_waiter_in);
+	tcase_add_test(tc, connection_churn_leaves_nothing_behind);
 
 	tc = kt_tcase(s, "order", KT_ANY, 120, NULL);
 	tcase_add_test(tc, grants_follow_arrival_order);

@@ -111,6 +111,12 @@ kt_ms(int64_t ms)
 }
 
 int64_t
+kt_cpu_ms(int64_t ms)
+{
+	return ms * (int64_t)(kt_startf > kt_slowf ? kt_startf : kt_slowf);
+}
+
+int64_t
 kt_upper(int64_t nominal, int64_t upper)
 {
 	return nominal + (upper - nominal) * (int64_t)kt_slowf;
@@ -177,7 +183,11 @@ kt_init(const char *prog)
 			exit(1);
 		}
 		kt_ext = true;
-		memcpy(kt_extd.host, addr, (size_t)(colon - addr));
+		if (addr[0] == '[' && colon[-1] == ']')	/* [::1]:7711 */
+			memcpy(kt_extd.host, addr + 1,
+			    (size_t)(colon - addr) - 2);
+		else
+			memcpy(kt_extd.host, addr, (size_t)(colon - addr));
 		kt_extd.port = atoi(colon + 1);
 		kt_extd.external = true;
 		kt_extd.running = true;

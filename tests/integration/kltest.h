@@ -85,6 +85,9 @@ bool		 kt_have_unix(void);
 unsigned	 kt_slow(void);
 /* A deadline or an upper timing bound of ms, scaled by kt_slow(). */
 int64_t		 kt_ms(int64_t ms);
+/* A bound on CPU-bound work in the daemon: valgrind slows that ~20 times,
+ * timers much less. */
+int64_t		 kt_cpu_ms(int64_t ms);
 /* Upper bound of a window: nominal + (upper - nominal) * kt_slow(). */
 int64_t		 kt_upper(int64_t nominal, int64_t upper);
 uint64_t	 kt_now_ms(void);
@@ -204,7 +207,9 @@ json_t		*kt_wait_queue_at(const char *file, int line,
 #define kt_connect_unix()	kt_connect_at(KT_AT, kt_d, KT_UNIX)
 #define kt_send(c, ...)		kt_send_at(KT_AT, (c), __VA_ARGS__)
 #define kt_send_raw(c, b, n)	kt_send_raw_at(KT_AT, (c), (b), (n))
+#define kt_connect_to(d, t)	kt_connect_at(KT_AT, (d), (t))
 #define kt_recv(c)		kt_recv_at(KT_AT, (c), kt_ms(KT_REPLY_MS))
+#define kt_recv_within(c, ms)	kt_recv_at(KT_AT, (c), (ms))
 #define kt_expect_line(c, s)	kt_expect_line_at(KT_AT, (c), (s))
 #define kt_expect_prefix(c, p)	kt_expect_prefix_at(KT_AT, (c), (p))
 #define kt_expect_err(c, code)	kt_expect_err_at(KT_AT, (c), (code))

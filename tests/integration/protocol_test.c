@@ -1119,7 +1119,118 @@ START_TEST(disconnect_releases_locks_and_withdraws_the_wait)
 }
 END_TEST
 
+START_TEST(withdrawn_wait_lets_the_requests_behind_it_in)
+{
+	struct kt_conn	*h = kt_connect(), *w1 = kt_connect();
+	struct kt_conn	*w2 = kt_connect(), *o = kt_connect();
+	uint64_t	 t0;
+
+	/* w1 waits for a and b; a has no holder but w1 stands first */
+	kt_lock(h, "LOCK wd:b");
+	kt_send(w1, "LOCK wd:a wd:b");
+	json_decref(kt_wait_queue(o, "wd:a", 0, 1));
+	kt_send(w2, "LOCK wd:a");
+	json_decref(kt_wait_queue(o, "wd:a", 0, 2));
+	kt_expect_silence(w2, 100);
+	/* w1 goes away: w2 is granted at once */
+	kt_conn_close(w1);
+	kt_expect_token(w2);
+	kt_req(w2, "OK 1", "UNLOCK wd:a");
+
+	/* the same when w1's wait times out */
+	w1 = kt_connect();
+	kt_send(w1, "LOCK wd:a wd:b timeout=300");
+	json_decref(kt_wait_queue(o, "wd:a", 0, 1));
+	t0 = kt_now_ms();
+	kt_send(w2, "LOCK wd:a");
+	json_decref(kt_wait_queue(o, "wd:a", 0, 2));
+	kt_expect_err(w1, "TIMEOUT");
+	kt_expect_token(w2);
+	ck_assert_int_le(elapsed_since(t0), kt_upper(300, 600));
+	kt_req(w2, "OK 1", "UNLOCK wd:a");
+
+	/* a reader behind a writer that gives up joins the readers */
+	kt_lock(h, "LOCK wd:r mode=shared");
+	kt_send(w1, "LOCK wd:r timeout=300");
+	json_decref(kt_wait_queue(o, "wd:r", 1, 1));
+	kt_send(w2, "LOCK wd:r mode=shared");
+	json_decref(kt_wait_queue(o, "wd:r", 1, 2));
+	kt_expect_silence(w2, 100);
+	kt_expect_err(w1, "TIMEOUT");
+	kt_expect_token(w2);
+	json_decref(kt_wait_queue(o, "wd:r", 2, 0));
+}
+END_TEST
+
+START_TEST(multikey_wait_needs_every_key_free)
+{
+	struct kt_conn *h = kt_connect(), *w = kt_connect();
+	struct kt_conn *o = kt_connect();
+
+	kt_lock(h, "LOCK mw:a mw:b");
+	kt_send(w, "LOCK mw:b mw:a");
+	json_decref(kt_wait_queue(o, "mw:a", 1, 1));
+	kt_req(h, "OK 1", "UNLOCK mw:a");
+	kt_expect_silence(w, 150);
+	json_decref(kt_wait_queue(o, "mw:a", 0, 1));
+	kt_req(h, "OK 1", "UNLOCK mw:b");
+	kt_expect_token(w);
+	json_decref(kt_wait_queue(o, "mw:a", 1, 0));
+	json_decref(kt_wait_queue(o, "mw:b", 1, 0));
+}
+END_TEST
+
 /* pipelining and framing */
+
+START_TEST(waiting_client_with_a_long_pipeline_gets_every_reply)
+{
+	struct kt_conn	*h = kt_connect(), *w = kt_connect();
+	struct kt_conn	*w2 = kt_connect(), *o = kt_connect();
+	char		*pings = repeat("PING\n", 20000); /* 100 kB */
+
+	kt_lock(h, "LOCK lp:k");
+	kt_send(w, "LOCK lp:k");
+	kt_send_raw(w, pings, 5 * 20000);
+	json_decref(kt_wait_queue(o, "lp:k", 1, 1));
+	kt_expect_silence(w, 100);
+	/* a waiter with a full pipeline that hangs up is withdrawn too */
+	kt_send(w2, "LOCK lp:k");
+	kt_send_raw(w2, pings, 5 * 20000);
+	json_decref(kt_wait_queue(o, "lp:k", 1, 2));
+	kt_conn_close(w2);
+	json_decref(kt_wait_queue(o, "lp:k", 1, 1));
+	kt_req(o, "OK PONG", "PING");
+
+	kt_req(h, "OK 1", "UNLOCK lp:k");
+	kt_expect_token(w);
+	for (int i = 0; i < 20000; i++) {
+		kt_recv(w);
+		ck_assert_msg(kt_line_is(w, "OK PONG"), "reply %d after the "
+		    "grant is \"%s\"", i, kt_esc(w->line, w->linelen));
+	}
+	kt_req(w, "OK 1", "UNLOCK lp:k");
+	kt_expect_silence(w, 50);
+	free(pings);
+}
+END_TEST
+
+START_TEST(half_closed_connection_gets_its_replies)
+{
+	struct kt_conn	*c = kt_connect(), *o = kt_connect();
+	const char	 script[] = "PING\nLOCK hc:k\nSTATS\n";
+
+	/* echo ... | nc -N: the requests are sent, then the write side
+	 * is shut; every request still gets its reply */
+	kt_send_raw(c, script, sizeof(script) - 1);
+	ck_assert_int_eq(shutdown(c->fd, SHUT_WR), 0);
+	kt_expect_line(c, "OK PONG");
+	kt_expect_token(c);
+	json_decref(kt_expect_json(c));
+	kt_expect_eof(c, kt_ms(3000));
+	/* and the connection's end released its lock */
+	kt_lock(o, "LOCK hc:k timeout=%lld", (long long)kt_ms(3000));
+}
+END_TEST
 
 START_TEST(pipelined_5000_pings_get_5000_replies)
 {
@@ -1837,8 +1948,8 @@ START_TEST(client_that_never_reads_is_closed_others_are_served)
 		kt_req(y, "OK PONG", "PING");
 		if (elapsed_since(t0) > worst)
 			worst = elapsed_since(t0);
-		ck_assert_msg(elapsed_since(t0) <= kt_ms(500), "PING took %lld "
-		    "ms while another client floods", (long long)
+		ck_assert_msg(elapsed_since(t0) <= kt_cpu_ms(500), "PING took "
+		    "%lld ms while another client floods", (long long)
 		    elapsed_since(t0));
 		if (kt_stat(y, "clients") == 1)
 			closed = true;
@@ -1859,6 +1970,53 @@ START_TEST(client_that_never_reads_is_closed_others_are_served)
 		    "no EOF" : "read error");
 	}
 	kt_req(y, "OK PONG", "PING");
+	free(reqs);
+}
+END_TEST
+
+START_TEST(clients_that_never_read_do_not_stall_the_others)
+{
+	struct kt_conn	*x[8], *y;
+	char		*reqs = repeat("STATS\n", 10922);	/* 64 kB */
+	bool		 open[8];
+	int		 nopen = 8;
+	int64_t		 worst = 0, dt;
+	uint64_t	 deadline, t0;
+
+	/* PROTOCOL.md is silent; DESIGN.md: no input from the network can
+	 * make the server stop serving others */
+	kt_start("--max-output", "65536");
+	y = kt_connect();
+	for (int i = 0; i < 8; i++) {
+		x[i] = kt_connect();
+		open[i] = true;
+	}
+	kt_wait_stat(y, "clients", 9);
+	deadline = kt_now_ms() + (uint64_t)kt_cpu_ms(15000);
+	while (nopen > 0 && kt_now_ms() < deadline) {
+		for (int i = 0; i < 8; i++) {
+			ssize_t n;
+
+			if (!open[i])
+				continue;
+			n = kt_conn_write_some(x[i], reqs, 6 * 10922);
+			if (n == -1 && errno != EAGAIN &&
+			    errno != EWOULDBLOCK) {
+				open[i] = false;
+				nopen--;
+			}
+		}
+		t0 = kt_now_ms();
+		kt_send(y, "PING");
+		kt_recv_within(y, kt_cpu_ms(15000));
+		dt = elapsed_since(t0);
+		worst = dt > worst ? dt : worst;
+		ck_assert_msg(kt_line_is(y, "OK PONG"), "got \"%s\"",
+		    kt_esc(y->line, y->linelen));
+		ck_assert_msg(dt <= kt_cpu_ms(500), "PING took %lld ms while "
+		    "8 clients pipeline STATS and never read", (long long)dt);
+	}
+	kt_wait_stat(y, "clients", 1);
 	free(reqs);
 }
 END_TEST
@@ -1992,6 +2150,9 @@ protocol_suite(void)
 	tcase_add_test(tc, pipelined_5000_pings_get_5000_replies);
 	tcase_add_test(tc, pipelined_mixed_requests_are_answered_in_order);
 	tcase_add_test(tc, waiting_lock_holds_back_later_lines);
+	tcase_add_test(tc,
+	    waiting_client_with_a_long_pipeline_gets_every_reply);
+	tcase_add_test(tc, half_closed_connection_gets_its_replies);
 	tcase_add_test(tc, request_sent_one_byte_at_a_time);
 	tcase_add_test(tc, binary_garbage_gets_err_lines_and_service_goes_on);
 
@@ -2019,6 +2180,8 @@ protocol_suite(void)
 	    shared_readers_together_writer_waits_reader_queues_behind_it);
 	tcase_add_test(tc, semaphore_admits_limit_holders_in_arrival_order);
 	tcase_add_test(tc, disconnect_releases_locks_and_withdraws_the_wait);
+	tcase_add_test(tc, withdrawn_wait_lets_the_requests_behind_it_in);
+	tcase_add_test(tc, multikey_wait_needs_every_key_free);
 
 	tc = kt_tcase(s, "counters", KT_PRIVATE, 30, NULL);
 	if (tc != NULL) {
@@ -2038,6 +2201,8 @@ protocol_suite(void)
 		tcase_add_test(tc, default_max_waiters_option_applies);
 		tcase_add_test(tc,
 		    client_that_never_reads_is_closed_others_are_served);
+		tcase_add_test(tc,
+		    clients_that_never_read_do_not_stall_the_others);
 	}
 
 	tc = kt_tcase(s, "auth", KT_PRIVATE, 30, kt_setup_none);

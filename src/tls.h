@@ -1,0 +1,42 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * TLS for client connections, with OpenSSL driven directly on the same
+ * non-blocking sockets and event loop as plain connections, so a TLS
+ * client costs one SSL_read and one SSL_write per batch, as a plain one
+ * costs one recv and one send. Optional client certificates (mutual TLS).
+ */
+#ifndef TLS_H
+#define TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct tls_ctx;
+struct tls_conn;
+
+/* Loads cert and key (PEM) and, if ca is not NULL, requires clients to
+ * present a certificate signed by it. NULL with err set on failure. */
+struct tls_ctx	*tls_ctx_new(const char *cert, const char *key, const char *ca,
+		    char *err, size_t errlen);
+void		 tls_ctx_free(struct tls_ctx *ctx);
+
+struct tls_conn	*tls_conn_new(struct tls_ctx *ctx, int fd);
+void		 tls_conn_free(struct tls_conn *t);
+
+/*
+ * Like recv(2) and send(2) on a non-blocking socket: > 0 bytes, 0 at the
+ * peer's close_notify or EOF (read only), -1 with errno EAGAIN when the
+ * socket is not ready. *want is set when the operation waits for the
+ * other direction (a read that must write, a write that must read).
+ * Other failures are -1 with errno EPROTO.
+ */
+ssize_t		 tls_read(struct tls_conn *t, void *buf, size_t len,
+		    bool *want_write);
+ssize_t		 tls_write(struct tls_conn *t, const void *buf, size_t len,
+		    bool *want_read);
+/* Decrypted bytes are waiting inside OpenSSL (no socket event will say so). */
+bool		 tls_pending(const struct tls_conn *t);
+
+#endif /* TLS_H */

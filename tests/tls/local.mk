@@ -1,0 +1,2 @@
+TESTS += tests/tls/tls.sh
+EXTRA_DIST += tests/tls/tls.sh

@@ -1,0 +1,87 @@
+#!/bin/sh
+# TLS listener, checked with openssl s_client as an independent client:
+# requests over TLS, mutual TLS refusing a missing or foreign client
+# certificate, and a TLS holder's disconnect granting a plain waiter.
+set -u
+: "${KEYLOCKD:?KEYLOCKD must name the daemon}"
+command -v openssl >/dev/null || { echo "openssl not installed"; exit 77; }
+dir=$(mktemp -d)
+pid=
+cleanup() {
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
+
+cd "$dir" || exit 1
+mkcert() {	# name, CN, CA name or "" for self-signed
+	if [ -z "$3" ]; then
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
+		    -out "$1.pem" -days 2 -subj "/CN=$2" 2>/dev/null
+	else
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
+		    -out "$1.csr" -subj "/CN=$2" 2>/dev/null &&
+		openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" \
+		    -CAcreateserial -out "$1.pem" -days 2 2>/dev/null
+	fi || fail "cannot make certificate $1"
+}
+mkcert ca testca ""
+mkcert srv localhost ca
+mkcert cli client ca
+mkcert other other ""
+mkcert rogue client other
+
+$KEYLOCKD --bind 127.0.0.1 --port 0 --tls-port 0 --port-file port \
+    --unix '' --state-dir . --tls-cert srv.pem --tls-key srv.key \
+    --tls-client-ca ca.pem --log-level debug 2>log &
+pid=$!
+i=0
+until [ -s port ] && grep -q '^tls ' port; do
+	i=$((i + 1)); [ $i -gt 200 ] && fail "daemon did not start"
+	sleep 0.05
+done
+tcp=$(head -n 1 port)
+tls=$(awk '/^tls /{print $2}' port)
+
+# s_client as the client: send lines, keep the connection for a moment.
+tlsc() {	# cert-name, seconds to stay, lines...
+	cert=$1; stay=$2; shift 2
+	if [ -n "$cert" ]; then set -- -cert "$cert.pem" -key "$cert.key" "$@"
+	fi
+	{ cat lines; sleep "$stay"; } | timeout 20 openssl s_client -quiet \
+	    -no_ign_eof -connect "127.0.0.1:$tls" -CAfile ca.pem -servername localhost \
+	    "$@" 2>/dev/null
+}
+plain() { nc -N 127.0.0.1 "$tcp"; }
+
+printf 'PING\nNAME tls-client\nLOCK t:1\nINFO t:1\n' > lines
+out=$(tlsc cli 0.5) || true
+echo "$out" | grep -qx 'OK PONG' || fail "no PONG over TLS: $out"
+echo "$out" | grep -q '"name":"tls-client"' || fail "INFO over TLS: $out"
+echo "$out" | grep -Eq '^OK [0-9]+$' || fail "no grant over TLS: $out"
+
+printf 'PING\n' > lines
+out=$(tlsc "" 0.5) || true
+[ -z "$out" ] || fail "a client without a certificate was served: $out"
+out=$(tlsc rogue 0.5) || true
+[ -z "$out" ] || fail "a client with a foreign certificate was served: $out"
+
+# A TLS holder's disconnect grants a plain waiter at once.
+printf 'LOCK t:2\n' > lines
+tlsc cli 1.5 >holder.out &
+holder=$!
+i=0
+until printf 'INFO t:2\n' | plain | grep -q '"holders":\[{'; do
+	i=$((i + 1)); [ $i -gt 100 ] && fail "TLS holder never held t:2"
+	sleep 0.05
+done
+# (nc -N half-closes at the end of input, which would withdraw the wait:
+# keep the input open until the grant has had time to arrive.)
+out=$({ printf 'LOCK t:2 timeout=5000\n'; sleep 2.5; } | plain)
+echo "$out" | grep -Eq '^OK [0-9]+$' || fail "waiter not granted: $out"
+wait "$holder"
+grep -Eq '^OK [0-9]+$' holder.out || fail "TLS holder: $(cat holder.out)"
+out=$(printf 'STATS\n' | plain)
+echo "$out" | grep -q '"keys":0' || fail "table not empty: $out"
+echo "tls: ok"
