@@ -467,8 +467,11 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 static bool
 conn_consume(struct conn *c, char *buf, size_t len)
 {
-	size_t	used = c->waiting ? 0 : conn_process(c, buf, len);
+	size_t	used;
 
+	if (len == 0)
+		return !c->closed;	/* buf may be NULL: nothing held */
+	used = c->waiting ? 0 : conn_process(c, buf, len);
 	if (c->closed || !conn_keep(c, buf + used, len - used))
 		return false;
 	conn_pause_reading(c, c->ilen >= conn_input_cap(c));

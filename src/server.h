@@ -28,8 +28,8 @@ struct tls_ctx;
 #define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
 #define KL_SCRATCH_SIZE		(64 * 1024)	/* one read per batch */
 #define KL_AUTH_LOG_MS		10000	/* one warning per 10 s of failures */
-#define KL_TURN_REQUESTS	512	/* one client's requests per turn */
-#define KL_TURN_OUTPUT		(64 * 1024)	/* and reply bytes */
+#define KL_TURN_REQUESTS	256	/* one client's requests per turn */
+#define KL_TURN_OUTPUT		(16 * 1024)	/* and reply bytes */
 
 TAILQ_HEAD(conn_list, conn);
 

@@ -1,0 +1,80 @@
+#!/bin/sh
+# --auth-file: before AUTH only PING and QUIT work; a wrong secret is
+# ERR AUTH, counted in STATS auth_failures and logged at warn with the
+# peer's address at most once per 10 s; the right one lets LOCK through.
+# The secret is never taken on the command line. The unix socket gets its
+# mode and group; a non-loopback listener without a secret is warned about.
+. "$(dirname "$0")/lib.sh"
+need nc
+printf 's3cret-Value\n' >"$TMP/secret"
+chmod 600 "$TMP/secret"
+daemon_start --auth-file "$TMP/secret"
+
+ask_tcp PING "LOCK k" STATS "INFO k" UNLOCKALL QUIT >"$TMP/out"
+expect_eq "OK PONG" "$(sed -n 1p "$TMP/out")" "PING before AUTH"
+for n in 2 3 4 5; do
+	expect_eq "ERR AUTH authentication required" \
+	    "$(sed -n "${n}p" "$TMP/out")" "request $n before AUTH"
+done
+expect_eq "OK" "$(sed -n 6p "$TMP/out")" "QUIT before AUTH"
+pass "before AUTH: PING and QUIT work, the rest gets ERR AUTH"
+
+session_open c 3 127.0.0.1 "$PORT"
+session_send c "AUTH wrong"
+session_expect c 1 '^ERR AUTH wrong secret$' "a wrong secret"
+session_send c "AUTH s3cret-Valu"
+session_expect c 2 '^ERR AUTH wrong secret$' "a prefix of the secret"
+session_send c "AUTH s3cret-Value-and-more"
+session_expect c 3 '^ERR AUTH wrong secret$' "the secret and more"
+session_send c "LOCK k"
+session_expect c 4 '^ERR AUTH authentication required$' "LOCK after failures"
+session_send c "AUTH s3cret-Value"
+session_expect c 5 '^OK$' "the right secret"
+session_send c "LOCK k"
+session_expect c 6 '^OK [0-9]+$' "LOCK after AUTH"
+session_send c "STATS"
+session_expect c 7 '^OK \{' "STATS after AUTH"
+stats=$(sed -n 7p "$TMP/c.out")
+expect_eq 3 "$(json_int "$stats" auth_failures)" "STATS auth_failures"
+pass "wrong secrets: ERR AUTH, counted; the right one: OK, then LOCK works"
+
+# Logged at warn once (three failures within 10 s), with the peer address.
+expect_eq 1 "$(grep -c 'warn: client [0-9]* from 127\.0\.0\.1:[0-9]*: AUTH failed' \
+    "$TMP/daemon.log")" "AUTH failure warnings"
+expect_nogrep 's3cret' "$TMP/daemon.log" "the secret in the log"
+pass "one warning for three failures, with the peer address, no secret"
+
+# No option takes the secret itself: --help lists auth-file only, and
+# the names a secret option might have are unknown (exit 64).
+"$KEYLOCKD" --help >"$TMP/help"
+expect_eq "auth-file" \
+    "$(sed -n 's/^  --\([a-z-]*\) .*/\1/p' "$TMP/help" |
+    grep -i -e secret -e auth -e pass)" "the options about secrets"
+for opt in --secret --auth-secret --password --requirepass; do
+	"$KEYLOCKD" --check-config "$opt" s3cret-Value >/dev/null 2>&1
+	expect_status 64 $? "$opt on the command line"
+done
+pass "the secret is never taken on the command line"
+daemon_stop
+
+# The unix socket gets the configured mode and group.
+group=$(id -gn)
+daemon_start --unix-mode 0600 --unix-group "$group"
+expect_eq 600 "$(stat -c %a "$TMP/sock")" "--unix-mode 0600"
+expect_eq "$group" "$(stat -c %G "$TMP/sock")" "--unix-group $group"
+ask -U "$TMP/sock" -- "LOCK u" >"$TMP/out"
+expect_grep '^OK [0-9]+$' "$TMP/out" "LOCK over unix without a secret"
+daemon_stop
+pass "unix socket: mode 0600, group $group"
+
+# Listening beyond loopback: a warning without a secret, none with one.
+daemon_start --bind 0.0.0.0
+expect_grep 'warn: 0\.0\.0\.0:[0-9]+ is not a loopback address and no auth-file is set' \
+    "$TMP/daemon.log" "the warning without a secret"
+daemon_stop
+: >"$TMP/daemon.log"
+daemon_start --bind 0.0.0.0 --auth-file "$TMP/secret"
+expect_nogrep 'not a loopback address' "$TMP/daemon.log" \
+    "the warning with a secret"
+daemon_stop
+pass "non-loopback without a secret: warned at start"

@@ -1,0 +1,90 @@
+#!/bin/sh
+# The config file and the command line: etc/keylockd.conf is valid and
+# lists every setting at its default; every bad line is reported as
+# FILE:LINE with exit 78; usage errors exit 64; the command line wins over
+# the file, which wins over the defaults.
+. "$(dirname "$0")/lib.sh"
+CONF=$TOP_SRCDIR/etc/keylockd.conf
+
+"$KEYLOCKD" --check-config --config "$CONF" >"$TMP/out" 2>&1
+expect_status 0 $? "--check-config on etc/keylockd.conf"
+expect_grep "configuration .*keylockd.conf is valid" "$TMP/out" "the verdict"
+# Uncommented, every default line must be valid too (unix-group names a
+# group that need not exist here: it is checked at start only).
+sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' "$CONF" \
+    >"$TMP/uncommented.conf"
+"$KEYLOCKD" --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
+expect_status 0 $? "--check-config on the uncommented defaults"
+pass "etc/keylockd.conf is valid, commented and uncommented"
+
+# Every setting --help lists is in the file, commented out, and in both
+# man pages; and nothing else is in the file.
+"$KEYLOCKD" --help >"$TMP/help" || fail "--help"
+sed -n 's/^  --\([a-z][a-z-]*\) .*/\1/p' "$TMP/help" |
+    grep -v -e '^config$' -e '^check-config$' | sort >"$TMP/settings"
+[ "$(wc -l <"$TMP/settings")" -ge 20 ] ||
+    fail "--help lists only $(wc -l <"$TMP/settings") settings"
+sed -n 's/^#\([a-z][a-z-]*\) .*/\1/p' "$CONF" | sort >"$TMP/in-conf"
+diff "$TMP/settings" "$TMP/in-conf" >"$TMP/diff" ||
+    fail "settings of --help and etc/keylockd.conf differ: $(cat "$TMP/diff")"
+sed 's/\\-/-/g' "$TOP_SRCDIR/man/keylockd.conf.5" >"$TMP/conf.5"
+sed 's/\\-/-/g' "$TOP_SRCDIR/man/keylockd.8" >"$TMP/keylockd.8"
+for s in $(cat "$TMP/settings"); do
+	grep -Eq "^\.B $s( |\$)" "$TMP/conf.5" ||
+	    fail "keylockd.conf(5) does not describe $s"
+	grep -Eq -- "^\.BI? --$s( |\$)" "$TMP/keylockd.8" ||
+	    fail "keylockd(8) does not list --$s"
+done
+pass "$(wc -l <"$TMP/settings") settings, in --help, the file and both man pages"
+
+# Three bad lines: three FILE:LINE messages, all of them, exit 78.
+cat >"$TMP/bad.conf" <<'EOF'
+# a comment
+max-keys 0
+port 7711
+no-such-setting 1
+log-level loud
+
+unix-mode 0660
+EOF
+"$KEYLOCKD" --check-config --config "$TMP/bad.conf" >"$TMP/out" 2>&1
+expect_status 78 $? "a file with three bad lines"
+expect_eq 3 "$(grep -c "^$TMP/bad.conf:[0-9]*: " "$TMP/out")" \
+    "FILE:LINE messages"
+expect_grep "^$TMP/bad.conf:2: max-keys: " "$TMP/out" "line 2"
+expect_grep "^$TMP/bad.conf:4: no-such-setting: unknown setting" "$TMP/out" \
+    "line 4"
+expect_grep "^$TMP/bad.conf:5: log-level: " "$TMP/out" "line 5"
+"$KEYLOCKD" --config "$TMP/bad.conf" --state-dir "$TMP" --unix '' \
+    --port 0 >"$TMP/out" 2>&1
+expect_status 78 $? "starting with a bad file"
+"$KEYLOCKD" --check-config --config "$TMP/missing.conf" >"$TMP/out" 2>&1
+expect_status 78 $? "a missing --config file"
+expect_grep "missing.conf" "$TMP/out" "the message names the file"
+pass "bad lines: every one as FILE:LINE, exit 78"
+
+"$KEYLOCKD" --no-such-option >"$TMP/out" 2>&1
+expect_status 64 $? "an unknown option"
+"$KEYLOCKD" --max-keys 0 --check-config >"$TMP/out" 2>&1
+expect_status 64 $? "an option out of range"
+"$KEYLOCKD" --check-config extra-argument >"$TMP/out" 2>&1
+expect_status 64 $? "an operand"
+"$KEYLOCKD" --version >"$TMP/out" 2>&1
+expect_status 0 $? "--version"
+expect_grep "^keylockd [0-9]" "$TMP/out" "--version"
+pass "usage errors exit 64"
+
+# Precedence: default (64) < file (2) < command line (3).
+printf 'max-keys 2\nunix\n' >"$TMP/prec.conf"
+daemon_start --config "$TMP/prec.conf"
+ask_tcp "LOCK a b" "LOCK c d e" "QUIT" >"$TMP/out"
+expect_grep "^OK [0-9]+$" "$TMP/out" "two keys under max-keys 2 from the file"
+expect_grep "^ERR LIMIT .*max-keys is 2" "$TMP/out" "three keys"
+expect_grep "config $TMP/prec.conf" "$TMP/daemon.log" "the log names the file"
+daemon_stop
+daemon_start --config "$TMP/prec.conf" --max-keys 3
+ask_tcp "LOCK a b c" "LOCK c d e f" "QUIT" >"$TMP/out"
+expect_grep "^OK [0-9]+$" "$TMP/out" "three keys with --max-keys 3"
+expect_grep "^ERR LIMIT .*max-keys is 3" "$TMP/out" "four keys"
+daemon_stop
+pass "precedence: default < file < command line"

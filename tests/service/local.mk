@@ -1,0 +1,23 @@
+# keylockd as a system service (issue 3): config file, systemd units and
+# socket activation, sd_notify, SIGHUP, AUTH, metrics, man pages, install.
+# Shell scripts in tmux's regress manner (lib.sh); each starts its own
+# daemon from KEYLOCKD (AM_TESTS_ENVIRONMENT) and finds the helpers below
+# and the generated units beside it in the build tree.
+check_PROGRAMS += tests/service/promcheck tests/service/notify_recv
+tests_service_promcheck_SOURCES = tests/service/promcheck.c
+tests_service_promcheck_LDADD = -lm
+tests_service_notify_recv_SOURCES = tests/service/notify_recv.c
+
+SERVICE_TESTS = \
+	tests/service/config.sh \
+	tests/service/units.sh \
+	tests/service/socket_activation.sh \
+	tests/service/notify.sh \
+	tests/service/reload.sh \
+	tests/service/auth.sh \
+	tests/service/metrics.sh \
+	tests/service/manpages.sh \
+	tests/service/install.sh
+TESTS += $(SERVICE_TESTS)
+EXTRA_DIST += $(SERVICE_TESTS) tests/service/lib.sh \
+	tests/service/prom-good tests/service/prom-bad
