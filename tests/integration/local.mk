@@ -27,5 +27,3 @@ tests_integration_concurrency_test_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) \
 TESTS += tests/integration/protocol_test \
 	tests/integration/concurrency_test
 
-AM_TESTS_ENVIRONMENT = KEYLOCKD=$(abs_top_builddir)/src/keylockd; \
-	export KEYLOCKD;

@@ -1,0 +1,203 @@
+/*
+ * libkeylock: the C client of keylockd. SPDX-License-Identifier: MIT
+ *
+ * One struct keylock is one connection to a keylockd server. Every call
+ * blocks for at most a deadline, speaks PROTOCOL.md (keylockd-protocol(7))
+ * and returns an enum keylock_status; the server's error text stays
+ * readable through keylock_message(). There is no global state: use one
+ * connection per thread. The socket is exposed so an event loop can wait
+ * for a reply (keylock_lock_send() and keylock_lock_recv()) or for the
+ * connection to drop while locks are held (keylock_check()). The manual is
+ * libkeylock(3).
+ */
+#ifndef KEYLOCK_H
+#define KEYLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct json_t;			/* jansson's json_t, for the *_json calls */
+struct keylock;
+
+/*
+ * Results. The server's codes keep their protocol order and values; local
+ * errors start at 100, so new server codes can join below without moving
+ * them.
+ */
+enum keylock_status {
+	KEYLOCK_OK = 0,
+	KEYLOCK_ERR_SYNTAX = 1,		/* the server's ERR codes */
+	KEYLOCK_ERR_BADKEY = 2,
+	KEYLOCK_ERR_TOOLONG = 3,
+	KEYLOCK_ERR_TIMEOUT = 4,	/* not granted within timeout= */
+	KEYLOCK_ERR_LOCKED = 5,
+	KEYLOCK_ERR_BUSY = 6,
+	KEYLOCK_ERR_DEADLOCK = 7,
+	KEYLOCK_ERR_HELD = 8,
+	KEYLOCK_ERR_NOTHELD = 9,
+	KEYLOCK_ERR_CONFLICT = 10,
+	KEYLOCK_ERR_LIMIT = 11,
+	KEYLOCK_ERR_AUTH = 12,
+	KEYLOCK_ERR_SHUTDOWN = 13,
+	KEYLOCK_ERR_UNKNOWN = 99,	/* an ERR code this library predates */
+
+	KEYLOCK_ERR_IO = 100,		/* a system call failed (see errno) */
+	KEYLOCK_ERR_CLOSED = 101,	/* not connected, or closed by server */
+	KEYLOCK_ERR_DEADLINE = 102,	/* no reply in time; now closed */
+	KEYLOCK_ERR_PROTO = 103,	/* a reply that is not protocol */
+	KEYLOCK_ERR_INVAL = 104,	/* a bad argument; nothing was sent */
+	KEYLOCK_ERR_NOMEM = 105,
+	KEYLOCK_PENDING = 110		/* keylock_lock_recv(): no reply yet */
+};
+
+/* keylock_lock() timeout_ms: wait as long as the server lets it. */
+#define KEYLOCK_WAIT_FOREVER	(-1L)
+/* keylock_set_timeout(): never give up on a reply. */
+#define KEYLOCK_NO_DEADLINE	(-1L)
+/* Connect and reply deadline of a new handle. */
+#define KEYLOCK_TIMEOUT_DEFAULT	10000L
+#define KEYLOCK_SERVER_DEFAULT	"127.0.0.1:7711"
+#define KEYLOCK_PORT_DEFAULT	7711
+#define KEYLOCK_KEY_MAX		250	/* bytes, PROTOCOL.md, Keys */
+#define KEYLOCK_NAME_MAX	64
+
+/* struct keylock_lock_opts flags */
+#define KEYLOCK_SHARED		0x01	/* mode=shared (a reader) */
+#define KEYLOCK_MAX_WAITERS	0x02	/* send max_waiters= */
+
+/* Options of LOCK and TRYLOCK. All zero is a plain exclusive lock. */
+struct keylock_lock_opts {
+	unsigned	 flags;
+	unsigned	 limit;		/* > 0: limit=N, a semaphore */
+	unsigned	 max_waiters;	/* with KEYLOCK_MAX_WAITERS */
+	uint64_t	 ttl_ms;	/* > 0: ttl=MS, the grant expires */
+};
+
+/* A handle, not connected yet; NULL when out of memory. */
+struct keylock	*keylock_new(void);
+/* Closes the connection (releasing its locks) and frees; NULL is fine. */
+void		 keylock_free(struct keylock *kl);
+
+/*
+ * Connects to server: "host:port", "host", "[v6addr]:port", "v6addr", or a
+ * unix socket path (anything with a '/'). NULL or "" means $KEYLOCK_SERVER,
+ * or 127.0.0.1:7711 when that is unset. Closes an earlier connection first.
+ * With a secret, AUTH is sent and must succeed. The deadline covers the
+ * TCP handshake and AUTH; name resolution may block longer.
+ */
+enum keylock_status keylock_connect(struct keylock *kl, const char *server,
+		    const char *secret);
+/* Closes the connection (the server releases its locks); the handle stays. */
+void		 keylock_close(struct keylock *kl);
+int		 keylock_is_connected(const struct keylock *kl);
+/* The socket (non-blocking, close-on-exec), or -1. Poll it; never read,
+ * write or close it. */
+int		 keylock_fd(const struct keylock *kl);
+
+/*
+ * The deadline, in ms, for connecting and for each reply that does not wait
+ * for a lock; KEYLOCK_NO_DEADLINE waits forever. A call that runs out of
+ * time closes the connection (its reply could still come and would be
+ * taken for the next one's) and returns KEYLOCK_ERR_DEADLINE.
+ */
+void		 keylock_set_timeout(struct keylock *kl, long ms);
+long		 keylock_timeout(const struct keylock *kl);
+
+/*
+ * LOCK keys atomically. timeout_ms: KEYLOCK_WAIT_FOREVER, or the longest
+ * wait, sent as timeout= so that the server answers KEYLOCK_ERR_TIMEOUT
+ * itself and the connection stays usable; the local deadline is that plus
+ * keylock_timeout(). opts may be NULL. On KEYLOCK_OK, *token (if not NULL)
+ * is the grant's fencing token.
+ */
+enum keylock_status keylock_lock(struct keylock *kl, const char *const *keys,
+		    size_t nkeys, const struct keylock_lock_opts *opts,
+		    long timeout_ms, uint64_t *token);
+/* TRYLOCK: KEYLOCK_ERR_LOCKED at once if a key is not free. */
+enum keylock_status keylock_trylock(struct keylock *kl,
+		    const char *const *keys, size_t nkeys,
+		    const struct keylock_lock_opts *opts, uint64_t *token);
+
+/*
+ * keylock_lock() in two halves, for an event loop: _send() queues the
+ * request, then _recv() waits up to wait_ms (0: just look) and returns
+ * KEYLOCK_PENDING while the server has not answered. Nothing else may be
+ * sent meanwhile; keylock_close() withdraws the wait.
+ */
+enum keylock_status keylock_lock_send(struct keylock *kl,
+		    const char *const *keys, size_t nkeys,
+		    const struct keylock_lock_opts *opts, long timeout_ms);
+enum keylock_status keylock_lock_recv(struct keylock *kl, long wait_ms,
+		    uint64_t *token);
+
+/* UNLOCK; *count (if not NULL) is the number of keys released. */
+enum keylock_status keylock_unlock(struct keylock *kl, const char *const *keys,
+		    size_t nkeys, unsigned long *count);
+enum keylock_status keylock_unlockall(struct keylock *kl, unsigned long *count);
+/* REFRESH: restarts the ttl of held keys. */
+enum keylock_status keylock_refresh(struct keylock *kl,
+		    const char *const *keys, size_t nkeys, uint64_t ttl_ms,
+		    unsigned long *count);
+
+/*
+ * STATS and INFO. The raw forms point *json at the JSON text inside the
+ * handle, valid until the next call on it. The _json forms give a parsed
+ * object the caller json_decref()s; link jansson to use them.
+ */
+enum keylock_status keylock_stats(struct keylock *kl, const char **json);
+enum keylock_status keylock_stats_json(struct keylock *kl,
+		    struct json_t **root);
+enum keylock_status keylock_info(struct keylock *kl, const char *key,
+		    const char **json);
+enum keylock_status keylock_info_json(struct keylock *kl, const char *key,
+		    struct json_t **root);
+
+/* NAME: the label INFO, error texts and the server's logs show. */
+enum keylock_status keylock_name(struct keylock *kl, const char *label);
+enum keylock_status keylock_auth(struct keylock *kl, const char *secret);
+enum keylock_status keylock_ping(struct keylock *kl);
+/* QUIT, then close. */
+enum keylock_status keylock_quit(struct keylock *kl);
+
+/*
+ * Sends one raw request line (no LF) and reads its reply; *value (if not
+ * NULL) points at what follows "OK ", valid until the next call. For
+ * commands this library has no call for; it cannot wait longer than
+ * keylock_timeout().
+ */
+enum keylock_status keylock_request(struct keylock *kl, const char *line,
+		    const char **value);
+
+/*
+ * Reads what the server sent without waiting. For a caller that polls
+ * keylock_fd() while holding locks and no request is in flight: KEYLOCK_OK
+ * means nothing happened; any other status means the connection is closed
+ * and every lock it held is gone.
+ */
+enum keylock_status keylock_check(struct keylock *kl);
+
+/*
+ * The text of the last failure: the server's text after the code word
+ * ("balance:42 held by client 3 ..."), or a local description such as
+ * "connect 127.0.0.1:7711: Connection refused". Valid until the next call.
+ */
+const char	*keylock_message(const struct keylock *kl);
+/* The last reply line as received (no LF), or "". */
+const char	*keylock_reply(const struct keylock *kl);
+/* The last status this handle returned. */
+enum keylock_status keylock_last_status(const struct keylock *kl);
+
+/* The protocol's word for a status ("LOCKED"), or a local one ("IO"). */
+const char	*keylock_status_word(enum keylock_status st);
+/* A short description of a status, in English. */
+const char	*keylock_strstatus(enum keylock_status st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KEYLOCK_H */

@@ -1,0 +1,49 @@
+#!/bin/sh
+# SIGTERM, SIGHUP, SIGINT, SIGUSR1 sent to keylock reach the command; the
+# exit status is still the command's, and the lock is released after.
+. "$(dirname "$0")/lib.sh"
+daemon_start
+
+# run_signalled SIGNAL [launcher...]: the command traps SIGNAL and exits
+# with a code of its own.
+run_signalled() {
+	sig=$1
+	shift
+	rm -f "$TMP/running" "$TMP/got"
+	"$@" "$KEYLOCK" k -c "trap 'echo $sig >\"$TMP/got\"; exit 3' $sig
+	    touch '$TMP/running'; while :; do sleep 0.02; done" &
+	kpid=$!
+	BGPIDS="$BGPIDS $kpid"
+	wait_for "[ -e '$TMP/running' ]" 5 || fail "$sig: the command never ran"
+	kill -s "$sig" "$kpid"
+	wait_exit "$kpid" 10
+	expect_status 3 $? "$sig forwarded, command exits 3"
+	expect_grep "$sig" "$TMP/got" "the command's trap"
+	bounded 10 "$KEYLOCK" -n k -- true
+	expect_status 0 $? "the lock after the command exited on $sig"
+	pass "$sig to keylock reaches the command; its status 3 is kept"
+}
+
+run_signalled TERM
+run_signalled HUP
+run_signalled USR1
+# A shell starts background jobs with SIGINT ignored, and keylock leaves
+# an ignored signal ignored (for its command too); reset it for this one.
+if env --default-signal=INT true 2>/dev/null; then
+	run_signalled INT env --default-signal=INT
+else
+	echo "$TEST: SIGINT not tested: env has no --default-signal"
+fi
+
+# Without a trap the command dies of the signal: 128 + 15.
+rm -f "$TMP/running"
+"$KEYLOCK" k -c "touch '$TMP/running'; exec sleep 30" &
+kpid=$!
+BGPIDS="$BGPIDS $kpid"
+wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+t0=$(now_ms)
+kill -TERM "$kpid"
+wait_exit "$kpid" 10
+expect_status 143 $? "command killed by the forwarded SIGTERM"
+expect_window 0 4000 $(($(now_ms) - t0)) "SIGTERM to exit"
+pass "a forwarded SIGTERM kills a command without a trap: exit 143"

@@ -1,0 +1,461 @@
+/*
+ * keylock: the command-line client of keylockd. SPDX-License-Identifier: MIT
+ *
+ * main: the command line of keylock(1) into a struct cli, then either
+ * lock-and-run (keylock_run.c) or a subcommand (keylock_show.c). The rule
+ * that tells them apart: the words after the options are keys up to "--"
+ * or "-c"; when neither follows, the first word names a subcommand.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "keylock.h"
+#include "keylock_cli.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION	"unknown"
+#endif
+
+#define CLI_SECRET_MAX	256	/* bytes of an AUTH secret */
+#define CLI_HOST_MAX	40	/* of the hostname in the default name */
+
+enum {
+	OPT_TTL = 256,
+	OPT_NAME,
+	OPT_AUTH_FILE,
+	OPT_MAX_WAITERS,
+	OPT_CONNECT_TIMEOUT,
+	OPT_GRACE
+};
+
+static const struct option long_options[] = {
+	{ "shared",		no_argument,		NULL, 's' },
+	{ "exclusive",		no_argument,		NULL, 'x' },
+	{ "nonblock",		no_argument,		NULL, 'n' },
+	{ "nb",			no_argument,		NULL, 'n' },
+	{ "wait",		required_argument,	NULL, 'w' },
+	{ "timeout",		required_argument,	NULL, 'w' },
+	{ "conflict-exit-code",	required_argument,	NULL, 'E' },
+	{ "limit",		required_argument,	NULL, 'N' },
+	{ "ttl",		required_argument,	NULL, OPT_TTL },
+	{ "max-waiters",	required_argument,	NULL, OPT_MAX_WAITERS },
+	{ "name",		required_argument,	NULL, OPT_NAME },
+	{ "server",		required_argument,	NULL, 'S' },
+	{ "auth-file",		required_argument,	NULL, OPT_AUTH_FILE },
+	{ "connect-timeout",	required_argument,	NULL,
+	    OPT_CONNECT_TIMEOUT },
+	{ "grace",		required_argument,	NULL, OPT_GRACE },
+	{ "command",		required_argument,	NULL, 'c' },
+	{ "verbose",		no_argument,		NULL, 'v' },
+	{ "help",		no_argument,		NULL, 'h' },
+	{ "version",		no_argument,		NULL, 'V' },
+	{ NULL,			0,			NULL, 0 }
+};
+
+static const struct subcommand {
+	const char	*name;
+	int		(*fn)(const struct cli *, int, char **);
+} subcommands[] = {
+	{ "info",	show_info },
+	{ "ping",	show_ping },
+	{ "stats",	show_stats },
+	{ "top",	show_top },
+};
+
+static void	parse_options(struct cli *, int, char **);
+static int	split_lock_words(struct cli *, int, char **);
+static char	*read_secret(const char *);
+static void	usage(void);
+
+int
+main(int argc, char **argv)
+{
+	struct cli	cli;
+	int		i, rc = -1;
+
+	memset(&cli, 0, sizeof(cli));
+	cli.wait_ms = KEYLOCK_WAIT_FOREVER;
+	cli.connect_ms = CLI_CONNECT_MS_DEFAULT;
+	cli.grace_ms = CLI_GRACE_MS_DEFAULT;
+	cli.conflict_code = CLI_EXIT_NOTACQUIRED;
+	if (getenv("KEYLOCK_AUTH_FILE") != NULL &&
+	    *getenv("KEYLOCK_AUTH_FILE") != '\0')
+		cli.auth_file = getenv("KEYLOCK_AUTH_FILE");
+	parse_options(&cli, argc, argv);
+	argc -= optind;
+	argv += optind;
+	if (cli.auth_file != NULL)
+		cli.secret = read_secret(cli.auth_file);
+
+	if (split_lock_words(&cli, argc, argv))
+		rc = run_locked(&cli);
+	else if (argc == 0)
+		cli_usage_error("no key and no subcommand given");
+	for (i = 0; rc == -1 &&
+	    i < (int)(sizeof(subcommands) / sizeof(subcommands[0])); i++)
+		if (strcmp(argv[0], subcommands[i].name) == 0)
+			rc = subcommands[i].fn(&cli, argc, argv);
+	if (rc == -1)
+		cli_usage_error("%s: not a subcommand; to lock it, give the "
+		    "command after -- or -c", argv[0]);
+	free(cli.secret);
+	return rc;
+}
+
+static void
+parse_options(struct cli *cli, int argc, char **argv)
+{
+	long	n;
+	int	ch;
+
+	/* "+": options stop at the first key, as in flock(1); what
+	 * follows is split by split_lock_words(). */
+	while ((ch = getopt_long(argc, argv, "+sxenw:E:N:S:c:vhV",
+	    long_options, NULL)) != -1) {
+		switch (ch) {
+		case 's':
+			cli->lock.flags |= KEYLOCK_SHARED;
+			break;
+		case 'x':
+		case 'e':
+			cli->lock.flags &= ~(unsigned)KEYLOCK_SHARED;
+			break;
+		case 'n':
+			cli->nonblock = 1;
+			break;
+		case 'w':
+			if ((cli->wait_ms = cli_parse_seconds(optarg)) < 0)
+				cli_usage_error("-w %s: want seconds, such as "
+				    "5 or 0.5", optarg);
+			break;
+		case 'E':
+			if ((n = cli_parse_number(optarg, 0, 255)) < 0)
+				cli_usage_error("-E %s: want an exit code "
+				    "from 0 to 255", optarg);
+			cli->conflict_code = (int)n;
+			break;
+		case 'N':
+			if ((n = cli_parse_number(optarg, 1,
+			    1000000000L)) < 0)
+				cli_usage_error("-N %s: want a limit of at "
+				    "least 1", optarg);
+			cli->lock.limit = (unsigned)n;
+			break;
+		case OPT_TTL:
+			if ((n = cli_parse_seconds(optarg)) < CLI_TTL_MIN_MS)
+				cli_usage_error("--ttl %s: want at least %.1f "
+				    "seconds", optarg, CLI_TTL_MIN_MS / 1000.0);
+			cli->lock.ttl_ms = (uint64_t)n;
+			break;
+		case OPT_MAX_WAITERS:
+			if ((n = cli_parse_number(optarg, 0,
+			    1000000000L)) < 0)
+				cli_usage_error("--max-waiters %s: want a "
+				    "number", optarg);
+			cli->lock.flags |= KEYLOCK_MAX_WAITERS;
+			cli->lock.max_waiters = (unsigned)n;
+			break;
+		case OPT_NAME:
+			cli->name = optarg;
+			break;
+		case 'S':
+			cli->server = optarg;
+			break;
+		case OPT_AUTH_FILE:
+			cli->auth_file = *optarg != '\0' ? optarg : NULL;
+			break;
+		case OPT_CONNECT_TIMEOUT:
+			if ((cli->connect_ms = cli_parse_seconds(optarg)) <= 0)
+				cli_usage_error("--connect-timeout %s: want "
+				    "seconds above 0", optarg);
+			break;
+		case OPT_GRACE:
+			if ((cli->grace_ms = cli_parse_seconds(optarg)) < 0)
+				cli_usage_error("--grace %s: want seconds",
+				    optarg);
+			break;
+		case 'c':
+			cli->shell_cmd = optarg;
+			break;
+		case 'v':
+			cli->verbose = 1;
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		case 'V':
+			printf("keylock %s\n", PACKAGE_VERSION);
+			exit(0);
+		default:
+			fprintf(stderr, "Try 'keylock --help'.\n");
+			exit(CLI_EXIT_USAGE);
+		}
+	}
+	if ((cli->lock.flags & KEYLOCK_SHARED) && cli->lock.limit > 0)
+		cli_usage_error("-s and -N exclude each other");
+	if (cli->nonblock && cli->wait_ms >= 0)
+		cli_usage_error("-n and -w exclude each other");
+}
+
+/*
+ * Lock mode if the words hold "--" or "-c" (or -c came as an option):
+ * keys before it, the command after. Returns 0 for a subcommand line.
+ */
+static int
+split_lock_words(struct cli *cli, int argc, char **argv)
+{
+	int	i;
+
+	for (i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--") == 0 || strcmp(argv[i], "-c") == 0 ||
+		    strcmp(argv[i], "--command") == 0)
+			break;
+	if (i == argc && cli->shell_cmd == NULL)
+		return 0;
+	if (i == 0)
+		cli_usage_error("no key given before %s", i < argc ? argv[i] :
+		    "the command");
+	for (int k = 0; k < i; k++)
+		if (argv[k][0] == '-')
+			cli_usage_error("%s: options go before the keys",
+			    argv[k]);
+	cli->keys = argv;
+	cli->nkeys = (size_t)i;
+	if (i == argc)
+		return 1;			/* -c as an option */
+	if (cli->shell_cmd != NULL)
+		cli_usage_error("-c and a command after %s exclude each other",
+		    argv[i]);
+	if (strcmp(argv[i], "--") == 0) {
+		if (i + 1 == argc)
+			cli_usage_error("no command after --");
+		cli->argv = argv + i + 1;
+		return 1;
+	}
+	if (i + 2 != argc)
+		cli_usage_error("%s takes one shell command, quoted, and is "
+		    "the last option", argv[i]);
+	cli->shell_cmd = argv[i + 1];
+	return 1;
+}
+
+/* The secret is the file's first line (PROTOCOL.md: one token). */
+static char *
+read_secret(const char *path)
+{
+	char	 buf[CLI_SECRET_MAX + 3], *nl;
+	FILE	*f;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		cli_warnx("%s: %s", path, strerror(errno));
+		exit(CLI_EXIT_NOINPUT);
+	}
+	if (fgets(buf, sizeof(buf), f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	if ((nl = strchr(buf, '\n')) != NULL)
+		*nl = '\0';
+	else if (strlen(buf) > CLI_SECRET_MAX) {
+		cli_warnx("%s: the secret is over %d bytes", path,
+		    CLI_SECRET_MAX);
+		exit(CLI_EXIT_NOINPUT);
+	}
+	if ((nl = strchr(buf, '\r')) != NULL)
+		*nl = '\0';
+	if (buf[0] == '\0') {
+		cli_warnx("%s: no secret on the first line", path);
+		exit(CLI_EXIT_NOINPUT);
+	}
+	return strdup(buf);
+}
+
+struct keylock *
+cli_connect(const struct cli *cli, int name_it)
+{
+	struct keylock		*kl;
+	enum keylock_status	 st;
+	char			 host[CLI_HOST_MAX + 1] = "", name[80];
+
+	if ((kl = keylock_new()) == NULL) {
+		cli_warnx("out of memory");
+		exit(CLI_EXIT_OSERR);
+	}
+	keylock_set_timeout(kl, cli->connect_ms);
+	if ((st = keylock_connect(kl, cli->server, cli->secret)) !=
+	    KEYLOCK_OK)
+		exit(cli_fail(cli, kl, st));
+	keylock_set_timeout(kl, CLI_REPLY_MS_DEFAULT);
+	if (!name_it)
+		return kl;
+	if (cli->name != NULL) {
+		if ((st = keylock_name(kl, cli->name)) != KEYLOCK_OK)
+			exit(cli_fail(cli, kl, st));
+		return kl;
+	}
+	/* Who holds it? The default name answers, in INFO and in the
+	 * LOCKED text that other clients get. */
+	gethostname(host, sizeof(host) - 1);
+	host[strcspn(host, ". \t=")] = '\0';
+	snprintf(name, sizeof(name), "keylock:%s:%ld", host,
+	    (long)getpid());
+	if (keylock_name(kl, name) != KEYLOCK_OK &&
+	    !keylock_is_connected(kl))
+		exit(cli_fail(cli, kl, keylock_last_status(kl)));
+	return kl;
+}
+
+int
+cli_fail(const struct cli *cli, struct keylock *kl, enum keylock_status st)
+{
+	const char	*msg = keylock_message(kl);
+
+	if (*msg == '\0')
+		msg = keylock_strstatus(st);
+	if (st < KEYLOCK_ERR_IO)
+		cli_warnx("%s %s", keylock_status_word(st), msg);
+	else
+		cli_warnx("%s", msg);
+	return cli_exit_code(cli, st);
+}
+
+int
+cli_exit_code(const struct cli *cli, enum keylock_status st)
+{
+	switch (st) {
+	case KEYLOCK_OK:
+		return 0;
+	case KEYLOCK_ERR_LOCKED:
+	case KEYLOCK_ERR_TIMEOUT:
+	case KEYLOCK_ERR_BUSY:
+		return cli->conflict_code;
+	case KEYLOCK_ERR_AUTH:
+		return CLI_EXIT_AUTH;
+	case KEYLOCK_ERR_SHUTDOWN:
+	case KEYLOCK_ERR_IO:
+	case KEYLOCK_ERR_CLOSED:
+	case KEYLOCK_ERR_DEADLINE:
+		return CLI_EXIT_UNAVAILABLE;
+	case KEYLOCK_ERR_PROTO:
+	case KEYLOCK_ERR_UNKNOWN:
+		return CLI_EXIT_PROTOCOL;
+	case KEYLOCK_ERR_NOMEM:
+		return CLI_EXIT_OSERR;
+	case KEYLOCK_ERR_INVAL:
+		return CLI_EXIT_USAGE;
+	default:
+		return CLI_EXIT_REFUSED;
+	}
+}
+
+long
+cli_parse_seconds(const char *s)
+{
+	const char	*p;
+	char		*end;
+	double		 d;
+	int		 dots = 0;
+
+	/* strtod alone would take "-1", " 1", "inf" and "0x10". */
+	for (p = s; *p != '\0'; p++) {
+		if (*p == '.')
+			dots++;
+		else if (*p < '0' || *p > '9')
+			return -1;
+	}
+	if (*s == '\0' || dots > 1 || strcmp(s, ".") == 0)
+		return -1;
+	errno = 0;
+	d = strtod(s, &end);
+	if (*end != '\0' || errno != 0 || d > CLI_SECONDS_MAX)
+		return -1;
+	d *= 1000.0;
+	/* a wait of 0.0001 s is a wait, not a "do not wait" */
+	if (d > 0 && d < 1)
+		return 1;
+	return (long)(d + 0.5);
+}
+
+long
+cli_parse_number(const char *s, long min, long max)
+{
+	long	n = 0;
+
+	if (*s == '\0')
+		return -1;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9' || n > (max - (*s - '0')) / 10)
+			return -1;
+		n = n * 10 + (*s - '0');
+	}
+	return n < min ? -1 : n;
+}
+
+void
+cli_warnx(const char *fmt, ...)
+{
+	va_list	ap;
+
+	fprintf(stderr, "keylock: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+}
+
+void
+cli_usage_error(const char *fmt, ...)
+{
+	va_list	ap;
+
+	fprintf(stderr, "keylock: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'keylock --help'.\n");
+	exit(CLI_EXIT_USAGE);
+}
+
+static void
+usage(void)
+{
+	printf(
+"usage: keylock [options] KEY... -- COMMAND [ARG...]\n"
+"       keylock [options] KEY... -c 'SHELL COMMAND'\n"
+"       keylock [options] stats [--json]\n"
+"       keylock [options] info KEY [--json]\n"
+"       keylock [options] ping\n"
+"       keylock [options] top [-n COUNT] [-d SECONDS]\n"
+"\n"
+"Takes the keys from keylockd, all at once, runs the command, releases.\n"
+"\n"
+"  -s, --shared             shared (reader) lock\n"
+"  -x, -e, --exclusive      exclusive (writer) lock, the default\n"
+"  -n, --nonblock           fail at once if a key is not free\n"
+"  -w, --wait SECONDS       wait at most SECONDS (fractions allowed)\n"
+"  -E, --conflict-exit-code CODE\n"
+"                           exit code when not acquired (default 1)\n"
+"  -N, --limit N            the key is a semaphore of N holders\n"
+"      --ttl SECONDS        lease: refreshed while the command runs,\n"
+"                           lost if keylock stops refreshing it\n"
+"      --max-waiters N      fail at once if N requests already wait\n"
+"      --name LABEL         name shown in INFO (default keylock:HOST:PID)\n"
+"  -S, --server SERVER      host:port, [v6]:port or a socket path\n"
+"                           (default $KEYLOCK_SERVER, or 127.0.0.1:7711)\n"
+"      --auth-file FILE     AUTH with the first line of FILE\n"
+"      --connect-timeout SECONDS  (default 5)\n"
+"      --grace SECONDS      lock lost: SIGTERM, then SIGKILL after\n"
+"                           SECONDS (default 5)\n"
+"  -c, --command CMD        run CMD with /bin/sh -c\n"
+"  -v, --verbose            say when waiting and when granted\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"Exit status: the command's; 1 (or -E) not acquired; 64 usage;\n"
+"65 refused by the server; 66 auth file unreadable; 69 server\n"
+"unavailable; 75 lock lost while the command ran; 76 protocol error;\n"
+"77 AUTH refused; 126/127 command not runnable/not found. See keylock(1).\n");
+}
