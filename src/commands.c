@@ -363,6 +363,8 @@ commands_timeout(struct conn *c)
 
 	if (!locktable_wait_blocker(srv->lt, conn_owner(c), now, &why))
 		return;
+	if (why.nwaiters > 0)
+		why.nwaiters--;		/* not counting the one timing out */
 	cmd_blocker(b, sizeof(b), &why);
 	locktable_withdraw(srv->lt, conn_owner(c), now, LT_WHY_TIMEOUT);
 	conn_reply_err(c, KL_ERR_TIMEOUT, "not granted in time: %s", b);

@@ -162,6 +162,31 @@ config_clear_binds(struct config *cfg)
 	cfg->nbinds = 0;
 }
 
+/* "bind a b": several addresses on one line, separated by spaces. */
+static const char *
+config_add_binds(struct config *cfg, const char *val, bool *fresh)
+{
+	size_t	n;
+
+	val += strspn(val, " \t");
+	if (*val == '\0')
+		return "empty address";
+	if (*fresh) {
+		config_clear_binds(cfg);
+		*fresh = false;
+	}
+	for (; *val != '\0'; val += strspn(val, " \t")) {
+		n = strcspn(val, " \t");
+		if (cfg->nbinds == KL_BINDS_MAX)
+			return "too many bind addresses";
+		if ((cfg->binds[cfg->nbinds] = kl_strndup(val, n)) == NULL)
+			return "out of memory";
+		cfg->nbinds++;
+		val += n;
+	}
+	return NULL;
+}
+
 /* Applies one value; on error returns a static message. *fresh_binds is
  * true until this layer (file or command line) has set a bind. */
 static const char *
@@ -199,16 +224,7 @@ config_apply(struct config *cfg, const struct setting *s, const char *val,
 		*(char **)(void *)field = config_strdup(val);
 		return NULL;
 	case SET_BIND:
-		if (*val == '\0')
-			return "empty address";
-		if (*fresh_binds) {
-			config_clear_binds(cfg);
-			*fresh_binds = false;
-		}
-		if (cfg->nbinds == KL_BINDS_MAX)
-			return "too many bind addresses";
-		cfg->binds[cfg->nbinds++] = config_strdup(val);
-		return NULL;
+		return config_add_binds(cfg, val, fresh_binds);
 	case SET_FLAG:
 		if (strcmp(val, "yes") == 0 || strcmp(val, "true") == 0)
 			*(bool *)(void *)field = true;
@@ -283,6 +299,16 @@ config_read_file(struct config *cfg, const char *path)
 	}
 	while (fgets(line, sizeof(line), f) != NULL) {
 		lineno++;
+		if (strchr(line, '\n') == NULL && !feof(f)) {
+			int	ch;
+
+			fprintf(stderr, "%s:%d: line longer than %zu bytes\n",
+			    path, lineno, sizeof(line) - 2);
+			nerr++;
+			while ((ch = fgetc(f)) != EOF && ch != '\n')
+				;
+			continue;
+		}
 		if (!config_split(line, &name, &val))
 			continue;
 		if ((s = config_find(name)) == NULL)
@@ -341,17 +367,36 @@ config_build_longopts(struct option *lo)
 	lo[i] = (struct option){ NULL, 0, NULL, 0 };
 }
 
+/* getopt_long takes any unambiguous prefix; settings are spelt out, so
+ * that --auth cannot quietly mean --auth-file. */
+static bool
+config_is_full_name(const char *arg, const char *name)
+{
+	size_t	n = strlen(name);
+
+	return arg != NULL && strncmp(arg, "--", 2) == 0 &&
+	    strncmp(arg + 2, name, n) == 0 && (arg[2 + n] == '\0' ||
+	    arg[2 + n] == '=');
+}
+
 /* First pass over argv: --config, --help, --version, --check-config and
  * unknown options. Returns 0, -1 (exit 0) or an exit status. */
 static int
 config_scan_argv(struct config *cfg, int argc, char *argv[],
     const struct option *lo, const char **file, bool *explicit)
 {
-	int	ch;
+	int	ch, idx = 0;
 
 	optind = 0;	/* glibc: start afresh, also inside "-xy" */
 	opterr = 1;
-	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "", lo, &idx)) != -1) {
+		if (ch >= 256 && !config_is_full_name(argv[optind - 1],
+		    lo[idx].name) && !config_is_full_name(argv[optind - 2],
+		    lo[idx].name)) {
+			fprintf(stderr, "keylockd: write options in full: "
+			    "--%s\n", lo[idx].name);
+			return EX_KL_USAGE;
+		}
 		if (ch == 256 + OPT_CONFIG) {
 			*file = optarg;
 			*explicit = true;
@@ -372,6 +417,24 @@ config_scan_argv(struct config *cfg, int argc, char *argv[],
 		fprintf(stderr, "keylockd: unexpected argument %s\n",
 		    argv[optind]);
 		return EX_KL_USAGE;
+	}
+	return 0;
+}
+
+/* Checks that need several settings at once. */
+static int
+config_check(const struct config *cfg)
+{
+	if (cfg->default_timeout != KL_NONE && cfg->max_timeout != KL_NONE &&
+	    cfg->default_timeout > cfg->max_timeout) {
+		fprintf(stderr, "keylockd: default-timeout %" PRId64 " is over "
+		    "max-timeout %" PRId64 ": every LOCK without timeout= "
+		    "would fail\n", cfg->default_timeout, cfg->max_timeout);
+		return EX_KL_CONFIG;
+	}
+	if (cfg->tls_key != NULL && cfg->tls_cert == NULL) {
+		fprintf(stderr, "keylockd: tls-key needs tls-cert\n");
+		return EX_KL_CONFIG;
 	}
 	return 0;
 }
@@ -411,7 +474,7 @@ config_load(struct config *cfg, int argc, char *argv[])
 			return EX_KL_USAGE;
 		}
 	}
-	return 0;
+	return config_check(cfg);
 }
 
 /* The value of one setting as text, as the config file would spell it. */

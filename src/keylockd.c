@@ -16,6 +16,7 @@ main(int argc, char *argv[])
 {
 	struct config	 cfg;
 	struct server	*srv;
+	char		 err[512];
 	int		 rc;
 
 	if ((rc = config_load(&cfg, argc, argv)) != 0) {
@@ -23,6 +24,11 @@ main(int argc, char *argv[])
 		return rc < 0 ? 0 : rc;
 	}
 	log_set_level(cfg.log_level);
+	if (server_check(&cfg, err, sizeof(err)) == -1) {
+		fprintf(stderr, "keylockd: %s\n", err);
+		config_cleanup(&cfg);
+		return EX_KL_CONFIG;
+	}
 	if (cfg.check_config) {
 		printf("keylockd: configuration %s is valid\n",
 		    cfg.file != NULL ? cfg.file : "(built-in defaults)");

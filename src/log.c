@@ -5,12 +5,15 @@
  * journald understands, so levels survive into journalctl. Never logs per
  * request above debug (STYLE.md, Logging).
  */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -50,6 +53,21 @@ log_is_debug(void)
 	return log_level >= LOG_LEVEL_DEBUG;
 }
 
+/* systemd's rule: JOURNAL_STREAM names stderr's device and inode. */
+static int
+log_stderr_is_journal(void)
+{
+	const char		*js = getenv("JOURNAL_STREAM");
+	struct stat		 st;
+	unsigned long long	 dev, ino;
+
+	if (js == NULL || sscanf(js, "%llu:%llu", &dev, &ino) != 2 ||
+	    fstat(STDERR_FILENO, &st) == -1)
+		return 0;
+	return (unsigned long long)st.st_dev == dev &&
+	    (unsigned long long)st.st_ino == ino;
+}
+
 static void __attribute__((format(printf, 3, 0)))
 log_vwrite(enum log_level level, const char *errstr, const char *fmt,
     va_list ap)
@@ -66,7 +84,7 @@ log_vwrite(enum log_level level, const char *errstr, const char *fmt,
 		return;
 	/* journald reads "<N>" as the priority; a terminal gets words. */
 	if (log_journal < 0)
-		log_journal = getenv("JOURNAL_STREAM") != NULL;
+		log_journal = log_stderr_is_journal();
 	if (log_journal)
 		snprintf(prefix, sizeof(prefix), "<%d>", log_prio[level]);
 	else

@@ -214,8 +214,7 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 }
 
-/* Splits "HOST:PORT" or "[V6]:PORT" into host (no brackets) and port. */
-static int
+int
 metrics_split(const char *addr, char *host, size_t hostlen, uint16_t *port)
 {
 	const char	*colon, *h = addr, *he;
@@ -262,7 +261,11 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 		return NULL;
 	}
 	m->srv = srv;
-	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	/* Every method reaches metrics_request_cb, which answers 405 to
+	 * all but GET and HEAD (evhttp itself would say 501). */
+	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
+	    EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(m->http, metrics_request_cb, m);
 	if ((h = evhttp_bind_socket_with_handle(m->http, host, port)) ==
 	    NULL) {

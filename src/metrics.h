@@ -9,6 +9,7 @@
 #define METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct server;
 struct metrics;
@@ -19,6 +20,11 @@ struct metrics	*metrics_new(struct server *srv, const char *addr,
 void		 metrics_free(struct metrics *m);
 /* The bound port (useful when the configured one was 0). */
 int		 metrics_port(const struct metrics *m);
+
+/* Splits "HOST:PORT" or "[V6]:PORT" into host (no brackets) and port;
+ * -1 if addr is not of that form. */
+int		 metrics_split(const char *addr, char *host, size_t hostlen,
+		    uint16_t *port);
 
 /* The exposition text for the server's state now; malloc'd, or NULL. */
 char		*metrics_render(struct server *srv);

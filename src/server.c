@@ -44,6 +44,8 @@
 
 static void	server_accept_cb(evutil_socket_t, short, void *);
 static void	server_open_configured(struct server *);
+static void	server_warn_exposed(const struct server *,
+		    const struct sockaddr_storage *, const char *);
 static char	*server_read_secret(const char *, size_t *, char *, size_t);
 
 static void
@@ -60,6 +62,12 @@ server_set_keepalive(const struct config *cfg, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, sizeof(v));
 	v = (int)cfg->keepalive_count;
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v, sizeof(v));
+	/* Keepalive probes only an idle peer; while a reply waits for its
+	 * ACK the kernel retransmits instead, for up to 15 minutes. Bound
+	 * that by the same budget. */
+	v = (int)((cfg->keepalive_idle + cfg->keepalive_interval *
+	    cfg->keepalive_count) * 1000);
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, sizeof(v));
 }
 
 static void
@@ -208,6 +216,16 @@ server_is_loopback(const struct sockaddr_storage *ss)
 	return true;
 }
 
+static void
+server_warn_exposed(const struct server *srv,
+    const struct sockaddr_storage *ss, const char *addr)
+{
+	if (!server_is_loopback(ss) && srv->secret == NULL)
+		log_warnx("%s is not a loopback address and no auth-file is "
+		    "set: anyone who can reach it can take and break locks",
+		    addr);
+}
+
 /* Binds host (an IPv4 or IPv6 literal or a name) at the configured port. */
 static void
 server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
@@ -243,10 +261,7 @@ server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
 		server_peer_name(&ss, false, addr, sizeof(addr));
 		snprintf(name, sizeof(name), "%s %s", tls ? "tls" : "tcp",
 		    addr);
-		if (!server_is_loopback(&ss) && srv->secret == NULL)
-			log_warnx("%s is not a loopback address and no "
-			    "auth-file is set: anyone who can reach it can "
-			    "take and break locks", addr);
+		server_warn_exposed(srv, &ss, addr);
 		int *first = tls ? &srv->tls_port : &srv->tcp_port;
 
 		if (*first == 0)
@@ -483,6 +498,7 @@ server_adopt(struct server *srv)
 		else {
 			server_peer_name(&ss, false, peer, sizeof(peer));
 			snprintf(addr, sizeof(addr), "tcp %s", peer);
+			server_warn_exposed(srv, &ss, peer);
 			if (srv->tcp_port == 0)
 				srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
 				    ((struct sockaddr_in *)&ss)->sin_port :
@@ -568,6 +584,41 @@ server_read_secret(const char *path, size_t *len, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 	*len = n;
 	return s;
+}
+
+int
+server_check(const struct config *cfg, char *err, size_t errlen)
+{
+	struct tls_ctx	*tls;
+	char		*secret, host[256];
+	size_t		 len;
+	uint16_t	 port;
+
+	if (cfg->metrics != NULL &&
+	    metrics_split(cfg->metrics, host, sizeof(host), &port) == -1) {
+		snprintf(err, errlen, "metrics %s: expected HOST:PORT or "
+		    "[V6]:PORT", cfg->metrics);
+		return -1;
+	}
+	if (cfg->unix_group != NULL && getgrnam(cfg->unix_group) == NULL) {
+		snprintf(err, errlen, "unix-group %s: no such group",
+		    cfg->unix_group);
+		return -1;
+	}
+	if (cfg->auth_file != NULL) {
+		if ((secret = server_read_secret(cfg->auth_file, &len, err,
+		    errlen)) == NULL)
+			return -1;
+		kl_free(secret);
+	}
+	if (cfg->tls_cert != NULL) {
+		if ((tls = tls_ctx_new(cfg->tls_cert, cfg->tls_key != NULL ?
+		    cfg->tls_key : cfg->tls_cert, cfg->tls_client_ca, err,
+		    errlen)) == NULL)
+			return -1;
+		tls_ctx_free(tls);
+	}
+	return 0;
 }
 
 struct server *

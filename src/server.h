@@ -11,6 +11,7 @@
 #include <sys/queue.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -74,6 +75,10 @@ struct server {
 	bool			 stopping;
 };
 
+/* What cfg names must exist and be usable: the metrics address, the unix
+ * group, the auth secret, the TLS files. -1 with a message otherwise. */
+int		 server_check(const struct config *cfg, char *err,
+		    size_t errlen);
 /* Creates the server from cfg: the state dir, the table, the signals.
  * Exits through fatalx() with a clear message when it cannot. */
 struct server	*server_new(struct config *cfg);

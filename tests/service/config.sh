@@ -9,10 +9,12 @@ CONF=$TOP_SRCDIR/etc/keylockd.conf
 "$KEYLOCKD" --check-config --config "$CONF" >"$TMP/out" 2>&1
 expect_status 0 $? "--check-config on etc/keylockd.conf"
 expect_grep "configuration .*keylockd.conf is valid" "$TMP/out" "the verdict"
-# Uncommented, every default line must be valid too (unix-group names a
-# group that need not exist here: it is checked at start only).
-sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' "$CONF" \
-    >"$TMP/uncommented.conf"
+# Uncommented, every default line must be valid too (unix-group, the
+# auth-file and the TLS files name things that need not exist here, and
+# --check-config checks that they do, as the start does).
+sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' \
+    -e '/^auth-file /d' -e '/^tls-cert /d' -e '/^tls-key /d' \
+    -e '/^tls-client-ca /d' "$CONF" >"$TMP/uncommented.conf"
 "$KEYLOCKD" --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
 expect_status 0 $? "--check-config on the uncommented defaults"
 pass "etc/keylockd.conf is valid, commented and uncommented"

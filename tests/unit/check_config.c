@@ -904,6 +904,54 @@ START_TEST(last_config_option_names_the_file)
 }
 END_TEST
 
+/* ---- issue 3 review: what --check-config must catch ---- */
+
+START_TEST(bind_line_with_two_addresses_gives_two_binds)
+{
+	write_conf("bind 127.0.0.1 ::1\n");
+	EXPECT_OK(load("--config", conf, NULL));
+	ck_assert_int_eq(cfg.nbinds, 2);
+	ck_assert_str_eq(cfg.binds[0], "127.0.0.1");
+	ck_assert_str_eq(cfg.binds[1], "::1");
+}
+END_TEST
+
+START_TEST(overlong_config_line_is_one_error_and_lines_stay_numbered)
+{
+	char	*text = malloc(6000);
+
+	ck_assert_ptr_nonnull(text);
+	memset(text, '#', 5000);
+	strcpy(text + 5000, "\nmax-keys x\n");
+	write_conf(text);
+	free(text);
+	EXPECT_CONFIG_ERR(load("--config", conf, NULL), ":1: line longer");
+	ck_assert_msg(strstr(err_out, ":2: max-keys") != NULL, "stderr \"%s\"",
+	    err_out);
+	ck_assert_int_eq(count_lines(err_out), 2);
+}
+END_TEST
+
+START_TEST(default_timeout_over_max_timeout_is_a_config_error)
+{
+	EXPECT_CONFIG_ERR(load("--config", "/dev/null", "--default-timeout",
+	    "5000", "--max-timeout", "3000", NULL), "default-timeout");
+	EXPECT_OK(load("--config", "/dev/null", "--default-timeout", "3000",
+	    "--max-timeout", "3000", NULL));
+}
+END_TEST
+
+START_TEST(abbreviated_option_is_refused)
+{
+	EXPECT_USAGE(load("--config", "/dev/null", "--auth", "x", NULL),
+	    "--auth-file");
+	EXPECT_USAGE(load("--config", "/dev/null", "--max-k=3", NULL),
+	    "--max-keys");
+	EXPECT_OK(load("--config", "/dev/null", "--max-keys=3", NULL));
+	ck_assert_int_eq(cfg.max_keys, 3);
+}
+END_TEST
+
 static Suite *
 config_suite(void)
 {
@@ -980,6 +1028,11 @@ config_suite(void)
 	tcase_add_test(tc,
 	    file_binds_replace_the_default_and_stay_without_command_line);
 	tcase_add_test(tc, last_config_option_names_the_file);
+	tcase_add_test(tc, bind_line_with_two_addresses_gives_two_binds);
+	tcase_add_test(tc,
+	    overlong_config_line_is_one_error_and_lines_stay_numbered);
+	tcase_add_test(tc, default_timeout_over_max_timeout_is_a_config_error);
+	tcase_add_test(tc, abbreviated_option_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
