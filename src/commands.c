@@ -268,7 +268,7 @@ cmd_auth(struct conn *c, const struct request *req)
 	}
 	srv->stats.auth_failures++;
 	now = kl_now_ms();
-	if (now - srv->auth_log_ms >= KL_AUTH_LOG_MS) {
+	if (now - srv->auth_log_ms >= KL_WARN_INTERVAL_MS) {
 		log_warnx("client %" PRIu64 " from %s: AUTH failed (%" PRIu64
 		    " failures so far)", conn_id(c), conn_peer(c),
 		    srv->stats.auth_failures);

@@ -111,8 +111,14 @@ static void
 server_pause_accept(struct server *srv)
 {
 	struct timeval	tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+	uint64_t	now = kl_now_ms();
 
-	log_warn("accept");
+	if (now - srv->accept_log_ms >= KL_WARN_INTERVAL_MS) {
+		log_warn("accept (pausing it for %d ms at a time; this is "
+		    "logged once per %d s)", ACCEPT_PAUSE_MS,
+		    KL_WARN_INTERVAL_MS / 1000);
+		srv->accept_log_ms = now;
+	}
 	for (int i = 0; i < srv->nlisteners; i++)
 		event_del(srv->listeners[i].ev);
 	evtimer_add(srv->accept_pause, &tv);
@@ -586,6 +592,22 @@ server_read_secret(const char *path, size_t *len, char *err, size_t errlen)
 	return s;
 }
 
+/* libevent's default clock is CLOCK_MONOTONIC_COARSE (4 ms steps here):
+ * timeouts must be honoured to within a few milliseconds. */
+static struct event_base *
+server_base_new(void)
+{
+	struct event_config	*ec;
+	struct event_base	*base;
+
+	if ((ec = event_config_new()) == NULL)
+		return NULL;
+	event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+	base = event_base_new_with_config(ec);
+	event_config_free(ec);
+	return base;
+}
+
 int
 server_check(const struct config *cfg, char *err, size_t errlen)
 {
@@ -651,7 +673,7 @@ server_new(struct config *cfg)
 		fatalx("%s", err);
 	kl_random(&seed, sizeof(seed));
 	commands_hooks(srv, &hooks);
-	if ((srv->base = event_base_new()) == NULL ||
+	if ((srv->base = server_base_new()) == NULL ||
 	    (srv->lt = locktable_new(&hooks, seed)) == NULL)
 		fatalx("out of memory");
 	srv->expiry = evtimer_new(srv->base, server_expiry_cb, srv);

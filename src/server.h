@@ -28,7 +28,7 @@ struct tls_ctx;
 
 #define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
 #define KL_SCRATCH_SIZE		(64 * 1024)	/* one read per batch */
-#define KL_AUTH_LOG_MS		10000	/* one warning per 10 s of failures */
+#define KL_WARN_INTERVAL_MS	10000	/* one warning per 10 s of a kind */
 #define KL_TURN_REQUESTS	256	/* one client's requests per turn */
 #define KL_TURN_OUTPUT		(16 * 1024)	/* and reply bytes */
 
@@ -72,6 +72,7 @@ struct server {
 	char			*secret;	/* AUTH secret, or NULL */
 	size_t			 secret_len;
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
+	uint64_t		 accept_log_ms;	/* last accept failure warning */
 	bool			 stopping;
 };
 

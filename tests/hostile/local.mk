@@ -1,0 +1,31 @@
+# Hostile and broken clients (issue 6): each test starts its own keylockd
+# through the integration harness and measures that a normal client was
+# unaffected. token_crash_test kills the daemon during a grant storm and
+# checks that fencing tokens survive the crash. KEYLOCKD_WRAPPER (valgrind)
+# shrinks the floods so the run stays bounded.
+
+HOSTILE_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/integration \
+	$(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+HOSTILE_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+
+check_PROGRAMS += tests/hostile/hostile_test tests/hostile/token_crash_test
+
+tests_hostile_hostile_test_SOURCES = \
+	tests/hostile/hostile_test.c \
+	tests/hostile/hostile_util.c \
+	tests/hostile/hostile_util.h \
+	tests/integration/kltest.c \
+	tests/integration/kltest.h
+tests_hostile_hostile_test_CFLAGS = $(HOSTILE_CFLAGS)
+tests_hostile_hostile_test_LDADD = $(HOSTILE_LDADD)
+
+tests_hostile_token_crash_test_SOURCES = \
+	tests/hostile/token_crash_test.c \
+	tests/hostile/hostile_util.c \
+	tests/hostile/hostile_util.h \
+	tests/integration/kltest.c \
+	tests/integration/kltest.h
+tests_hostile_token_crash_test_CFLAGS = $(HOSTILE_CFLAGS)
+tests_hostile_token_crash_test_LDADD = $(HOSTILE_LDADD)
+
+TESTS += tests/hostile/hostile_test tests/hostile/token_crash_test
