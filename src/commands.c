@@ -159,7 +159,7 @@ cmd_lock(struct conn *c, const struct request *req)
 	if (err != KL_OK)
 		cmd_lock_failed(c, err, &a, &why);
 	else if (granted)
-		conn_reply_ok(c, "%" PRIu64, token);
+		conn_reply_u64(c, token);
 	else
 		conn_wait(c, timeout, now);
 }
@@ -175,7 +175,7 @@ cmd_unlock(struct conn *c, const struct request *req)
 		conn_reply_err(c, KL_ERR_NOTHELD, "%.*s is not held by this "
 		    "connection", (int)req->arglens[bad], req->args[bad]);
 	else
-		conn_reply_ok(c, "%zu", n);
+		conn_reply_u64(c, n);
 }
 
 static void
@@ -183,8 +183,8 @@ cmd_unlockall(struct conn *c, const struct request *req)
 {
 	struct server	*srv = conn_server(c);
 
-	conn_reply_ok(c, "%zu", locktable_release_owner(srv->lt,
-	    conn_owner(c), kl_now_ms(), LT_WHY_UNLOCK));
+	conn_reply_u64(c, locktable_release_owner(srv->lt, conn_owner(c),
+	    kl_now_ms(), LT_WHY_UNLOCK));
 }
 
 static void
@@ -198,7 +198,7 @@ cmd_refresh(struct conn *c, const struct request *req)
 		conn_reply_err(c, KL_ERR_NOTHELD, "%.*s is not held by this "
 		    "connection", (int)req->arglens[bad], req->args[bad]);
 	else
-		conn_reply_ok(c, "%zu", n);
+		conn_reply_u64(c, n);
 }
 
 static void
@@ -333,7 +333,7 @@ cmd_granted_hook(void *arg, struct lt_owner *o, uint64_t token,
 {
 	struct conn	*c = locktable_owner_udata(o);
 
-	conn_reply_ok(c, "%" PRIu64, token);
+	conn_reply_u64(c, token);
 	conn_wait_done(c);
 }
 

@@ -287,6 +287,28 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_schedule(c);
 }
 
+/* "OK N": the reply of most requests, formatted without printf. */
+void
+conn_reply_u64(struct conn *c, uint64_t v)
+{
+	char	digits[20];
+	size_t	n = 0;
+
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	if (!conn_reserve(c, n + 4))
+		return;
+	memcpy(c->obuf + c->olen, "OK ", 3);
+	c->olen += 3;
+	c->produced += n + 4;
+	while (n > 0)
+		c->obuf[c->olen++] = digits[--n];
+	c->obuf[c->olen++] = '\n';
+	conn_schedule(c);
+}
+
 void
 conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 {

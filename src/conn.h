@@ -30,6 +30,7 @@ void		 conn_reply_ok(struct conn *c, const char *fmt, ...)
 		    KL_PRINTF(2, 3);
 void		 conn_reply_err(struct conn *c, enum kl_err err,
 		    const char *fmt, ...) KL_PRINTF(3, 4);
+void		 conn_reply_u64(struct conn *c, uint64_t v);
 /* "OK " + s (s is one line, no LF). */
 void		 conn_reply_ok_str(struct conn *c, const char *s);
 

@@ -16,9 +16,10 @@
 #include "util.h"
 
 static uint64_t	 splitmix64(uint64_t *);
-static uint64_t	 sip_rotl(uint64_t, int);
-static void	 sip_round(uint64_t *);
-static void	 sip_compress(uint64_t *, uint64_t);
+static inline uint64_t sip_load(const unsigned char *, size_t);
+static inline uint64_t sip_rotl(uint64_t, int);
+static inline void sip_round(uint64_t *);
+static inline void sip_compress(uint64_t *, uint64_t);
 static void	 table_resize(struct locktable *, size_t);
 
 /* Expands the 64-bit seed into the 128-bit SipHash key. */
@@ -46,13 +47,31 @@ lt_hash_init(struct locktable *lt, uint64_t seed)
 	return true;
 }
 
-static uint64_t
+/* n <= 8 bytes as a little-endian word, whatever the host's order. */
+static inline uint64_t
+sip_load(const unsigned char *p, size_t n)
+{
+	uint64_t	m = 0;
+
+	if (n == 8) {
+		memcpy(&m, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		m = __builtin_bswap64(m);
+#endif
+		return m;
+	}
+	while (n-- > 0)
+		m |= (uint64_t)p[n] << (8 * n);
+	return m;
+}
+
+static inline uint64_t
 sip_rotl(uint64_t x, int b)
 {
 	return (x << b) | (x >> (64 - b));
 }
 
-static void
+static inline void
 sip_round(uint64_t *v)
 {
 	v[0] += v[1];
@@ -71,7 +90,7 @@ sip_round(uint64_t *v)
 	v[2] = sip_rotl(v[2], 32);
 }
 
-static void
+static inline void
 sip_compress(uint64_t *v, uint64_t m)
 {
 	v[3] ^= m;
@@ -89,22 +108,15 @@ lt_key_hash(const struct locktable *lt, const char *key, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)key;
 	uint64_t	 v[4], m;
-	size_t		 i, j;
+	size_t		 i;
 
 	v[0] = lt->sipkey[0] ^ 0x736f6d6570736575ULL;
 	v[1] = lt->sipkey[1] ^ 0x646f72616e646f6dULL;
 	v[2] = lt->sipkey[0] ^ 0x6c7967656e657261ULL;
 	v[3] = lt->sipkey[1] ^ 0x7465646279746573ULL;
-	for (i = 0; i + 8 <= len; i += 8) {
-		m = 0;
-		for (j = 0; j < 8; j++)
-			m |= (uint64_t)p[i + j] << (8 * j);
-		sip_compress(v, m);
-	}
-	m = (uint64_t)len << 56;
-	for (j = 0; i + j < len; j++)
-		m |= (uint64_t)p[i + j] << (8 * j);
-	sip_compress(v, m);
+	for (i = 0; i + 8 <= len; i += 8)
+		sip_compress(v, sip_load(p + i, 8));
+	sip_compress(v, sip_load(p + i, len - i) | (uint64_t)len << 56);
 	v[2] ^= 0xff;
 	sip_round(v);
 	sip_round(v);
