@@ -100,6 +100,7 @@ keylock_free(struct keylock *kl)
 	if (kl == NULL)
 		return;
 	keylock_close(kl);
+	kli_tls_free(kl);
 	free(kl->out.data);
 	free(kl->in.data);
 	free(kl);
@@ -447,6 +448,7 @@ keylock_status_word(enum keylock_status st)
 	case KEYLOCK_ERR_PROTO:		return "PROTO";
 	case KEYLOCK_ERR_INVAL:		return "INVAL";
 	case KEYLOCK_ERR_NOMEM:		return "NOMEM";
+	case KEYLOCK_ERR_TLS:		return "TLS";
 	case KEYLOCK_PENDING:		return "PENDING";
 	default:			return "?";
 	}
@@ -472,6 +474,8 @@ keylock_strstatus(enum keylock_status st)
 		return "invalid argument";
 	case KEYLOCK_ERR_NOMEM:
 		return "out of memory";
+	case KEYLOCK_ERR_TLS:
+		return "TLS failed: files, handshake or a refused certificate";
 	case KEYLOCK_PENDING:
 		return "no reply yet";
 	default:

@@ -51,6 +51,7 @@ enum keylock_status {
 	KEYLOCK_ERR_PROTO = 103,	/* a reply that is not protocol */
 	KEYLOCK_ERR_INVAL = 104,	/* a bad argument; nothing was sent */
 	KEYLOCK_ERR_NOMEM = 105,
+	KEYLOCK_ERR_TLS = 106,		/* TLS files, handshake, refusal */
 	KEYLOCK_PENDING = 110		/* keylock_lock_recv(): no reply yet */
 };
 
@@ -62,6 +63,7 @@ enum keylock_status {
 #define KEYLOCK_TIMEOUT_DEFAULT	10000L
 #define KEYLOCK_SERVER_DEFAULT	"127.0.0.1:7711"
 #define KEYLOCK_PORT_DEFAULT	7711
+#define KEYLOCK_TLS_PORT_DEFAULT	7712	/* of "tls://host" */
 #define KEYLOCK_KEY_MAX		250	/* bytes, PROTOCOL.md, Keys */
 #define KEYLOCK_NAME_MAX	64
 
@@ -77,6 +79,19 @@ struct keylock_lock_opts {
 	uint64_t	 ttl_ms;	/* > 0: ttl=MS, the grant expires */
 };
 
+/*
+ * TLS. NULL fields fall back to $KEYLOCK_TLS_CA, $KEYLOCK_TLS_CERT and
+ * $KEYLOCK_TLS_KEY; with no CA file the system's store is trusted. The key
+ * file defaults to the certificate file.
+ */
+struct keylock_tls_opts {
+	const char	*ca_file;	/* PEM CAs for the server's cert */
+	const char	*cert_file;	/* PEM client cert, for mutual TLS */
+	const char	*key_file;
+	const char	*server_name;	/* checked name; NULL: the host given */
+	int		 insecure;	/* nonzero: no certificate check */
+};
+
 /* A handle, not connected yet; NULL when out of memory. */
 struct keylock	*keylock_new(void);
 /* Closes the connection (releasing its locks) and frees; NULL is fine. */
@@ -85,17 +100,27 @@ void		 keylock_free(struct keylock *kl);
 /*
  * Connects to server: "host:port", "host", "[v6addr]:port", "v6addr", or a
  * unix socket path (anything with a '/'). NULL or "" means $KEYLOCK_SERVER,
- * or 127.0.0.1:7711 when that is unset. Closes an earlier connection first.
- * With a secret, AUTH is sent and must succeed. The deadline covers the
- * TCP handshake and AUTH; name resolution may block longer.
+ * or 127.0.0.1:7711 when that is unset. A "tls://" prefix speaks TLS (port
+ * 7712 by default), as does every connection after keylock_set_tls().
+ * Closes an earlier connection first. With a secret, AUTH is sent and must
+ * succeed. The deadline covers the TCP and TLS handshakes and AUTH; name
+ * resolution may block longer.
  */
 enum keylock_status keylock_connect(struct keylock *kl, const char *server,
 		    const char *secret);
+/*
+ * Loads the TLS settings for the next keylock_connect(), which then always
+ * uses TLS; NULL goes back to TLS for "tls://" servers only, with the
+ * defaults. KEYLOCK_ERR_TLS when a file cannot be read or used.
+ */
+enum keylock_status keylock_set_tls(struct keylock *kl,
+		    const struct keylock_tls_opts *opts);
 /* Closes the connection (the server releases its locks); the handle stays. */
 void		 keylock_close(struct keylock *kl);
 int		 keylock_is_connected(const struct keylock *kl);
 /* The socket (non-blocking, close-on-exec), or -1. Poll it; never read,
- * write or close it. */
+ * write or close it. Under TLS it may turn readable for TLS records that
+ * carry no reply (keylock_check() says KEYLOCK_OK). */
 int		 keylock_fd(const struct keylock *kl);
 
 /*

@@ -8,6 +8,9 @@
 #ifndef KEYLOCK_INT_H
 #define KEYLOCK_INT_H
 
+#include <sys/types.h>
+#include <sys/socket.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +19,14 @@
 #define KEYLOCK_BUF_INITIAL	4096	/* most requests and replies */
 #define KEYLOCK_REPLY_MAX	(64 * 1024 * 1024)	/* INFO of a busy key */
 #define KEYLOCK_MSG_MAX		512	/* a local error text */
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL	0	/* SO_NOSIGPIPE is set instead */
+#endif
+
+struct ssl_st;			/* OpenSSL's SSL and SSL_CTX */
+struct ssl_ctx_st;
+struct bio_method_st;
 
 /* Input: data[off..len) is unread, data[scan..len) not yet searched for
  * LF. Output: data[0..len) is the request being built. */
@@ -34,6 +45,14 @@ struct keylock {
 	const char		*reply;		/* in in.data, or "" */
 	const char		*message;	/* in reply, msgbuf, or "" */
 	char			 msgbuf[KEYLOCK_MSG_MAX];
+	/* TLS, keylock_tls.c */
+	int			 tls_on;	/* keylock_set_tls(): always */
+	int			 tls_fatal;	/* failed: no close_notify */
+	int			 tls_heard;	/* a reply byte came over TLS */
+	char			*tls_name;	/* server_name, or NULL */
+	struct ssl_ctx_st	*tls_ctx;	/* NULL: made at first use */
+	struct bio_method_st	*tls_bio;	/* send(2) with MSG_NOSIGNAL */
+	struct ssl_st		*ssl;		/* NULL: not TLS */
 };
 
 int64_t		 kli_now_ms(void);
@@ -48,6 +67,15 @@ enum keylock_status kli_fail(struct keylock *kl, enum keylock_status st,
 		    const char *fmt, ...)
 		    __attribute__((__format__(__printf__, 3, 4)));
 
+/* 1: ready (or hung up), 0: the deadline passed, -1: error. */
+int		 kli_wait_fd(int fd, short events, int64_t deadline);
+/* strerror(err), thread-safe: in buf, or a constant. */
+const char	*kli_errstr(int err, char *buf, size_t len);
+/* Closes the connection and reports err as KEYLOCK_ERR_IO or _CLOSED. */
+enum keylock_status kli_fail_errno(struct keylock *kl, int err,
+		    const char *fmt, ...)
+		    __attribute__((__format__(__printf__, 3, 4)));
+
 enum keylock_status kli_connect(struct keylock *kl, const char *server);
 /* Before a request: connected, nothing in flight, the last reply gone. */
 enum keylock_status kli_begin(struct keylock *kl);
@@ -56,5 +84,20 @@ enum keylock_status kli_send(struct keylock *kl, int64_t deadline);
 /* Reads one reply line into kl->reply; KEYLOCK_PENDING when deadline
  * passes first (the connection stays open). */
 enum keylock_status kli_recv(struct keylock *kl, int64_t deadline);
+
+/*
+ * TLS over kl->fd once it is connected: the handshake by deadline, then
+ * reads and writes that return as recv(2) and send(2) do (EAGAIN: poll
+ * for *events) or -2 when a TLS failure was reported and closed.
+ */
+enum keylock_status kli_tls_start(struct keylock *kl, const char *server,
+		    const char *host, int64_t deadline);
+ssize_t		 kli_tls_read(struct keylock *kl, void *buf, size_t len,
+		    short *events);
+ssize_t		 kli_tls_write(struct keylock *kl, const void *buf,
+		    size_t len, short *events);
+size_t		 kli_tls_pending(const struct keylock *kl);
+void		 kli_tls_close(struct keylock *kl);
+void		 kli_tls_free(struct keylock *kl);
 
 #endif /* KEYLOCK_INT_H */

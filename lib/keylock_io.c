@@ -5,7 +5,8 @@
  * sending a request and reading one reply line with poll(2). The socket is
  * non-blocking so that no call can outlive its deadline, close-on-exec so
  * that a child never holds a lock by accident, and written with
- * MSG_NOSIGNAL so that a closed server gives an error, not SIGPIPE.
+ * MSG_NOSIGNAL so that a closed server gives an error, not SIGPIPE. Under
+ * TLS the bytes go through keylock_tls.c instead of recv and send.
  */
 #include <sys/types.h>
 #include <sys/socket.h>
@@ -28,10 +29,6 @@
 #include "keylock.h"
 #include "keylock_int.h"
 
-#ifndef MSG_NOSIGNAL
-#define MSG_NOSIGNAL	0	/* SO_NOSIGPIPE is set instead */
-#endif
-
 /* A dead server host is noticed within about idle + interval * count
  * seconds, even while the connection is only holding locks. */
 #define KEYLOCK_KEEPALIVE_IDLE		30
@@ -39,6 +36,7 @@
 #define KEYLOCK_KEEPALIVE_COUNT		3
 #define KEYLOCK_RETRY_MS		10	/* unix backlog full: retry */
 #define KEYLOCK_HOST_MAX		256
+#define KEYLOCK_TLS_PREFIX		"tls://"
 
 struct server_addr {
 	int	 is_unix;
@@ -47,7 +45,7 @@ struct server_addr {
 };
 
 static enum keylock_status	 addr_parse(struct keylock *, const char *,
-				    struct server_addr *);
+				    int, struct server_addr *);
 static enum keylock_status	 connect_unix(struct keylock *, const char *,
 				    const struct server_addr *, int64_t);
 static enum keylock_status	 connect_tcp(struct keylock *, const char *,
@@ -56,12 +54,8 @@ static int			 connect_one(int, const struct sockaddr *,
 				    socklen_t, int64_t);
 static int			 socket_new(int);
 static void			 socket_tune_tcp(int);
-static int			 wait_fd(int, short, int64_t);
-static enum keylock_status	 fail_errno(struct keylock *, int,
-				    const char *, ...)
-				    __attribute__((__format__(__printf__, 3,
-				    4)));
-static const char		*errstr(int, char *, size_t);
+static ssize_t			 io_read(struct keylock *, void *, size_t,
+				    short *);
 
 int64_t
 kli_now_ms(void)
@@ -131,6 +125,7 @@ kli_connect(struct keylock *kl, const char *server)
 	struct server_addr	a;
 	enum keylock_status	st;
 	int64_t			deadline;
+	int			tls;
 
 	keylock_close(kl);
 	kl->reply = "";
@@ -139,12 +134,19 @@ kli_connect(struct keylock *kl, const char *server)
 		server = getenv("KEYLOCK_SERVER");
 	if (server == NULL || *server == '\0')
 		server = KEYLOCK_SERVER_DEFAULT;
-	if ((st = addr_parse(kl, server, &a)) != KEYLOCK_OK)
+	tls = kl->tls_on;
+	if (strncmp(server, KEYLOCK_TLS_PREFIX,
+	    strlen(KEYLOCK_TLS_PREFIX)) == 0)
+		tls = 1;
+	if ((st = addr_parse(kl, server, tls, &a)) != KEYLOCK_OK)
 		return st;
 	deadline = kli_deadline(kl, kli_now_ms());
 	if (a.is_unix)
 		return connect_unix(kl, server, &a, deadline);
-	return connect_tcp(kl, server, &a, deadline);
+	if ((st = connect_tcp(kl, server, &a, deadline)) != KEYLOCK_OK ||
+	    !tls)
+		return st;
+	return kli_tls_start(kl, server, a.host, deadline);
 }
 
 void
@@ -152,6 +154,8 @@ keylock_close(struct keylock *kl)
 {
 	/* The last reply (kl->reply, kl->message) stays readable: the
 	 * buffer is only reused by the next request. */
+	if (kl->ssl != NULL)
+		kli_tls_close(kl);
 	if (kl->fd != -1)
 		close(kl->fd);
 	kl->fd = -1;
@@ -183,21 +187,28 @@ kli_send(struct keylock *kl, int64_t deadline)
 {
 	size_t	off = 0;
 	ssize_t	n;
+	short	events = POLLOUT;
 	int	r;
 
 	while (off < kl->out.len) {
-		n = send(kl->fd, kl->out.data + off, kl->out.len - off,
-		    MSG_NOSIGNAL);
+		if (kl->ssl != NULL)
+			n = kli_tls_write(kl, kl->out.data + off,
+			    kl->out.len - off, &events);
+		else
+			n = send(kl->fd, kl->out.data + off,
+			    kl->out.len - off, MSG_NOSIGNAL);
 		if (n >= 0) {
 			off += (size_t)n;
 			continue;
 		}
+		if (n == -2)
+			return kl->last;
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return fail_errno(kl, errno, "send");
-		if ((r = wait_fd(kl->fd, POLLOUT, deadline)) == -1)
-			return fail_errno(kl, errno, "poll");
+			return kli_fail_errno(kl, errno, "send");
+		if ((r = kli_wait_fd(kl->fd, events, deadline)) == -1)
+			return kli_fail_errno(kl, errno, "poll");
 		if (r == 0) {
 			keylock_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "could not "
@@ -213,6 +224,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 	struct keylock_buf	*b = &kl->in;
 	char			*nl;
 	ssize_t			 n;
+	short			 events;
 	int			 r;
 
 	for (;;) {
@@ -243,7 +255,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 			return kli_fail(kl, KEYLOCK_ERR_NOMEM, "out of memory "
 			    "for a reply of %zu bytes", b->len);
 		}
-		n = recv(kl->fd, b->data + b->len, b->cap - b->len, 0);
+		n = io_read(kl, b->data + b->len, b->cap - b->len, &events);
 		if (n > 0) {
 			b->len += (size_t)n;
 			continue;
@@ -253,12 +265,14 @@ kli_recv(struct keylock *kl, int64_t deadline)
 			return kli_fail(kl, KEYLOCK_ERR_CLOSED, "the server "
 			    "closed the connection");
 		}
+		if (n == -2)
+			return kl->last;
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return fail_errno(kl, errno, "recv");
-		if ((r = wait_fd(kl->fd, POLLIN, deadline)) == -1)
-			return fail_errno(kl, errno, "poll");
+			return kli_fail_errno(kl, errno, "recv");
+		if ((r = kli_wait_fd(kl->fd, events, deadline)) == -1)
+			return kli_fail_errno(kl, errno, "poll");
 		if (r == 0)
 			return kli_status(kl, KEYLOCK_PENDING);
 	}
@@ -269,6 +283,7 @@ keylock_check(struct keylock *kl)
 {
 	char	buf[256];
 	ssize_t	n;
+	short	events;
 
 	if (kl->fd == -1)
 		return kli_fail(kl, KEYLOCK_ERR_CLOSED, "not connected");
@@ -276,8 +291,10 @@ keylock_check(struct keylock *kl)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a LOCK is in flight: "
 		    "use keylock_lock_recv()");
 	for (;;) {
-		if (kl->in.off < kl->in.len ||
-		    (n = recv(kl->fd, buf, sizeof(buf), 0)) > 0) {
+		/* Under TLS, reading may only take records that hold no
+		 * data (session tickets): that is still "nothing". */
+		if (kl->in.off < kl->in.len || kli_tls_pending(kl) > 0 ||
+		    (n = io_read(kl, buf, sizeof(buf), &events)) > 0) {
 			keylock_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_PROTO, "the server "
 			    "sent bytes nobody asked for; connection closed");
@@ -287,28 +304,50 @@ keylock_check(struct keylock *kl)
 			return kli_fail(kl, KEYLOCK_ERR_CLOSED, "the server "
 			    "closed the connection");
 		}
+		if (n == -2)
+			return kl->last;
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return kli_status(kl, KEYLOCK_OK);
-		return fail_errno(kl, errno, "recv");
+		return kli_fail_errno(kl, errno, "recv");
 	}
 }
 
+/* recv(2), or the TLS layer's read: > 0, 0 at EOF, -1 with errno (EAGAIN:
+ * poll for *events), -2 after a TLS failure was reported. */
+static ssize_t
+io_read(struct keylock *kl, void *buf, size_t len, short *events)
+{
+	if (kl->ssl != NULL)
+		return kli_tls_read(kl, buf, len, events);
+	*events = POLLIN;
+	return recv(kl->fd, buf, len, 0);
+}
+
 /*
- * server: a path (has a '/'), "[v6]:port", "[v6]", "host:port", "host",
- * or a bare IPv6 address (two or more ':', no port).
+ * server: an optional "tls://", then a path (has a '/'), "[v6]:port",
+ * "[v6]", "host:port", "host", or a bare IPv6 address (two or more ':', no
+ * port). TLS has its own default port, and no unix sockets.
  */
 static enum keylock_status
-addr_parse(struct keylock *kl, const char *server, struct server_addr *a)
+addr_parse(struct keylock *kl, const char *server, int tls,
+    struct server_addr *a)
 {
 	struct sockaddr_un	 sun;
-	const char		*host = server, *port = NULL, *end, *colon;
+	const char		*host, *port = NULL, *end, *colon;
 	size_t			 hostlen;
 	char			*endp;
 	unsigned long		 p;
 
 	memset(a, 0, sizeof(*a));
+	if (strncmp(server, KEYLOCK_TLS_PREFIX,
+	    strlen(KEYLOCK_TLS_PREFIX)) == 0)
+		server += strlen(KEYLOCK_TLS_PREFIX);
+	host = server;
+	if (strchr(server, '/') != NULL && tls)
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, "%s: TLS needs a TCP "
+		    "server, not a unix socket", server);
 	if (strchr(server, '/') != NULL) {
 		if (strlen(server) >= sizeof(sun.sun_path) ||
 		    strlen(server) >= sizeof(a->host))
@@ -337,7 +376,8 @@ addr_parse(struct keylock *kl, const char *server, struct server_addr *a)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "%s: bad host", server);
 	memcpy(a->host, host, hostlen);
 	if (port == NULL) {
-		snprintf(a->port, sizeof(a->port), "%d", KEYLOCK_PORT_DEFAULT);
+		snprintf(a->port, sizeof(a->port), "%d", tls ?
+		    KEYLOCK_TLS_PORT_DEFAULT : KEYLOCK_PORT_DEFAULT);
 		return KEYLOCK_OK;
 	}
 	errno = 0;
@@ -360,7 +400,7 @@ connect_unix(struct keylock *kl, const char *server,
 	sun.sun_family = AF_UNIX;
 	strcpy(sun.sun_path, a->host);
 	if ((fd = socket_new(AF_UNIX)) == -1)
-		return fail_errno(kl, errno, "socket");
+		return kli_fail_errno(kl, errno, "socket");
 	for (;;) {
 		err = connect_one(fd, (struct sockaddr *)&sun, sizeof(sun),
 		    deadline);
@@ -376,7 +416,7 @@ connect_unix(struct keylock *kl, const char *server,
 		if (err == ETIMEDOUT)
 			return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "connect %s: "
 			    "timed out", server);
-		return fail_errno(kl, err, "connect %s", server);
+		return kli_fail_errno(kl, err, "connect %s", server);
 	}
 	kl->fd = fd;
 	return kli_status(kl, KEYLOCK_OK);
@@ -417,7 +457,7 @@ connect_tcp(struct keylock *kl, const char *server,
 	if (err == ETIMEDOUT)
 		return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "connect %s: timed "
 		    "out", server);
-	return fail_errno(kl, err, "connect %s", server);
+	return kli_fail_errno(kl, err, "connect %s", server);
 }
 
 /* Returns 0 or an errno value; ETIMEDOUT when the deadline passed. */
@@ -432,7 +472,7 @@ connect_one(int fd, const struct sockaddr *sa, socklen_t len,
 		return 0;
 	if (errno != EINPROGRESS && errno != EINTR)
 		return errno;
-	if ((r = wait_fd(fd, POLLOUT, deadline)) == -1)
+	if ((r = kli_wait_fd(fd, POLLOUT, deadline)) == -1)
 		return errno;
 	if (r == 0)
 		return ETIMEDOUT;
@@ -487,9 +527,8 @@ socket_tune_tcp(int fd)
 #endif
 }
 
-/* 1: ready (or hung up), 0: the deadline passed, -1: error. */
-static int
-wait_fd(int fd, short events, int64_t deadline)
+int
+kli_wait_fd(int fd, short events, int64_t deadline)
 {
 	struct pollfd	pfd = { .fd = fd, .events = events };
 	int64_t		left;
@@ -514,9 +553,9 @@ wait_fd(int fd, short events, int64_t deadline)
 	}
 }
 
-/* Closes the connection (its state is unknown) and reports err. */
-static enum keylock_status
-fail_errno(struct keylock *kl, int err, const char *fmt, ...)
+/* The connection's state is unknown: it is closed. */
+enum keylock_status
+kli_fail_errno(struct keylock *kl, int err, const char *fmt, ...)
 {
 	char	what[KEYLOCK_MSG_MAX / 2], ebuf[128];
 	va_list	ap;
@@ -526,7 +565,8 @@ fail_errno(struct keylock *kl, int err, const char *fmt, ...)
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	kli_fail(kl, err == ECONNRESET || err == EPIPE ? KEYLOCK_ERR_CLOSED :
-	    KEYLOCK_ERR_IO, "%s: %s", what, errstr(err, ebuf, sizeof(ebuf)));
+	    KEYLOCK_ERR_IO, "%s: %s", what, kli_errstr(err, ebuf,
+	    sizeof(ebuf)));
 	errno = err;
 	return kl->last;
 }
@@ -546,8 +586,8 @@ errstr_xsi(int r, char *buf)
 	return r == 0 ? buf : "unknown error";
 }
 
-static const char *
-errstr(int err, char *buf, size_t len)
+const char *
+kli_errstr(int err, char *buf, size_t len)
 {
 	return _Generic(strerror_r(err, buf, len),
 	    char *: errstr_gnu,

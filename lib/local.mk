@@ -1,15 +1,17 @@
 # libkeylock, the C client of keylockd (libkeylock(3)): a shared library,
-# its header and keylock.pc. It links libc and jansson only, not libevent.
+# its header and keylock.pc. It links libc, jansson and OpenSSL (TLS), not
+# libevent.
 # Only keylock_* symbols are exported.
 lib_LTLIBRARIES += lib/libkeylock.la
 lib_libkeylock_la_SOURCES = \
 	lib/keylock.c lib/keylock.h \
-	lib/keylock_io.c lib/keylock_int.h
+	lib/keylock_io.c lib/keylock_int.h \
+	lib/keylock_tls.c
 lib_libkeylock_la_CPPFLAGS = -I$(top_srcdir)/lib
-lib_libkeylock_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
-lib_libkeylock_la_LIBADD = $(JANSSON_LIBS)
+lib_libkeylock_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(OPENSSL_CFLAGS)
+lib_libkeylock_la_LIBADD = $(JANSSON_LIBS) $(OPENSSL_LIBS)
 # current:revision:age, libtool's rules: bump on every interface change.
-lib_libkeylock_la_LDFLAGS = $(AM_LDFLAGS) -version-info 0:0:0 \
+lib_libkeylock_la_LDFLAGS = $(AM_LDFLAGS) -version-info 1:0:1 \
 	-no-undefined -export-symbols-regex '^keylock_'
 include_HEADERS += lib/keylock.h
 

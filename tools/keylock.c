@@ -30,7 +30,10 @@ enum {
 	OPT_AUTH_FILE,
 	OPT_MAX_WAITERS,
 	OPT_CONNECT_TIMEOUT,
-	OPT_GRACE
+	OPT_GRACE,
+	OPT_TLS_CA,
+	OPT_TLS_CERT,
+	OPT_TLS_KEY
 };
 
 static const struct option long_options[] = {
@@ -47,6 +50,9 @@ static const struct option long_options[] = {
 	{ "name",		required_argument,	NULL, OPT_NAME },
 	{ "server",		required_argument,	NULL, 'S' },
 	{ "auth-file",		required_argument,	NULL, OPT_AUTH_FILE },
+	{ "tls-ca",		required_argument,	NULL, OPT_TLS_CA },
+	{ "tls-cert",		required_argument,	NULL, OPT_TLS_CERT },
+	{ "tls-key",		required_argument,	NULL, OPT_TLS_KEY },
 	{ "connect-timeout",	required_argument,	NULL,
 	    OPT_CONNECT_TIMEOUT },
 	{ "grace",		required_argument,	NULL, OPT_GRACE },
@@ -169,6 +175,18 @@ parse_options(struct cli *cli, int argc, char **argv)
 		case OPT_AUTH_FILE:
 			cli->auth_file = *optarg != '\0' ? optarg : NULL;
 			break;
+		case OPT_TLS_CA:
+			cli->tls.ca_file = optarg;
+			cli->tls_set = 1;
+			break;
+		case OPT_TLS_CERT:
+			cli->tls.cert_file = optarg;
+			cli->tls_set = 1;
+			break;
+		case OPT_TLS_KEY:
+			cli->tls.key_file = optarg;
+			cli->tls_set = 1;
+			break;
 		case OPT_CONNECT_TIMEOUT:
 			if ((cli->connect_ms = cli_parse_seconds(optarg)) <= 0)
 				cli_usage_error("--connect-timeout %s: want "
@@ -286,6 +304,13 @@ cli_connect(const struct cli *cli, int name_it)
 		exit(CLI_EXIT_OSERR);
 	}
 	keylock_set_timeout(kl, cli->connect_ms);
+	if (cli->tls_set && (st = keylock_set_tls(kl, &cli->tls)) !=
+	    KEYLOCK_OK) {
+		cli_warnx("%s", keylock_message(kl));
+		exit(st == KEYLOCK_ERR_NOMEM ? CLI_EXIT_OSERR :
+		    st == KEYLOCK_ERR_INVAL ? CLI_EXIT_USAGE :
+		    CLI_EXIT_NOINPUT);
+	}
 	if ((st = keylock_connect(kl, cli->server, cli->secret)) !=
 	    KEYLOCK_OK)
 		exit(cli_fail(cli, kl, st));
@@ -334,6 +359,7 @@ cli_exit_code(const struct cli *cli, enum keylock_status st)
 	case KEYLOCK_ERR_BUSY:
 		return cli->conflict_code;
 	case KEYLOCK_ERR_AUTH:
+	case KEYLOCK_ERR_TLS:
 		return CLI_EXIT_AUTH;
 	case KEYLOCK_ERR_SHUTDOWN:
 	case KEYLOCK_ERR_IO:
@@ -444,9 +470,13 @@ usage(void)
 "                           lost if keylock stops refreshing it\n"
 "      --max-waiters N      fail at once if N requests already wait\n"
 "      --name LABEL         name shown in INFO (default keylock:HOST:PID)\n"
-"  -S, --server SERVER      host:port, [v6]:port or a socket path\n"
+"  -S, --server SERVER      host:port, [v6]:port, a socket path, or\n"
+"                           tls://host[:port] (TLS, port 7712)\n"
 "                           (default $KEYLOCK_SERVER, or 127.0.0.1:7711)\n"
 "      --auth-file FILE     AUTH with the first line of FILE\n"
+"      --tls-ca FILE        trust the CAs in FILE for the server (TLS)\n"
+"      --tls-cert FILE      client certificate for mutual TLS\n"
+"      --tls-key FILE       its private key (default: in --tls-cert)\n"
 "      --connect-timeout SECONDS  (default 5)\n"
 "      --grace SECONDS      lock lost: SIGTERM, then SIGKILL after\n"
 "                           SECONDS (default 5)\n"
@@ -455,7 +485,8 @@ usage(void)
 "  -h, --help, -V, --version\n"
 "\n"
 "Exit status: the command's; 1 (or -E) not acquired; 64 usage;\n"
-"65 refused by the server; 66 auth file unreadable; 69 server\n"
+"65 refused by the server; 66 auth or TLS file unusable; 69 server\n"
 "unavailable; 75 lock lost while the command ran; 76 protocol error;\n"
-"77 AUTH refused; 126/127 command not runnable/not found. See keylock(1).\n");
+"77 AUTH or TLS refused; 126/127 command not runnable/not found.\n"
+"See keylock(1).\n");
 }

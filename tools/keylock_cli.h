@@ -18,12 +18,12 @@
 #define CLI_EXIT_NOTACQUIRED	1	/* -E default, as flock(1) */
 #define CLI_EXIT_USAGE		64	/* EX_USAGE: bad command line */
 #define CLI_EXIT_REFUSED	65	/* EX_DATAERR: the server said no */
-#define CLI_EXIT_NOINPUT	66	/* EX_NOINPUT: --auth-file unreadable */
+#define CLI_EXIT_NOINPUT	66	/* EX_NOINPUT: --auth-file, --tls-* */
 #define CLI_EXIT_UNAVAILABLE	69	/* EX_UNAVAILABLE: no server */
 #define CLI_EXIT_OSERR		71	/* EX_OSERR: fork, pipe, ... */
 #define CLI_EXIT_LOST		75	/* EX_TEMPFAIL: lock lost mid-command */
 #define CLI_EXIT_PROTOCOL	76	/* EX_PROTOCOL: not keylockd */
-#define CLI_EXIT_AUTH		77	/* EX_NOPERM: AUTH refused */
+#define CLI_EXIT_AUTH		77	/* EX_NOPERM: AUTH or TLS refused */
 #define CLI_EXIT_CANNOT_EXEC	126	/* as sh(1) and env(1) */
 #define CLI_EXIT_NOT_FOUND	127
 
@@ -39,6 +39,8 @@ struct cli {
 	const char	*auth_file;
 	const char	*name;		/* NULL: keylock:HOST:PID */
 	char		*secret;
+	struct keylock_tls_opts tls;	/* used if tls_set */
+	int		 tls_set;	/* a --tls-* option was given */
 	long		 wait_ms;	/* -w; KEYLOCK_WAIT_FOREVER if not */
 	long		 connect_ms;
 	long		 grace_ms;

@@ -35,6 +35,7 @@ CLI_TESTS = \
 	tests/cli/lease.sh \
 	tests/cli/subcommands.sh \
 	tests/cli/auth.sh \
+	tests/cli/tls.sh \
 	tests/cli/examples.sh
 TESTS += tests/cli/check_libkeylock $(CLI_TESTS)
 EXTRA_DIST += $(CLI_TESTS) tests/cli/lib.sh \

@@ -1060,6 +1060,74 @@ START_TEST(raw_request_and_quit)
 }
 END_TEST
 
+/* tls: the handshake against the real thing is tests/cli/tls.sh */
+
+START_TEST(tls_files_are_checked_when_set)
+{
+	struct keylock_tls_opts	 o = { .ca_file = "/nonexistent/ca.pem" };
+	struct keylock		*kl = keylock_new();
+
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_ERR_TLS);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl),
+	    "/nonexistent/ca.pem"));
+	o.ca_file = NULL;
+	o.key_file = "key.pem";
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_set_tls(kl, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, d.tcp, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_prefix_takes_no_unix_socket)
+{
+	struct keylock	*kl = keylock_new();
+	char		 server[160];
+
+	snprintf(server, sizeof(server), "tls://%s", d.sock);
+	ck_assert_st(kl, keylock_connect(kl, server, NULL),
+	    KEYLOCK_ERR_INVAL);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "unix socket"));
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_to_a_plain_server_fails_in_the_handshake)
+{
+	struct keylock_tls_opts	 o = { .insecure = 1 };
+	struct keylock		*kl = keylock_new();
+
+	keylock_set_timeout(kl, 5000);
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, d.tcp, NULL), KEYLOCK_ERR_TLS);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "TLS handshake"));
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_handshake_is_bounded_by_the_connect_deadline)
+{
+	struct keylock	*kl = keylock_new();
+	char		 server[40], tls[48];
+	int		 lfd = fake_listen(server, sizeof(server));
+	int64_t		 t0;
+
+	/* Accepted by the kernel, never answered. */
+	snprintf(tls, sizeof(tls), "tls://%s", server);
+	keylock_set_timeout(kl, 300);
+	t0 = now_ms();
+	ck_assert_st(kl, keylock_connect(kl, tls, NULL),
+	    KEYLOCK_ERR_DEADLINE);
+	ck_assert_window(250, 2000, now_ms() - t0);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	keylock_free(kl);
+	close(lfd);
+}
+END_TEST
+
 START_TEST(every_status_has_a_word_and_a_text)
 {
 	static const enum keylock_status all[] = { KEYLOCK_OK,
@@ -1069,7 +1137,8 @@ START_TEST(every_status_has_a_word_and_a_text)
 	    KEYLOCK_ERR_CONFLICT, KEYLOCK_ERR_LIMIT, KEYLOCK_ERR_AUTH,
 	    KEYLOCK_ERR_SHUTDOWN, KEYLOCK_ERR_UNKNOWN, KEYLOCK_ERR_IO,
 	    KEYLOCK_ERR_CLOSED, KEYLOCK_ERR_DEADLINE, KEYLOCK_ERR_PROTO,
-	    KEYLOCK_ERR_INVAL, KEYLOCK_ERR_NOMEM, KEYLOCK_PENDING };
+	    KEYLOCK_ERR_INVAL, KEYLOCK_ERR_NOMEM, KEYLOCK_ERR_TLS,
+	    KEYLOCK_PENDING };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		ck_assert_str_ne(keylock_status_word(all[i]), "?");
@@ -1146,6 +1215,15 @@ libkeylock_suite(void)
 	tcase_add_test(tc, info_json_lists_holders_then_waiters_in_order);
 	tcase_add_test(tc, raw_request_and_quit);
 	tcase_add_test(tc, every_status_has_a_word_and_a_text);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("tls");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, T_CASE_S);
+	tcase_add_test(tc, tls_files_are_checked_when_set);
+	tcase_add_test(tc, tls_prefix_takes_no_unix_socket);
+	tcase_add_test(tc, tls_to_a_plain_server_fails_in_the_handshake);
+	tcase_add_test(tc, tls_handshake_is_bounded_by_the_connect_deadline);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -70,7 +70,7 @@ daemon_start() {
 	DPID=$!
 	wait_for "grep -qx '[0-9][0-9]*' '$TMP/port' 2>/dev/null" "$READY_S" ||
 	    fail "keylockd not ready within $READY_S s"
-	PORT=$(cat "$TMP/port")
+	PORT=$(head -n 1 "$TMP/port")
 	KEYLOCK_SERVER=127.0.0.1:$PORT
 	export KEYLOCK_SERVER
 }

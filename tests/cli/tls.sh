@@ -1,0 +1,118 @@
+#!/bin/sh
+# TLS: keylock over the daemon's TLS listener, checking the server's
+# certificate (IP address and DNS name) and presenting a client certificate
+# for mutual TLS. An untrusted server exits 77 before anything is sent; a
+# foreign or missing client certificate is refused and nothing runs.
+. "$(dirname "$0")/lib.sh"
+command -v openssl >/dev/null || {
+	echo "$TEST: SKIP: openssl not installed" >&2
+	exit 77
+}
+
+cd "$TMP" || exit 1
+mkcert() {	# name, CN, signing CA or "" for a self-signed CA, [extfile]
+	if [ -z "$3" ]; then
+		openssl req -x509 -newkey ec -pkeyopt \
+		    ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
+		    -out "$1.pem" -days 2 -subj "/CN=$2" 2>/dev/null
+	else
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+		    -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$2" \
+		    2>/dev/null &&
+		openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" \
+		    -CAcreateserial -out "$1.pem" -days 2 \
+		    ${4:+-extfile "$4"} 2>/dev/null
+	fi || fail "cannot make certificate $1"
+}
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >srv.ext
+mkcert ca testca ""
+mkcert srv localhost ca srv.ext
+mkcert cli client ca
+mkcert other other ""
+mkcert rogue client other
+
+daemon_start --tls-port 0 --tls-cert srv.pem --tls-key srv.key \
+    --tls-client-ca ca.pem
+wait_for "grep -q '^tls [0-9][0-9]*$' port" "$READY_S" ||
+    fail "no TLS listener in the port file"
+TLS=$(awk '/^tls /{print $2}' port)
+S=tls://127.0.0.1:$TLS
+set -- --tls-ca ca.pem --tls-cert cli.pem --tls-key cli.key
+
+out=$(bounded 20 "$KEYLOCK" -S "$S" "$@" ping)
+expect_status 0 $? "ping over TLS"
+case $out in "PONG from $S in "*" ms") ;;
+*) fail "ping over TLS printed \"$out\"" ;; esac
+KEYLOCK_TLS_CA=ca.pem KEYLOCK_TLS_CERT=cli.pem KEYLOCK_TLS_KEY=cli.key \
+    bounded 20 "$KEYLOCK" -S "tls://localhost:$TLS" ping >/dev/null
+expect_status 0 $? "ping to a DNS name, files from the environment"
+pass "ping over TLS, by IP address and by DNS name"
+
+# The grant is the daemon's, whatever the transport: plain INFO sees it.
+bounded 20 "$KEYLOCK" -S "$S" "$@" --name tls-holder t:1 -c \
+    "'$KEYLOCK' info t:1 --json >info.out" 2>err
+expect_status 0 $? "a command under a lock taken over TLS"
+expect_grep '"holders":\[{[^]]*"name":"tls-holder"' info.out \
+    "the TLS holder in plain INFO"
+"$KEYLOCK" info t:1 --json >info.out
+expect_grep '"holders":\[\]' info.out "released after the command"
+pass "a lock over TLS runs the command, plain TCP sees the holder"
+
+bounded 20 "$KEYLOCK" -S "$S" --tls-ca other.pem --tls-cert cli.pem \
+    --tls-key cli.key k -- touch ran 2>err
+expect_status 77 $? "a server signed by an unknown CA"
+expect_grep "TLS handshake with $S: server certificate not trusted" \
+    err "the message"
+bounded 20 "$KEYLOCK" -S "$S" --tls-ca srv.pem ping 2>err
+expect_status 77 $? "a server that is not its own CA"
+pass "an untrusted server: exit 77, \"$(cat err)\""
+
+# TLS 1.3 refuses the client after its handshake ends: the refusal (an
+# alert, or a reset that overtakes it) comes with the first request, and
+# is TLS (77) either way.
+for cert in rogue none; do
+	if [ $cert = none ]; then
+		bounded 20 "$KEYLOCK" -S "$S" --tls-ca ca.pem k -- touch ran \
+		    2>err
+	else
+		bounded 20 "$KEYLOCK" -S "$S" --tls-ca ca.pem \
+		    --tls-cert $cert.pem --tls-key $cert.key k -- touch ran \
+		    2>err
+	fi
+	rc=$?
+	[ $rc -eq 77 ] ||
+	    fail "client certificate $cert: exit $rc, want 77"
+	expect_grep "TLS" err "client certificate $cert: the message"
+	[ ! -e ran ] || fail "client certificate $cert: the command ran"
+done
+pass "a foreign or missing client certificate: refused, nothing run"
+
+bounded 20 "$KEYLOCK" -S "$S" --tls-ca missing.pem ping 2>err
+expect_status 66 $? "an unreadable CA file"
+expect_grep "missing.pem" err "the message"
+bounded 20 "$KEYLOCK" -S "$S" --tls-ca ca.pem --tls-cert cli.pem \
+    --tls-key rogue.key ping 2>err
+expect_status 66 $? "a key that does not match the certificate"
+bounded 20 "$KEYLOCK" -S "$S" --tls-key cli.key ping 2>/dev/null
+expect_status 64 $? "a key without a certificate"
+bounded 20 "$KEYLOCK" -S "tls://$TMP/sock" ping 2>/dev/null
+expect_status 64 $? "TLS to a unix socket"
+bounded 20 "$KEYLOCK" --connect-timeout 1 -S "tls://127.0.0.1:$PORT" "$@" \
+    ping 2>/dev/null
+rc=$?
+[ $rc -ne 0 ] || fail "TLS to the plain port succeeded"
+pass "bad TLS files: 66; a key alone or a unix socket: 64"
+
+# A TLS holder notices the daemon's death as a plain one does (the poll
+# loop under TLS: keylock_check() through the TLS layer).
+"$KEYLOCK" -S "$S" "$@" --grace 1 t:loss -c \
+    "touch held; while :; do sleep 0.05; done" 2>err &
+holder=$!
+BGPIDS="$BGPIDS $holder"
+wait_for "[ -e held ]" 10 || fail "the TLS holder never ran its command"
+sleep 0.3	# long enough for idle TLS records (session tickets) to land
+kill -0 $holder 2>/dev/null || fail "the TLS holder quit while holding"
+daemon_kill
+wait_exit $holder 10
+expect_status 75 $? "the TLS holder after the daemon died"
+pass "daemon killed under a TLS holder: exit 75"
