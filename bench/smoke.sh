@@ -1,0 +1,88 @@
+#!/bin/sh
+# keylock-bench smoke test, run by make check: one second of lock-unlock
+# cycles against a private keylockd, then the --json output must parse and
+# report cycles. No timing is asserted here; bench/compare.sh judges speed.
+# make check exports KEYLOCKD; KEYLOCK_BENCH defaults to the build tree's.
+set -u
+
+TEST=smoke
+if [ -z "${KEYLOCKD:-}" ]; then
+	echo "$TEST: SKIP: KEYLOCKD must name the daemon (make check sets it)" >&2
+	exit 77
+fi
+BENCH=${KEYLOCK_BENCH:-$(dirname "$KEYLOCKD")/../tools/keylock-bench}
+if [ ! -x "$BENCH" ]; then
+	echo "$TEST: SKIP: no keylock-bench at $BENCH" >&2
+	exit 77
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylock-bench-smoke.XXXXXX") || exit 1
+DPID=
+READY_S=10		# daemon readiness deadline, seconds
+
+cleanup() {
+	status=$?
+	trap - EXIT INT TERM HUP
+	if [ -n "$DPID" ]; then
+		kill -TERM "$DPID" 2>/dev/null
+		wait "$DPID" 2>/dev/null
+	fi
+	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
+		for f in daemon.log bench.json bench.err; do
+			[ -s "$TMP/$f" ] || continue
+			echo "--- $TEST: $f" >&2
+			tail -n 30 "$TMP/$f" >&2
+		done
+	fi
+	rm -rf "$TMP"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+fail() {
+	echo "FAIL: $TEST: $*" >&2
+	exit 1
+}
+
+# Reads the JSON document on stdin and prints its "cycles" member: with jq,
+# python3 or perl's JSON::PP, whichever is here (perl is on every Debian
+# machine that has build-essential).
+json_cycles() {
+	if command -v jq >/dev/null 2>&1; then
+		jq -e '.cycles' 2>/dev/null
+	elif command -v python3 >/dev/null 2>&1; then
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["cycles"])' \
+		    2>/dev/null
+	elif perl -MJSON::PP -e 1 2>/dev/null; then
+		perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>);
+		    exists $j->{cycles} or exit 1; print "$j->{cycles}\n"'
+	else
+		echo "$TEST: SKIP: no JSON parser (jq, python3, perl)" >&2
+		exit 77
+	fi
+}
+
+"$KEYLOCKD" --bind 127.0.0.1 --port 0 --port-file "$TMP/port" --unix '' \
+    --state-dir "$TMP" >"$TMP/daemon.log" 2>&1 &
+DPID=$!
+deadline=$(($(date +%s) + READY_S))
+until grep -qx '[0-9][0-9]*' "$TMP/port" 2>/dev/null; do
+	kill -0 "$DPID" 2>/dev/null || fail "keylockd exited at start"
+	[ "$(date +%s)" -le "$deadline" ] ||
+	    fail "keylockd not ready within $READY_S s"
+	sleep 0.05
+done
+PORT=$(cat "$TMP/port")
+
+"$BENCH" -S "127.0.0.1:$PORT" -c 4 -P 4 -t 1 --no-progress --json \
+    >"$TMP/bench.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench exited with status $?"
+cycles=$(json_cycles <"$TMP/bench.json") ||
+    fail "the --json output does not parse or has no cycles"
+case $cycles in
+'' | *[!0-9]* | 0)
+	fail "cycles is '$cycles', not a positive whole number"
+	;;
+esac
+echo "ok: $TEST: $cycles lock-unlock cycles in about a second"

@@ -1,0 +1,669 @@
+/*
+ * keylock-bench: a load generator for keylockd. SPDX-License-Identifier: MIT
+ *
+ * One client connection: a non-blocking socket watched by two raw events,
+ * requests encoded into one output buffer and written with one send() per
+ * batch, replies read with one recv() per readable event into a shared
+ * scratch buffer and matched, in order, with the requests in flight. It
+ * speaks keylockd's line protocol and Redis's RESP; what to send next is
+ * the workload's business (keylock-bench-work.c).
+ */
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "keylock-bench.h"
+
+#define BCONN_BUF_MIN	256
+#define BCONN_READ_MIN	16384		/* room for one recv() into ibuf */
+#define BCONN_INPUT_MAX	(16 * 1024 * 1024)	/* longest reply kept */
+#define BCONN_QUEUE_MIN	8
+#define BCONN_RESP_DEPTH	8	/* nesting of RESP arrays */
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT	24	/* linux/in.h, Linux 4.2 */
+#endif
+
+struct bresp {
+	char		 kind;
+	const char	*val;
+	size_t		 vlen;
+	int64_t		 num;
+};
+
+static void	bconn_read_cb(evutil_socket_t, short, void *);
+static void	bconn_write_cb(evutil_socket_t, short, void *);
+
+struct bconn *
+bconn_new(struct bench *b, int id, enum bconn_role role)
+{
+	struct bconn	*c;
+
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	c->b = b;
+	c->id = id;
+	c->fd = -1;
+	c->role = role;
+	return c;
+}
+
+void
+bconn_close(struct bconn *c)
+{
+	if (c->rev != NULL)
+		event_del(c->rev);
+	if (c->wev != NULL)
+		event_del(c->wev);
+	c->wev_on = false;
+	if (c->fd != -1)
+		close(c->fd);
+	c->fd = -1;
+	c->connecting = c->connected = false;
+	c->ooff = c->olen = c->ilen = 0;
+	c->qhead = c->qlen = c->qunstamped = 0;
+	c->gen++;
+	c->step = 0;
+	c->cycle_sent = false;
+}
+
+void
+bconn_free(struct bconn *c)
+{
+	if (c == NULL)
+		return;
+	bconn_close(c);
+	if (c->rev != NULL)
+		event_free(c->rev);
+	if (c->wev != NULL)
+		event_free(c->wev);
+	if (c->timer != NULL)
+		event_free(c->timer);
+	free(c->obuf);
+	free(c->ibuf);
+	free(c->q);
+	free(c);
+}
+
+/* (Re)binds the two events to c->fd. */
+static bool
+bconn_watch(struct bconn *c)
+{
+	struct event_base	*base = c->b->base;
+
+	if (c->rev == NULL) {
+		c->rev = event_new(base, c->fd, EV_READ | EV_PERSIST,
+		    bconn_read_cb, c);
+		c->wev = event_new(base, c->fd, EV_WRITE | EV_PERSIST,
+		    bconn_write_cb, c);
+		return c->rev != NULL && c->wev != NULL;
+	}
+	return event_assign(c->rev, base, c->fd, EV_READ | EV_PERSIST,
+	    bconn_read_cb, c) == 0 && event_assign(c->wev, base, c->fd,
+	    EV_WRITE | EV_PERSIST, bconn_write_cb, c) == 0;
+}
+
+static void
+bconn_want_write(struct bconn *c, bool on)
+{
+	if (c->wev_on == on)
+		return;
+	if (on)
+		event_add(c->wev, NULL);
+	else
+		event_del(c->wev);
+	c->wev_on = on;
+}
+
+/*
+ * --sources: connection i leaves from 127.0.0.(1 + i % n). A connection
+ * that the client closes first waits in TIME_WAIT, and on loopback a port
+ * is reused only after a second; from one address that caps -w connect
+ * near the port range per second, whatever the server. The port is still
+ * chosen at connect() (IP_BIND_ADDRESS_NO_PORT).
+ */
+static void
+bconn_bind_source(struct bconn *c)
+{
+	struct sockaddr_in	sin;
+	int			on = 1;
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(0x7f000001u +
+	    (uint32_t)(c->id % c->b->o.sources));
+	setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on,
+	    sizeof(on));
+	(void)bind(c->fd, (struct sockaddr *)&sin, sizeof(sin));
+}
+
+/*
+ * Starts a non-blocking connect: returns 1 when connected at once, 0 when
+ * it completes later (work_connected() is called then), -1 on failure
+ * (reported with bench_fail()).
+ */
+int
+bconn_connect(struct bconn *c)
+{
+	struct bench	*b = c->b;
+	int		 on = 1;
+
+	c->t_connect = bench_now();
+	c->fd = socket(b->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, 0);
+	if (c->fd == -1) {
+		bench_fail(b, "socket: %s", strerror(errno));
+		return -1;
+	}
+	if (!b->is_unix)
+		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	if (b->o.sources > 1 && b->addr.ss_family == AF_INET)
+		bconn_bind_source(c);
+	if (!bconn_watch(c)) {
+		bench_fail(b, "out of memory for events");
+		return -1;
+	}
+	if (connect(c->fd, (struct sockaddr *)&b->addr, b->addrlen) == 0) {
+		c->connected = true;
+		event_add(c->rev, NULL);
+		return 1;
+	}
+	if (errno != EINPROGRESS) {
+		bench_fail(b, "connect to %s: %s", b->o.server,
+		    strerror(errno));
+		return -1;
+	}
+	c->connecting = true;
+	bconn_want_write(c, true);
+	return 0;
+}
+
+static bool
+bconn_reserve(struct bconn *c, size_t n)
+{
+	size_t	 cap;
+	char	*p;
+
+	if (c->olen + n <= c->ocap)
+		return true;
+	if (c->ooff > 0) {
+		memmove(c->obuf, c->obuf + c->ooff, c->olen - c->ooff);
+		c->olen -= c->ooff;
+		c->ooff = 0;
+		if (c->olen + n <= c->ocap)
+			return true;
+	}
+	cap = c->ocap > 0 ? c->ocap : BCONN_BUF_MIN;
+	while (cap < c->olen + n)
+		cap *= 2;
+	if ((p = realloc(c->obuf, cap)) == NULL) {
+		bench_fail(c->b, "out of memory for requests");
+		return false;
+	}
+	c->obuf = p;
+	c->ocap = cap;
+	return true;
+}
+
+static bool
+bconn_push(struct bconn *c, enum bench_rt type, bool last)
+{
+	struct inflight	*r, *q;
+	unsigned	 cap;
+
+	if (c->qlen == c->qcap) {
+		cap = c->qcap > 0 ? c->qcap * 2 : BCONN_QUEUE_MIN;
+		if ((q = calloc(cap, sizeof(*q))) == NULL) {
+			bench_fail(c->b, "out of memory for requests");
+			return false;
+		}
+		for (unsigned i = 0; i < c->qlen; i++)
+			q[i] = c->q[(c->qhead + i) % c->qcap];
+		free(c->q);
+		c->q = q;
+		c->qcap = cap;
+		c->qhead = 0;
+	}
+	r = &c->q[(c->qhead + c->qlen) % c->qcap];
+	r->t_send = 0;
+	r->type = (uint8_t)type;
+	r->last = last;
+	c->qlen++;
+	c->qunstamped++;
+	return true;
+}
+
+/* Writes v in decimal at p; returns the length. */
+static size_t
+bconn_u64(char *p, uint64_t v)
+{
+	char	tmp[20];
+	size_t	n = 0, i;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	for (i = 0; i < n; i++)
+		p[i] = tmp[n - 1 - i];
+	return n;
+}
+
+static size_t
+bconn_key(char *p, const char *prefix, uint64_t key)
+{
+	size_t	n = strlen(prefix);
+
+	memcpy(p, prefix, n);
+	return n + bconn_u64(p + n, key);
+}
+
+/* A RESP bulk string: $len CR LF bytes CR LF. */
+static size_t
+bconn_bulk(char *p, const char *s, size_t len)
+{
+	size_t	n = 0;
+
+	p[n++] = '$';
+	n += bconn_u64(p + n, len);
+	p[n++] = '\r';
+	p[n++] = '\n';
+	memcpy(p + n, s, len);
+	n += len;
+	p[n++] = '\r';
+	p[n++] = '\n';
+	return n;
+}
+
+static size_t
+bconn_encode_line(struct bconn *c, char *p, enum bench_rt type,
+    const char *prefix, uint64_t key, int nkeys)
+{
+	struct bench	*b = c->b;
+	const char	*word = type == RT_UNLOCK ? "UNLOCK" :
+			    type == RT_TRYLOCK ? "TRYLOCK" : "LOCK";
+	size_t		 n = strlen(word);
+
+	memcpy(p, word, n);
+	for (int i = 0; i < nkeys; i++) {
+		p[n++] = ' ';
+		n += bconn_key(p + n, prefix, nkeys > 1 ?
+		    (key + (uint64_t)i) % b->o.keyspace : key);
+	}
+	if (type != RT_UNLOCK && c->role == ROLE_WORK) {
+		memcpy(p + n, b->lock_opts, b->lock_opts_len);
+		n += b->lock_opts_len;
+	} else if (type != RT_UNLOCK) {
+		memcpy(p + n, b->hold_opts, b->hold_opts_len);
+		n += b->hold_opts_len;
+	}
+	p[n++] = '\n';
+	return n;
+}
+
+static size_t
+bconn_encode_resp(struct bconn *c, char *p, enum bench_rt type,
+    const char *prefix, uint64_t key)
+{
+	struct bench	*b = c->b;
+	char		 k[64], px[24];
+	size_t		 n, klen = bconn_key(k, prefix, key);
+
+	switch (type) {
+	case RT_SET:
+		memcpy(p, "*6\r\n$3\r\nSET\r\n", n = 13);
+		n += bconn_bulk(p + n, k, klen);
+		n += bconn_bulk(p + n, c->token, BENCH_TOKEN_LEN);
+		memcpy(p + n, "$2\r\nNX\r\n$2\r\nPX\r\n", 16);
+		n += 16;
+		n += bconn_bulk(p + n, px, bconn_u64(px, (uint64_t)(c->role ==
+		    ROLE_HOLD ? b->o.hold_px_ms : b->o.px_ms)));
+		return n;
+	case RT_DEL:
+		memcpy(p, "*2\r\n$3\r\nDEL\r\n", n = 13);
+		return n + bconn_bulk(p + n, k, klen);
+	default:	/* RT_EVALSHA */
+		memcpy(p, "*5\r\n$7\r\nEVALSHA\r\n", n = 17);
+		n += bconn_bulk(p + n, b->sha, BENCH_SHA_LEN);
+		memcpy(p + n, "$1\r\n1\r\n", 7);
+		n += 7;
+		n += bconn_bulk(p + n, k, klen);
+		return n + bconn_bulk(p + n, c->token, BENCH_TOKEN_LEN);
+	}
+}
+
+/*
+ * Queues one lock-cycle request on nkeys keys named prefix + number (the
+ * numbers key, key+1, ... modulo the keyspace); Redis requests use c->token.
+ * The bytes go out with the next bconn_flush().
+ */
+void
+bconn_put(struct bconn *c, enum bench_rt type, bool last, const char *prefix,
+    uint64_t key, int nkeys)
+{
+	struct bench	*b = c->b;
+	size_t		 max;
+
+	max = 256 + (size_t)nkeys * (strlen(prefix) + 22) + b->lock_opts_len +
+	    b->hold_opts_len;
+	if (!bconn_reserve(c, max) || !bconn_push(c, type, last))
+		return;
+	if (b->o.proto == BENCH_REDIS)
+		c->olen += bconn_encode_resp(c, c->obuf + c->olen, type,
+		    prefix, key);
+	else
+		c->olen += bconn_encode_line(c, c->obuf + c->olen, type,
+		    prefix, key, nkeys);
+	if (c->role == ROLE_WORK) {
+		b->issued++;
+		b->outstanding++;
+	}
+}
+
+/* Queues a request already encoded by the caller. */
+void
+bconn_put_raw(struct bconn *c, enum bench_rt type, const char *req,
+    size_t len)
+{
+	if (!bconn_reserve(c, len) || !bconn_push(c, type, false))
+		return;
+	memcpy(c->obuf + c->olen, req, len);
+	c->olen += len;
+}
+
+/* Sends what is queued, with one send(); the rest waits for EV_WRITE. */
+void
+bconn_flush(struct bconn *c)
+{
+	ssize_t		 n;
+	uint64_t	 now;
+
+	if (c->fd == -1 || c->connecting || c->ooff == c->olen)
+		return;
+	n = send(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
+	    MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == -1) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			bconn_want_write(c, true);
+		else
+			work_lost(c, strerror(errno));
+		return;
+	}
+	if (c->qunstamped > 0) {
+		now = bench_now();
+		for (unsigned i = c->qlen - c->qunstamped; i < c->qlen; i++)
+			c->q[(c->qhead + i) % c->qcap].t_send = now;
+		c->qunstamped = 0;
+	}
+	c->ooff += (size_t)n;
+	if (c->ooff == c->olen)
+		c->ooff = c->olen = 0;
+	bconn_want_write(c, c->olen > 0);
+}
+
+/* One keylockd reply line at p[0..len): bytes used, 0 if incomplete. */
+static ssize_t
+bconn_parse_line(const char *p, size_t len, struct breply *rep)
+{
+	const char	*lf = memchr(p, '\n', len);
+	size_t		 n;
+
+	if (lf == NULL)
+		return 0;
+	n = (size_t)(lf - p);
+	if (n > 0 && p[n - 1] == '\r')
+		n--;
+	rep->ok = n >= 2 && p[0] == 'O' && p[1] == 'K' &&
+	    (n == 2 || p[2] == ' ');
+	rep->is_error = !rep->ok;
+	if (rep->ok) {
+		rep->val = n > 3 ? p + 3 : "";
+		rep->vlen = n > 3 ? n - 3 : 0;
+	} else {
+		rep->val = p;
+		rep->vlen = n;
+	}
+	return (ssize_t)(lf - p) + 1;
+}
+
+/* A decimal number in p[0..end); false if it is not one. */
+static bool
+bconn_resp_int(const char *p, const char *end, int64_t *v)
+{
+	bool	neg = false;
+
+	*v = 0;
+	if (p < end && *p == '-') {
+		neg = true;
+		p++;
+	}
+	if (p >= end)
+		return false;
+	for (; p < end; p++) {
+		if (*p < '0' || *p > '9' || *v > INT64_MAX / 10 - 10)
+			return false;
+		*v = *v * 10 + (*p - '0');
+	}
+	if (neg)
+		*v = -*v;
+	return true;
+}
+
+/*
+ * Measures one RESP value at p[0..len): its size, 0 if incomplete, -1 if
+ * malformed. Sets the kind ('+', '-', ':', '$', '*', or 'n' for nil) and,
+ * for a simple, error or bulk string, its bytes.
+ */
+static ssize_t
+bconn_resp(const char *p, size_t len, int depth, struct bresp *v)
+{
+	const char	*lf = len > 0 ? memchr(p, '\n', len) : NULL;
+	struct bresp	 sub;
+	size_t		 hl, used;
+	ssize_t		 n;
+
+	if (lf == NULL)
+		return 0;
+	hl = (size_t)(lf - p) + 1;
+	if (hl < 3 || lf[-1] != '\r' || depth > BCONN_RESP_DEPTH)
+		return -1;
+	v->kind = p[0];
+	v->val = p + 1;
+	v->vlen = hl - 3;
+	v->num = 0;
+	switch (p[0]) {
+	case '+':
+	case '-':
+		return (ssize_t)hl;
+	case ':':
+		return bconn_resp_int(p + 1, lf - 1, &v->num) ? (ssize_t)hl :
+		    -1;
+	case '$':
+	case '*':
+		if (!bconn_resp_int(p + 1, lf - 1, &v->num))
+			return -1;
+		if (v->num < 0) {
+			v->kind = 'n';
+			return (ssize_t)hl;
+		}
+		if ((uint64_t)v->num > BCONN_INPUT_MAX)
+			return -1;
+		break;
+	default:
+		return -1;
+	}
+	if (p[0] == '$') {
+		if (len < hl + (size_t)v->num + 2)
+			return 0;
+		v->val = p + hl;
+		v->vlen = (size_t)v->num;
+		return (ssize_t)(hl + (size_t)v->num + 2);
+	}
+	used = hl;
+	for (int64_t i = 0; i < v->num; i++) {
+		if ((n = bconn_resp(p + used, len - used, depth + 1, &sub)) <= 0)
+			return n;
+		used += (size_t)n;
+	}
+	return (ssize_t)used;
+}
+
+/* One Redis reply: bytes used, 0 if incomplete, -1 if malformed. */
+static ssize_t
+bconn_parse_resp(const char *p, size_t len, struct breply *rep)
+{
+	struct bresp	v;
+	ssize_t		n;
+
+	if ((n = bconn_resp(p, len, 0, &v)) <= 0)
+		return n;
+	/* SET NX answers nil when the key is taken; DEL and the
+	 * compare-and-delete script answer 0 when nothing was deleted. */
+	rep->ok = v.kind != '-' && v.kind != 'n' &&
+	    !(v.kind == ':' && v.num == 0);
+	rep->is_error = v.kind == '-';
+	rep->val = v.val;
+	rep->vlen = v.vlen;
+	return n;
+}
+
+/*
+ * Handles the complete replies in buf[0..len); returns the bytes used.
+ * Stops early if the workload closed c (its generation changed).
+ */
+static size_t
+bconn_parse(struct bconn *c, const char *buf, size_t len, uint64_t now)
+{
+	struct bench	*b = c->b;
+	struct inflight	 r;
+	struct breply	 rep;
+	unsigned	 gen = c->gen;
+	size_t		 off = 0;
+	ssize_t		 n;
+
+	while (off < len && c->gen == gen && !b->stopping) {
+		if (b->o.proto == BENCH_REDIS)
+			n = bconn_parse_resp(buf + off, len - off, &rep);
+		else
+			n = bconn_parse_line(buf + off, len - off, &rep);
+		if (n < 0) {
+			bench_fail(b, "connection %d: malformed reply: %.40s",
+			    c->id, buf + off);
+			return len;
+		}
+		if (n == 0)
+			break;
+		if (c->qlen == 0 || c->qlen == c->qunstamped) {
+			bench_fail(b, "connection %d: a reply nobody asked "
+			    "for: %.*s", c->id, (int)(rep.vlen < 60 ?
+			    rep.vlen : 60), rep.val);
+			return len;
+		}
+		r = c->q[c->qhead];
+		c->qhead = (c->qhead + 1) % c->qcap;
+		c->qlen--;
+		off += (size_t)n;
+		work_reply(c, &r, &rep, now);
+	}
+	return off;
+}
+
+static bool
+bconn_keep(struct bconn *c, const char *buf, size_t len)
+{
+	size_t	 cap;
+	char	*p;
+
+	if (len > BCONN_INPUT_MAX) {
+		bench_fail(c->b, "connection %d: a reply over %d bytes",
+		    c->id, BCONN_INPUT_MAX);
+		return false;
+	}
+	if (len + BCONN_READ_MIN > c->icap) {
+		cap = c->icap > 0 ? c->icap : BCONN_READ_MIN;
+		while (cap < len + BCONN_READ_MIN)
+			cap *= 2;
+		if ((p = realloc(c->ibuf, cap)) == NULL) {
+			bench_fail(c->b, "out of memory for replies");
+			return false;
+		}
+		c->ibuf = p;
+		c->icap = cap;
+	}
+	memmove(c->ibuf, buf, len);
+	c->ilen = len;
+	return true;
+}
+
+static void
+bconn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct bconn	*c = arg;
+	struct bench	*b = c->b;
+	char		*buf;
+	size_t		 room, used, len;
+	ssize_t		 n;
+	unsigned	 gen;
+
+	if (c->ilen == 0) {
+		buf = b->scratch;
+		room = BENCH_SCRATCH_SIZE;
+	} else {
+		buf = c->ibuf;
+		room = c->icap - c->ilen;
+	}
+	n = recv(fd, buf + c->ilen, room, MSG_DONTWAIT);
+	if (n <= 0) {
+		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+		    errno == EINTR))
+			return;
+		work_lost(c, n == 0 ? "closed by the server" :
+		    strerror(errno));
+		work_check_done(b);
+		return;
+	}
+	len = c->ilen + (size_t)n;
+	gen = c->gen;
+	used = bconn_parse(c, buf, len, bench_now());
+	if (c->gen == gen && !b->stopping) {
+		if (!bconn_keep(c, buf + used, len - used))
+			return;
+		work_fill(c);
+		bconn_flush(c);
+	}
+	work_check_done(b);
+}
+
+static void
+bconn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct bconn	*c = arg;
+	int		 err = 0;
+	socklen_t	 len = sizeof(err);
+
+	if (c->connecting) {
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+			err = errno;
+		if (err != 0) {
+			bench_fail(c->b, "connect to %s: %s", c->b->o.server,
+			    strerror(err));
+			return;
+		}
+		c->connecting = false;
+		c->connected = true;
+		bconn_want_write(c, false);
+		event_add(c->rev, NULL);
+		work_connected(c);
+	} else
+		bconn_flush(c);
+	work_check_done(c->b);
+}

@@ -1,0 +1,730 @@
+/*
+ * keylock-bench: a load generator for keylockd. SPDX-License-Identifier: MIT
+ *
+ * main: options, the address, the connections, the event loop, and the
+ * report (text, or JSON with --json). Cycles per second, requests per
+ * second and latency percentiles per request type come from one run of one
+ * workload against keylockd or, with --redis, the equivalent lock cycle on
+ * Redis, so that both are measured by the same client in the same way.
+ */
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "keylock-bench.h"
+
+#define BENCH_VERSION		"0.1.0"
+#define EX_BENCH_USAGE		64	/* sysexits.h EX_USAGE */
+#define DEFAULT_SERVER		"127.0.0.1:7711"
+#define DEFAULT_REDIS		"127.0.0.1:6379"
+#define DEFAULT_CONNS		50
+#define DEFAULT_SEED_CONNS	1000
+#define DEFAULT_SECONDS		5.0
+#define DEFAULT_KEYSPACE	1000000
+#define DEFAULT_FEW_KEYS	1	/* contended, shared, semaphore */
+#define DEFAULT_SEED_KEYS	50
+#define DEFAULT_HOLD_KEYS	1000000
+#define DEFAULT_LIMIT		4
+#define DEFAULT_PX_MS		60000
+#define DEFAULT_HOLD_PX_MS	3600000	/* outlives any measurement */
+#define DEFAULT_HOLD_MS		1
+#define KEYS_PER_LOCK_MAX	64	/* keylockd's default max-keys */
+#define HELD_PER_CONN		10000	/* keylockd's default max-locks */
+#define PROGRESS_S		1
+#define CONNECT_SOURCES		16	/* -w connect to 127.x: 127.0.0.1-16 */
+
+static const char *const bench_works[WORK_MAX] = {
+	[WORK_LOCK_UNLOCK] = "lock-unlock",
+	[WORK_TRYLOCK] = "trylock",
+	[WORK_CONTENDED] = "contended",
+	[WORK_SHARED] = "shared",
+	[WORK_SEMAPHORE] = "semaphore",
+	[WORK_HOLD] = "hold",
+	[WORK_CONNECT] = "connect",
+	[WORK_IDLE] = "idle",
+	[WORK_SEED] = "seed",
+};
+
+static const char *const bench_rts[RT_MAX] = {
+	[RT_LOCK] = "LOCK",
+	[RT_TRYLOCK] = "TRYLOCK",
+	[RT_UNLOCK] = "UNLOCK",
+	[RT_SET] = "SET",
+	[RT_DEL] = "DEL",
+	[RT_EVALSHA] = "EVALSHA",
+	[RT_CONNECT] = "connect",
+	[RT_STATS] = "STATS",
+	[RT_PING] = "PING",
+	[RT_INFO] = "INFO",
+	[RT_SCRIPT] = "SCRIPT",
+};
+
+enum {
+	OPT_KEYS_PER_LOCK = 256,
+	OPT_LIMIT,
+	OPT_TTL,
+	OPT_REDIS,
+	OPT_REDIS_UNLOCK,
+	OPT_HELD,
+	OPT_HELD_CONNS,
+	OPT_HOLD_MS,
+	OPT_SERVER_PID,
+	OPT_JSON,
+	OPT_PROGRESS,
+	OPT_NO_PROGRESS,
+	OPT_SEED,
+	OPT_SOURCES
+};
+
+static const struct option bench_long[] = {
+	{ "server", required_argument, NULL, 'S' },
+	{ "connections", required_argument, NULL, 'c' },
+	{ "requests", required_argument, NULL, 'n' },
+	{ "time", required_argument, NULL, 't' },
+	{ "pipeline", required_argument, NULL, 'P' },
+	{ "keyspace", required_argument, NULL, 'r' },
+	{ "workload", required_argument, NULL, 'w' },
+	{ "keys-per-lock", required_argument, NULL, OPT_KEYS_PER_LOCK },
+	{ "limit", required_argument, NULL, OPT_LIMIT },
+	{ "ttl", required_argument, NULL, OPT_TTL },
+	{ "redis", no_argument, NULL, OPT_REDIS },
+	{ "redis-unlock", required_argument, NULL, OPT_REDIS_UNLOCK },
+	{ "held", required_argument, NULL, OPT_HELD },
+	{ "held-connections", required_argument, NULL, OPT_HELD_CONNS },
+	{ "hold-ms", required_argument, NULL, OPT_HOLD_MS },
+	{ "server-pid", required_argument, NULL, OPT_SERVER_PID },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "progress", no_argument, NULL, OPT_PROGRESS },
+	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "sources", required_argument, NULL, OPT_SOURCES },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 }
+};
+
+uint64_t
+bench_now(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Records the first failure, ends the run, and makes the exit status 1. */
+void
+bench_fail(struct bench *b, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (b->status == 0) {
+		va_start(ap, fmt);
+		vsnprintf(b->failure, sizeof(b->failure), fmt, ap);
+		va_end(ap);
+		b->status = 1;
+	}
+	work_finish(b);
+}
+
+const char *
+bench_rt_name(enum bench_rt t)
+{
+	return t < RT_MAX ? bench_rts[t] : "?";
+}
+
+const char *
+bench_work_name(enum bench_work w)
+{
+	return w < WORK_MAX ? bench_works[w] : "?";
+}
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+"usage: keylock-bench [-S server] [-c connections] [-n requests | -t seconds]\n"
+"                     [-P pipeline] [-r keyspace] [-w workload] [options]\n"
+"\n"
+"  -S, --server HOST:PORT|PATH  keylockd (default " DEFAULT_SERVER ")\n"
+"                               or Redis (default " DEFAULT_REDIS ")\n"
+"  -c, --connections N          connections (default %d; seed: %d)\n"
+"  -n, --requests N             stop after N requests (hold: keys to hold)\n"
+"  -t, --time SECONDS           stop after SECONDS (default %.0f)\n"
+"  -P, --pipeline N             requests in flight per connection (default 1)\n"
+"  -r, --keyspace N             random keys lock:0..N-1 (default %d;\n"
+"                               contended, shared, semaphore: %d; seed: %d)\n"
+"  -w, --workload NAME          lock-unlock (default), trylock, contended,\n"
+"                               shared, semaphore, hold, connect, idle, seed\n"
+"      --keys-per-lock N        keys per LOCK (default 1)\n"
+"      --limit N                semaphore limit= (default %d)\n"
+"      --ttl MS                 ttl= on every LOCK; Redis PX (default %d)\n"
+"      --redis                  drive Redis: SET key token NX PX ttl + DEL\n"
+"      --redis-unlock del|script  unlock with DEL or the compare-and-delete\n"
+"                               script (EVALSHA)\n"
+"      --held N                 hold N other keys while the workload runs\n"
+"      --held-connections N     connections that hold them (default N/%d)\n"
+"      --hold-ms MS             seed: how long each lock is held (default %d)\n"
+"      --server-pid PID         read the server's VmRSS for memory figures\n"
+"      --sources N              connect from 127.0.0.1..N (default: %d for\n"
+"                               -w connect to a 127.x server, else 1)\n"
+"      --json                   print the results as one JSON object\n"
+"      --progress, --no-progress  the live line (default: on a terminal)\n"
+"      --seed N                 random seed\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"See keylock-bench(1).\n", DEFAULT_CONNS, DEFAULT_SEED_CONNS, DEFAULT_SECONDS,
+	    DEFAULT_KEYSPACE, DEFAULT_FEW_KEYS, DEFAULT_SEED_KEYS, DEFAULT_LIMIT,
+	    DEFAULT_PX_MS, HELD_PER_CONN, DEFAULT_HOLD_MS, CONNECT_SOURCES);
+}
+
+static void
+bench_usage_error(const char *fmt, ...)
+{
+	va_list	ap;
+
+	fprintf(stderr, "keylock-bench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'keylock-bench --help'.\n");
+	exit(EX_BENCH_USAGE);
+}
+
+/* A whole decimal number in [min, max], or a usage error naming opt. */
+static uint64_t
+bench_number(const char *s, uint64_t min, uint64_t max, const char *opt)
+{
+	unsigned long long	 v;
+	char			*end;
+
+	errno = 0;
+	if (*s < '0' || *s > '9')
+		bench_usage_error("%s: not a number: %s", opt, s);
+	v = strtoull(s, &end, 10);
+	if (*end != '\0' || errno != 0 || v < min || v > max)
+		bench_usage_error("%s: %s is not a number from %" PRIu64
+		    " to %" PRIu64, opt, s, min, max);
+	return v;
+}
+
+static enum bench_work
+bench_workload(const char *s)
+{
+	for (int i = 0; i < WORK_MAX; i++)
+		if (strcmp(s, bench_works[i]) == 0)
+			return (enum bench_work)i;
+	bench_usage_error("-w: unknown workload %s", s);
+	return WORK_MAX;
+}
+
+static double
+bench_seconds(const char *s)
+{
+	char	*end;
+	double	 v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (*s == '\0' || *end != '\0' || errno != 0 || !(v > 0) || v > 1e6)
+		bench_usage_error("-t: not a duration in seconds: %s", s);
+	return v;
+}
+
+/* The options that take a number. */
+static bool
+bench_parse_number(struct bench_opts *o, int ch, const char *arg)
+{
+	switch (ch) {
+	case 'c':
+		o->conns = (int)bench_number(arg, 1, 1000000, "-c");
+		break;
+	case 'n':
+		o->requests = bench_number(arg, 1, UINT64_MAX / 2, "-n");
+		break;
+	case 't':
+		o->seconds = bench_seconds(arg);
+		break;
+	case 'P':
+		o->pipeline = (int)bench_number(arg, 1, 100000, "-P");
+		break;
+	case 'r':
+		o->keyspace = bench_number(arg, 1, UINT64_MAX / 2, "-r");
+		break;
+	case OPT_KEYS_PER_LOCK:
+		o->keys_per_lock = (int)bench_number(arg, 1,
+		    KEYS_PER_LOCK_MAX, "--keys-per-lock");
+		break;
+	case OPT_LIMIT:
+		o->limit = (int)bench_number(arg, 1, 1000000000, "--limit");
+		break;
+	case OPT_TTL:
+		o->ttl_ms = (int64_t)bench_number(arg, 1, 1000000000000ULL,
+		    "--ttl");
+		break;
+	case OPT_HELD:
+		o->held = bench_number(arg, 1, 1000000000, "--held");
+		break;
+	case OPT_HELD_CONNS:
+		o->held_conns = (int)bench_number(arg, 1, 100000,
+		    "--held-connections");
+		break;
+	case OPT_HOLD_MS:
+		o->hold_ms = (int)bench_number(arg, 0, 3600000, "--hold-ms");
+		break;
+	case OPT_SERVER_PID:
+		o->server_pid = (long)bench_number(arg, 1, INT32_MAX,
+		    "--server-pid");
+		break;
+	case OPT_SEED:
+		o->seed = bench_number(arg, 0, UINT64_MAX, "--seed");
+		break;
+	case OPT_SOURCES:
+		o->sources = (int)bench_number(arg, 1, 65536, "--sources");
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
+static void
+bench_parse_one(struct bench_opts *o, int ch, const char *arg)
+{
+	if (bench_parse_number(o, ch, arg))
+		return;
+	switch (ch) {
+	case 'S':
+		o->server = arg;
+		break;
+	case 'w':
+		o->work = bench_workload(arg);
+		break;
+	case OPT_REDIS:
+		o->proto = BENCH_REDIS;
+		break;
+	case OPT_REDIS_UNLOCK:
+		if (strcmp(arg, "del") != 0 && strcmp(arg, "script") != 0)
+			bench_usage_error("--redis-unlock: del or script");
+		o->redis_script = strcmp(arg, "script") == 0;
+		break;
+	case OPT_JSON:
+		o->json = true;
+		break;
+	case OPT_PROGRESS:
+		o->progress = 1;
+		break;
+	case OPT_NO_PROGRESS:
+		o->progress = 0;
+		break;
+	case 'h':
+		usage(stdout);
+		exit(0);
+	case 'V':
+		printf("keylock-bench %s\n", BENCH_VERSION);
+		exit(0);
+	default:
+		usage(stderr);
+		exit(EX_BENCH_USAGE);
+	}
+}
+
+/* Fills in the defaults that depend on the workload, and checks. */
+static void
+bench_settle_opts(struct bench_opts *o)
+{
+	bool	redis = o->proto == BENCH_REDIS;
+
+	if (o->server == NULL)
+		o->server = redis ? DEFAULT_REDIS : DEFAULT_SERVER;
+	if (o->conns == 0)
+		o->conns = o->work == WORK_SEED ? DEFAULT_SEED_CONNS :
+		    DEFAULT_CONNS;
+	if (o->keyspace == 0)
+		o->keyspace = o->work == WORK_SEED ? DEFAULT_SEED_KEYS :
+		    o->work == WORK_CONTENDED || o->work == WORK_SHARED ||
+		    o->work == WORK_SEMAPHORE ? DEFAULT_FEW_KEYS :
+		    DEFAULT_KEYSPACE;
+	if (o->work == WORK_HOLD && o->requests == 0)
+		o->requests = DEFAULT_HOLD_KEYS;
+	if (o->requests == 0 && o->seconds == 0)
+		o->seconds = DEFAULT_SECONDS;
+	if (o->requests > 0 && o->seconds > 0)
+		bench_usage_error("-n and -t: give one of them");
+	o->px_ms = o->ttl_ms > 0 ? o->ttl_ms : DEFAULT_PX_MS;
+	o->hold_px_ms = o->ttl_ms > 0 ? o->ttl_ms : DEFAULT_HOLD_PX_MS;
+	if (redis && (o->work == WORK_SHARED || o->work == WORK_SEMAPHORE ||
+	    o->work == WORK_SEED))
+		bench_usage_error("--redis: Redis has no equivalent of -w %s",
+		    bench_works[o->work]);
+	if (redis && o->keys_per_lock > 1)
+		bench_usage_error("--redis: one key per lock only");
+	if ((uint64_t)o->keys_per_lock > o->keyspace)
+		bench_usage_error("--keys-per-lock %d is more than the "
+		    "keyspace", o->keys_per_lock);
+	if (o->held > 0 && o->work == WORK_HOLD)
+		bench_usage_error("--held: -w hold holds -n keys itself");
+}
+
+static void
+bench_parse_args(struct bench_opts *o, int argc, char *argv[])
+{
+	int	ch;
+
+	memset(o, 0, sizeof(*o));
+	o->pipeline = 1;
+	o->keys_per_lock = 1;
+	o->limit = DEFAULT_LIMIT;
+	o->ttl_ms = -1;
+	o->hold_ms = DEFAULT_HOLD_MS;
+	o->progress = -1;
+	o->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	while ((ch = getopt_long(argc, argv, "S:c:n:t:P:r:w:hV", bench_long,
+	    NULL)) != -1)
+		bench_parse_one(o, ch, optarg);
+	if (optind < argc)
+		bench_usage_error("unexpected argument %s", argv[optind]);
+	bench_settle_opts(o);
+}
+
+/* -S: a path (it has a '/') or host:port, [v6]:port, host. */
+static bool
+bench_resolve(struct bench *b)
+{
+	const char		*s = b->o.server, *colon;
+	char			 host[256], port[16] = "7711";
+	struct addrinfo		 hints, *res;
+	struct sockaddr_un	*un = (struct sockaddr_un *)&b->addr;
+	size_t			 hl;
+	int			 e;
+
+	if (strchr(s, '/') != NULL) {
+		if (strlen(s) >= sizeof(un->sun_path))
+			return false;
+		un->sun_family = AF_UNIX;
+		memcpy(un->sun_path, s, strlen(s) + 1);
+		b->addrlen = sizeof(*un);
+		b->is_unix = true;
+		return true;
+	}
+	if (b->o.proto == BENCH_REDIS)
+		snprintf(port, sizeof(port), "6379");
+	if (*s == '[' && (colon = strstr(s, "]:")) != NULL) {
+		hl = (size_t)(colon - s - 1);
+		s++;
+		colon++;
+	} else if ((colon = strrchr(s, ':')) != NULL)
+		hl = (size_t)(colon - s);
+	else
+		hl = strlen(s);
+	if (hl >= sizeof(host) || (colon != NULL &&
+	    strlen(colon + 1) >= sizeof(port)))
+		return false;
+	memcpy(host, s, hl);
+	host[hl] = '\0';
+	if (colon != NULL)
+		snprintf(port, sizeof(port), "%s", colon + 1);
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	if ((e = getaddrinfo(host, port, &hints, &res)) != 0) {
+		fprintf(stderr, "keylock-bench: %s: %s\n", b->o.server,
+		    gai_strerror(e));
+		return false;
+	}
+	memcpy(&b->addr, res->ai_addr, res->ai_addrlen);
+	b->addrlen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return true;
+}
+
+static bool
+bench_is_loopback4(const struct bench *b)
+{
+	const struct sockaddr_in	*sin = (const void *)&b->addr;
+
+	return b->addr.ss_family == AF_INET &&
+	    (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+}
+
+/* Every connection is a descriptor: raise the soft limit as needed. */
+static bool
+bench_rlimit(int need)
+{
+	struct rlimit	rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == -1)
+		return false;
+	if (rl.rlim_cur >= (rlim_t)need)
+		return true;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY &&
+	    rl.rlim_max < (rlim_t)need ? rl.rlim_max : (rlim_t)need;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur >= (rlim_t)need)
+		return true;
+	fprintf(stderr, "keylock-bench: %d connections need %d descriptors, "
+	    "but the limit is %llu (ulimit -n)\n", need - BENCH_FD_SPARE,
+	    need, (unsigned long long)rl.rlim_cur);
+	return false;
+}
+
+static struct bconn *
+bench_add_conn(struct bench *b, enum bconn_role role)
+{
+	struct bconn	*c;
+
+	if ((c = bconn_new(b, b->nall, role)) == NULL) {
+		fprintf(stderr, "keylock-bench: out of memory\n");
+		exit(1);
+	}
+	b->all[b->nall++] = c;
+	return c;
+}
+
+static void
+bench_make_conns(struct bench *b)
+{
+	const struct bench_opts	*o = &b->o;
+	int			 nwork, nhold = 0, n = 0;
+	uint64_t		 share;
+	bool			 ctl;
+
+	nwork = o->work == WORK_HOLD ? 0 : o->conns;
+	if (o->work == WORK_HOLD) {
+		nhold = o->conns;
+		b->held_total = o->requests;
+	} else if (o->held > 0) {
+		nhold = o->held_conns > 0 ? o->held_conns :
+		    (int)((o->held + HELD_PER_CONN - 1) / HELD_PER_CONN);
+		b->held_total = o->held;
+	}
+	if ((uint64_t)nhold > b->held_total)
+		nhold = (int)b->held_total;
+	ctl = (o->proto == BENCH_REDIS && o->redis_script) || nhold > 0 ||
+	    o->work == WORK_IDLE;
+	b->all = calloc((size_t)(nwork + nhold + 1), sizeof(*b->all));
+	b->work = calloc((size_t)nwork + 1, sizeof(*b->work));
+	b->holders = calloc((size_t)nhold + 1, sizeof(*b->holders));
+	if (b->all == NULL || b->work == NULL || b->holders == NULL) {
+		fprintf(stderr, "keylock-bench: out of memory\n");
+		exit(1);
+	}
+	if (ctl)
+		b->ctl = bench_add_conn(b, ROLE_CTL);
+	share = nhold > 0 ? (b->held_total + (uint64_t)nhold - 1) /
+	    (uint64_t)nhold : 0;
+	for (int i = 0; i < nhold; i++) {
+		struct bconn	*c = bench_add_conn(b, ROLE_HOLD);
+
+		c->hold_next = (uint64_t)i * share;
+		c->hold_end = c->hold_next + share < b->held_total ?
+		    c->hold_next + share : b->held_total;
+		b->holders[b->nholders++] = c;
+	}
+	for (int i = 0; i < nwork; i++)
+		b->work[n++] = bench_add_conn(b, o->work == WORK_IDLE ?
+		    ROLE_IDLE : ROLE_WORK);
+	b->nwork = n;
+}
+
+static void
+bench_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct bench	*b = arg;
+	uint64_t	 now = bench_now();
+	double		 dt = (double)(now - b->t_tick) / 1e9;
+
+	switch (b->phase) {
+	case PH_CONNECT:
+		printf("\rconnecting: %d of %d\033[K", b->next_connect,
+		    b->nall);
+		break;
+	case PH_HOLD:
+		printf("\rholding: %" PRIu64 " of %" PRIu64 " keys\033[K",
+		    b->held_keys, b->held_total);
+		break;
+	case PH_RUN:
+		printf("\r%s: %.0f s, %.0f cycles/s, %.0f requests/s, "
+		    "p50 %.3f ms\033[K", bench_works[b->o.work],
+		    bench_secs(b), dt > 0 ? (double)(b->cycles -
+		    b->tick_cycles) / dt : 0, dt > 0 ? (double)(b->requests -
+		    b->tick_requests) / dt : 0,
+		    (double)bhist_percentile(&b->all_hist, 50) / 1e6);
+		break;
+	default:
+		return;
+	}
+	fflush(stdout);
+	b->tick_cycles = b->cycles;
+	b->tick_requests = b->requests;
+	b->t_tick = now;
+}
+
+static void
+bench_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct bench	*b = arg;
+
+	if (b->phase == PH_DRAIN)
+		work_finish(b);
+	else
+		work_stop(b);
+}
+
+static void
+bench_signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct bench	*b = arg;
+
+	if (b->phase != PH_RUN && b->phase != PH_DRAIN)
+		bench_fail(b, "interrupted");
+	work_finish(b);
+}
+
+static bool
+bench_events(struct bench *b)
+{
+	struct event_config	*cfg;
+	struct timeval		 tv = { PROGRESS_S, 0 };
+
+	if ((cfg = event_config_new()) == NULL)
+		return false;
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+	/* The seed holds locks for about a millisecond: ask for timerfd. */
+	if (b->o.work == WORK_SEED)
+		event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+	b->base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	if (b->base == NULL)
+		return false;
+	b->deadline = evtimer_new(b->base, bench_deadline_cb, b);
+	b->sigint = evsignal_new(b->base, SIGINT, bench_signal_cb, b);
+	b->sigterm = evsignal_new(b->base, SIGTERM, bench_signal_cb, b);
+	if (b->deadline == NULL || b->sigint == NULL || b->sigterm == NULL)
+		return false;
+	evsignal_add(b->sigint, NULL);
+	evsignal_add(b->sigterm, NULL);
+	if (b->o.progress == 1 || (b->o.progress == -1 && !b->o.json &&
+	    isatty(STDOUT_FILENO))) {
+		b->tick = event_new(b->base, -1, EV_PERSIST, bench_tick_cb, b);
+		if (b->tick == NULL)
+			return false;
+		evtimer_add(b->tick, &tv);
+	}
+	return true;
+}
+
+static bool
+bench_init(struct bench *b)
+{
+	const struct bench_opts	*o = &b->o;
+
+	b->rng = o->seed | 1;
+	for (int t = 0; t < RT_MAX; t++)
+		bhist_init(&b->hist[t]);
+	bhist_init(&b->all_hist);
+	if (o->work == WORK_SHARED)
+		snprintf(b->lock_opts, sizeof(b->lock_opts), " mode=shared");
+	else if (o->work == WORK_SEMAPHORE)
+		snprintf(b->lock_opts, sizeof(b->lock_opts), " limit=%d",
+		    o->limit);
+	if (o->ttl_ms > 0)
+		snprintf(b->hold_opts, sizeof(b->hold_opts), " ttl=%" PRId64,
+		    o->ttl_ms);
+	b->hold_opts_len = strlen(b->hold_opts);
+	memcpy(b->lock_opts + strlen(b->lock_opts), b->hold_opts,
+	    b->hold_opts_len + 1);
+	b->lock_opts_len = strlen(b->lock_opts);
+	if ((b->scratch = malloc(BENCH_SCRATCH_SIZE)) == NULL)
+		return false;
+	if (o->work == WORK_SEED) {
+		b->seed_holder = malloc(o->keyspace * sizeof(int));
+		b->seed_token = calloc(o->keyspace, sizeof(uint64_t));
+		if (b->seed_holder == NULL || b->seed_token == NULL)
+			return false;
+		for (uint64_t i = 0; i < o->keyspace; i++)
+			b->seed_holder[i] = -1;
+	}
+	if (!bench_resolve(b))
+		return false;
+	if (b->o.sources == 0)
+		b->o.sources = o->work == WORK_CONNECT &&
+		    bench_is_loopback4(b) ? CONNECT_SOURCES : 1;
+	bench_make_conns(b);
+	return bench_rlimit(b->nall + BENCH_FD_SPARE) && bench_events(b);
+}
+
+static void
+bench_cleanup(struct bench *b)
+{
+	for (int i = 0; i < b->nall; i++)
+		bconn_free(b->all[i]);
+	free(b->all);
+	free(b->work);
+	free(b->holders);
+	free(b->scratch);
+	free(b->seed_holder);
+	free(b->seed_token);
+	if (b->tick != NULL)
+		event_free(b->tick);
+	if (b->deadline != NULL)
+		event_free(b->deadline);
+	if (b->sigint != NULL)
+		event_free(b->sigint);
+	if (b->sigterm != NULL)
+		event_free(b->sigterm);
+	if (b->base != NULL)
+		event_base_free(b->base);
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct bench	b;
+	int		status;
+
+	memset(&b, 0, sizeof(b));
+	bench_parse_args(&b.o, argc, argv);
+	if (!bench_init(&b)) {
+		if (b.base == NULL && errno != 0)
+			fprintf(stderr, "keylock-bench: setup: %s\n",
+			    strerror(errno));
+		bench_cleanup(&b);
+		return 1;
+	}
+	if (b.o.work == WORK_IDLE && b.o.server_pid > 0) {
+		if (!work_rss(b.o.server_pid, &b.mem.rss_before)) {
+			fprintf(stderr, "keylock-bench: cannot read VmRSS of "
+			    "process %ld\n", b.o.server_pid);
+			bench_cleanup(&b);
+			return 1;
+		}
+		b.mem.have_rss = true;
+	}
+	work_start(&b);
+	if (!b.stopping)
+		event_base_dispatch(b.base);
+	bench_report(&b);
+	if (b.status != 0)
+		fprintf(stderr, "keylock-bench: %s\n", b.failure);
+	status = b.status;
+	bench_cleanup(&b);
+	return status;
+}
