@@ -62,6 +62,7 @@ struct conn {
 	bool			 read_paused;	/* ibuf full: watch for close */
 	bool			 authed;
 	bool			 tls_read_wants_write;
+	bool			 wev_armed;	/* wev is added */
 	char			 peer[64];
 };
 
@@ -137,6 +138,20 @@ conn_close(struct conn *c, const char *reason)
 	srv->stats.clients--;
 }
 
+/* Watches for writability only while output waits: no epoll_ctl or
+ * libevent bookkeeping per flush. */
+static void
+conn_arm_write(struct conn *c, bool on)
+{
+	if (c->wev_armed == on)
+		return;
+	if (on)
+		event_add(c->wev, NULL);
+	else
+		event_del(c->wev);
+	c->wev_armed = on;
+}
+
 /* One send(2), or one SSL_write; a write that waits for the peer's
  * bytes simply resumes after the next read. */
 static ssize_t
@@ -166,7 +181,7 @@ conn_flush(struct conn *c)
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			event_add(c->wev, NULL);
+			conn_arm_write(c, true);
 			return true;
 		}
 		conn_close(c, n == -1 ? strerror(errno) : "send failed");
@@ -179,7 +194,7 @@ conn_flush(struct conn *c)
 		c->ocap = 0;
 	}
 	if (!c->tls_read_wants_write)
-		event_del(c->wev);
+		conn_arm_write(c, false);
 	if (c->quitting) {
 		conn_close(c, "quit");
 		return false;
@@ -399,8 +414,10 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 	char	*p;
 
 	if (len == 0) {
-		kl_free(c->ibuf);
-		c->ibuf = NULL;
+		if (c->ibuf != NULL) {
+			kl_free(c->ibuf);
+			c->ibuf = NULL;
+		}
 		c->icap = c->ilen = 0;
 		return true;
 	}
@@ -477,7 +494,7 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 		n = tls_read(c->tls, *buf + c->ilen, room,
 		    &c->tls_read_wants_write);
 		if (c->tls_read_wants_write)
-			event_add(c->wev, NULL);
+			conn_arm_write(c, true);
 	} else
 		n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
 	if (n > 0)

@@ -480,6 +480,15 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 	struct lt_hold	*h;
 	size_t		 i, done = 0;
 
+	/* One key, the common UNLOCK: one lookup, not a check pass too. */
+	if (nkeys == 1 && (h = owner_find_hold(lt, o, keys[0], keylens[0])) !=
+	    NULL) {
+		hold_end(lt, h, now_ms, &lt->c.releases);
+		settle(lt, now_ms);
+		if (n != NULL)
+			*n = 1;
+		return KL_OK;
+	}
 	for (i = 0; i < nkeys; i++) {
 		if (owner_find_hold(lt, o, keys[i], keylens[i]) == NULL) {
 			if (bad_index != NULL)
