@@ -220,7 +220,7 @@ cmd_stats(struct conn *c, const struct request *req)
 	struct server	*srv = conn_server(c);
 
 	cmd_json_reply(c, stats_to_json(&srv->stats, srv->lt, kl_now_ms(),
-	    PACKAGE_VERSION, cmd_owner_name));
+	    PACKAGE_VERSION));
 }
 
 static void

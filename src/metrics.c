@@ -199,7 +199,7 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 		kl_free(body);
 	} else if (path != NULL && strcmp(path, "/stats") == 0) {
 		body = stats_to_json(&srv->stats, srv->lt, kl_now_ms(),
-		    PACKAGE_VERSION, NULL);
+		    PACKAGE_VERSION);
 		if (body != NULL)
 			metrics_send(req, 200, "application/json", body);
 		free(body);

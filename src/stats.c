@@ -73,12 +73,11 @@ stats_dump(json_t *root)
 
 char *
 stats_to_json(const struct stats *st, const struct locktable *lt,
-    uint64_t now_ms, const char *version, stats_name_fn name)
+    uint64_t now_ms, const char *version)
 {
 	const struct lt_counters	*c = locktable_counters(lt);
 	json_t				*o = json_object();
 
-	(void)name;
 	json_object_set_new(o, "version", json_string(version));
 	SET_U(o, "uptime_ms", now_ms - st->start_ms);
 	SET_U(o, "clients", st->clients);

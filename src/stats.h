@@ -31,7 +31,7 @@ typedef const char *(*stats_name_fn)(const struct lt_owner *o);
 
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
-	    uint64_t now_ms, const char *version, stats_name_fn name);
+	    uint64_t now_ms, const char *version);
 char	*stats_info_json(const struct locktable *lt, const char *key,
 	    size_t keylen, uint64_t now_ms, stats_name_fn name);
 

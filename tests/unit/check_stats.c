@@ -224,7 +224,7 @@ set_doc(char *s)
 static void
 stats_at(uint64_t now)
 {
-	set_doc(stats_to_json(&st, lt, now, TEST_VERSION, owner_name));
+	set_doc(stats_to_json(&st, lt, now, TEST_VERSION));
 }
 
 static void
