@@ -6,6 +6,7 @@
  * dumped. Keys and names are valid UTF-8 (proto.c checked them).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -120,6 +121,8 @@ struct info_walk {
 	json_t		*holders;
 	json_t		*waiters;
 	stats_name_fn	 name;
+	size_t		 nholders;	/* listed so far */
+	size_t		 nwaiters;
 };
 
 static const char *
@@ -132,9 +135,11 @@ static bool
 stats_info_holder(void *arg, const struct lt_holder_view *h)
 {
 	struct info_walk	*w = arg;
-	json_t			*o = stats_client(json_object(), h->owner,
-				    w->name);
+	json_t			*o;
 
+	if (w->nholders++ == KL_INFO_LIST_MAX)
+		return true;	/* listed enough; go on to the waiters */
+	o = stats_client(json_object(), h->owner, w->name);
 	SET_U(o, "token", h->token);
 	json_object_set_new(o, "mode", json_string(stats_mode(h->mode)));
 	SET_U(o, "held_ms", h->held_ms);
@@ -148,9 +153,11 @@ static bool
 stats_info_waiter(void *arg, const struct lt_waiter_view *v)
 {
 	struct info_walk	*w = arg;
-	json_t			*o = stats_client(json_object(), v->owner,
-				    w->name);
+	json_t			*o;
 
+	if (w->nwaiters++ == KL_INFO_LIST_MAX)
+		return false;
+	o = stats_client(json_object(), v->owner, w->name);
 	json_object_set_new(o, "mode", json_string(stats_mode(v->mode)));
 	SET_U(o, "waited_ms", v->waited_ms);
 	json_array_append_new(w->waiters, o);
@@ -166,18 +173,24 @@ stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
 	struct info_walk	 w;
 	json_t			*o = json_object();
 
+	memset(&w, 0, sizeof(w));
+	memset(&v, 0, sizeof(v));
+	v.limit = 1;
 	w.holders = json_array();
 	w.waiters = json_array();
 	w.name = name;
 	json_object_set_new(o, "key", json_stringn(key, keylen));
 	if (k != NULL) {
 		locktable_key_view(k, &v);
-		SET_U(o, "limit", v.limit);
 		locktable_key_walk(k, now_ms, stats_info_holder,
 		    stats_info_waiter, &w);
-	} else
-		SET_U(o, "limit", 1);
+	}
+	SET_U(o, "limit", v.limit);
 	json_object_set_new(o, "holders", w.holders);
 	json_object_set_new(o, "waiters", w.waiters);
+	/* The lists stop at KL_INFO_LIST_MAX entries, so that one reply
+	 * stays far below max-output; the totals are always exact. */
+	SET_U(o, "holders_total", v.nholders);
+	SET_U(o, "waiters_total", v.nwaiters);
 	return stats_dump(o);
 }

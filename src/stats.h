@@ -14,6 +14,7 @@
 #include "locktable.h"
 
 #define KL_HOT_KEYS	10
+#define KL_INFO_LIST_MAX 1000	/* holders and waiters INFO lists */
 
 struct stats {
 	uint64_t	start_ms;

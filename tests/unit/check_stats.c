@@ -872,6 +872,43 @@ START_TEST(info_key_is_escaped_and_round_trips)
 }
 END_TEST
 
+START_TEST(info_lists_stop_at_1000_and_totals_stay_exact)
+{
+	struct lt_owner		*many[1100];
+	struct lt_acquire	 a;
+	const char		*keys[] = { "hot" };
+	size_t			 lens[] = { 3 };
+	uint64_t		 tok;
+	bool			 granted;
+	json_t			*w;
+
+	memset(&a, 0, sizeof(a));
+	a.keys = keys;
+	a.keylens = lens;
+	a.nkeys = 1;
+	a.limit = 1;
+	a.max_waiters = -1;
+	for (size_t i = 0; i < 1100; i++) {
+		many[i] = locktable_owner_new(lt, 100 + i,
+		    (void *)(uintptr_t)&infos[0]);
+		ck_assert_ptr_nonnull(many[i]);
+		ck_assert_int_eq(locktable_acquire(lt, many[i], &a, START_MS,
+		    &granted, &tok, NULL), KL_OK);
+		ck_assert(granted == (i == 0));
+	}
+	info_at("hot", START_MS + 5);
+	w = array_member(doc, "waiters");
+	ck_assert_uint_eq(json_array_size(w), KL_INFO_LIST_MAX);
+	EXPECT_U(json_array_get(w, 0), "client", 101);
+	EXPECT_U(doc, "waiters_total", 1099);
+	EXPECT_U(doc, "holders_total", 1);
+	ck_assert_uint_eq(json_array_size(array_member(doc, "holders")), 1);
+	for (size_t i = 0; i < 1100; i++)
+		locktable_owner_free(lt, many[i], START_MS + 6);
+	ck_assert_uint_eq(locktable_counters(lt)->keys, 0);
+}
+END_TEST
+
 START_TEST(info_is_one_line)
 {
 	busy_table();
@@ -948,6 +985,7 @@ stats_suite(void)
 	tcase_add_test(tc, info_of_a_released_key_has_no_holders_or_waiters);
 	tcase_add_test(tc, info_key_is_escaped_and_round_trips);
 	tcase_add_test(tc, info_is_one_line);
+	tcase_add_test(tc, info_lists_stop_at_1000_and_totals_stay_exact);
 	tcase_add_test(tc, info_tokens_are_json_integers);
 	suite_add_tcase(s, tc);
 	return s;
