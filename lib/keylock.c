@@ -64,6 +64,8 @@ static enum keylock_status	 lock_build(struct keylock *, const char *,
 				    const char *const *, size_t,
 				    const struct keylock_lock_opts *, long);
 static enum keylock_status	 command(struct keylock *, const char **);
+static enum keylock_status	 command_with_arg(struct keylock *, const char *,
+		    const char *, size_t);
 static enum keylock_status	 reply_parse(struct keylock *, const char **);
 static enum keylock_status	 build_keys(struct keylock *, const char *,
 				    const char *const *, size_t);
@@ -334,28 +336,36 @@ keylock_info_json(struct keylock *kl, const char *key, struct json_t **root)
 	return parse_json(kl, text, root);
 }
 
-enum keylock_status
-keylock_name(struct keylock *kl, const char *label)
+/* Sends "WORD arg" (word ends in a space) and reads its reply. */
+static enum keylock_status
+command_with_arg(struct keylock *kl, const char *word, const char *arg,
+    size_t len)
 {
 	enum keylock_status	st;
-	size_t			len = label != NULL ? strlen(label) : 0;
 
-	if (len == 0 || len > KEYLOCK_NAME_MAX || !word_is_valid(label, len))
-		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a name is 1 to %d "
-		    "bytes without spaces, control bytes or '='",
-		    KEYLOCK_NAME_MAX);
 	kl->out.len = 0;
-	if ((st = kli_buf_add(kl, "NAME ", 5)) != KEYLOCK_OK ||
-	    (st = kli_buf_add(kl, label, len)) != KEYLOCK_OK ||
+	if ((st = kli_buf_add(kl, word, strlen(word))) != KEYLOCK_OK ||
+	    (st = kli_buf_add(kl, arg, len)) != KEYLOCK_OK ||
 	    (st = kli_buf_add(kl, "\n", 1)) != KEYLOCK_OK)
 		return st;
 	return command(kl, NULL);
 }
 
 enum keylock_status
+keylock_name(struct keylock *kl, const char *label)
+{
+	size_t			len = label != NULL ? strlen(label) : 0;
+
+	if (len == 0 || len > KEYLOCK_NAME_MAX || !word_is_valid(label, len))
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a name is 1 to %d "
+		    "bytes without spaces, control bytes or '='",
+		    KEYLOCK_NAME_MAX);
+	return command_with_arg(kl, "NAME ", label, len);
+}
+
+enum keylock_status
 keylock_auth(struct keylock *kl, const char *secret)
 {
-	enum keylock_status	st;
 	size_t			len = secret != NULL ? strlen(secret) : 0;
 
 	/* The secret is one raw token: it may hold '=', not blanks. */
@@ -366,12 +376,7 @@ keylock_auth(struct keylock *kl, const char *secret)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a secret is 1 to %d "
 		    "bytes without spaces or control bytes",
 		    KEYLOCK_SECRET_MAX);
-	kl->out.len = 0;
-	if ((st = kli_buf_add(kl, "AUTH ", 5)) != KEYLOCK_OK ||
-	    (st = kli_buf_add(kl, secret, len)) != KEYLOCK_OK ||
-	    (st = kli_buf_add(kl, "\n", 1)) != KEYLOCK_OK)
-		return st;
-	return command(kl, NULL);
+	return command_with_arg(kl, "AUTH ", secret, len);
 }
 
 enum keylock_status
