@@ -30,7 +30,7 @@ static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 static struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t);
 static void	 queue_unlink(struct locktable *, struct lt_slot *);
-static void	 req_free(struct lt_req *);
+static void	 req_free(struct locktable *, struct lt_req *);
 static void	 req_grant(struct locktable *, struct lt_req *,
 		    struct lt_key *, uint64_t);
 static void	 req_withdraw(struct locktable *, struct lt_req *);
@@ -43,6 +43,7 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 
 	if ((lt = kl_calloc(1, sizeof(*lt))) == NULL)
 		return NULL;
+	lt->c.bytes = sizeof(*lt);
 	if (!lt_hash_init(lt, seed)) {
 		kl_free(lt);
 		return NULL;
@@ -50,6 +51,58 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 	if (hooks != NULL)
 		lt->hooks = *hooks;
 	return lt;
+}
+
+/*
+ * The table's allocations go through these, so that lt->c.bytes is what
+ * the table asked malloc for (STATS table_bytes). The caller passes the
+ * size back when freeing, as it knows it from the object.
+ */
+void *
+lt_alloc(struct locktable *lt, size_t n)
+{
+	void	*p;
+
+	if ((p = kl_malloc(n)) != NULL)
+		lt->c.bytes += n;
+	return p;
+}
+
+void *
+lt_zalloc(struct locktable *lt, size_t n)
+{
+	void	*p;
+
+	if ((p = kl_calloc(1, n)) != NULL)
+		lt->c.bytes += n;
+	return p;
+}
+
+void
+lt_release(struct locktable *lt, void *p, size_t n)
+{
+	if (p == NULL)
+		return;
+	lt->c.bytes -= n;
+	kl_free(p);
+}
+
+struct lt_kx *
+lt_kx_new(struct locktable *lt, uint32_t limit)
+{
+	struct lt_kx	*x;
+
+	if ((x = lt_zalloc(lt, sizeof(*x))) != NULL)
+		x->limit = limit;
+	return x;
+}
+
+/* Gives a plain entry its extension; the entry's own hold is counted. */
+void
+lt_kx_attach(struct lt_key *k, struct lt_kx *x)
+{
+	x->nholders = k->owned;
+	k->x = x;
 }
 
 void
@@ -63,7 +116,7 @@ locktable_owner_new(struct locktable *lt, uint64_t id, void *udata)
 {
 	struct lt_owner	*o;
 
-	if ((o = kl_calloc(1, sizeof(*o))) == NULL)
+	if ((o = lt_zalloc(lt, sizeof(*o))) == NULL)
 		return NULL;
 	o->id = id;
 	o->udata = udata;
@@ -114,13 +167,14 @@ why_counter(struct locktable *lt, enum lt_why why)
 	return NULL;
 }
 
+/* Only keys with waiters are settled, and those have their extension. */
 static void
 key_mark_dirty(struct locktable *lt, struct lt_key *k)
 {
-	if (k->dirty)
+	if (k->x->dirty)
 		return;
-	k->dirty = 1;
-	k->dirty_next = lt->dirty;
+	k->x->dirty = 1;
+	k->x->dirty_next = lt->dirty;
 	lt->dirty = k;
 }
 
@@ -132,40 +186,44 @@ key_mark_dirty(struct locktable *lt, struct lt_key *k)
 static void
 key_touch(struct locktable *lt, struct lt_key *k)
 {
-	if (k->nwaiters > 0)
+	if (lt_key_nwaiters(k) > 0)
 		key_mark_dirty(lt, k);
-	else if (k->nholders == 0 && !k->dirty)
+	else if (lt_key_nholders(k) == 0 && (k->x == NULL || !k->x->dirty))
 		lt_key_free(lt, k);
 }
 
 static void
 key_add_waiter(struct locktable *lt, struct lt_key *k)
 {
-	if (k->nwaiters++ == 0) {
-		k->hot_prev = NULL;
-		k->hot_next = lt->hot;
+	struct lt_kx	*x = k->x;
+
+	if (x->nwaiters++ == 0) {
+		x->hot_prev = NULL;
+		x->hot_next = lt->hot;
 		if (lt->hot != NULL)
-			lt->hot->hot_prev = k;
+			lt->hot->x->hot_prev = k;
 		lt->hot = k;
 	}
-	if (k->nwaiters > k->max_waiters)
-		k->max_waiters = k->nwaiters;
-	if (k->nwaiters > lt->c.max_waiters)
-		lt->c.max_waiters = k->nwaiters;
+	if (x->nwaiters > x->max_waiters)
+		x->max_waiters = x->nwaiters;
+	if (x->nwaiters > lt->c.max_waiters)
+		lt->c.max_waiters = x->nwaiters;
 }
 
 static void
 key_remove_waiter(struct locktable *lt, struct lt_key *k)
 {
-	if (--k->nwaiters > 0)
+	struct lt_kx	*x = k->x;
+
+	if (--x->nwaiters > 0)
 		return;
-	if (k->hot_prev != NULL)
-		k->hot_prev->hot_next = k->hot_next;
+	if (x->hot_prev != NULL)
+		x->hot_prev->x->hot_next = x->hot_next;
 	else
-		lt->hot = k->hot_next;
-	if (k->hot_next != NULL)
-		k->hot_next->hot_prev = k->hot_prev;
-	k->hot_prev = k->hot_next = NULL;
+		lt->hot = x->hot_next;
+	if (x->hot_next != NULL)
+		x->hot_next->x->hot_prev = x->hot_prev;
+	x->hot_prev = x->hot_next = NULL;
 }
 
 /*
@@ -176,16 +234,18 @@ void
 lt_blocker_fill(const struct lt_key *k, enum lt_mode mode, uint64_t now_ms,
     struct lt_blocker *why)
 {
+	const struct lt_hold	*first = lt_key_first(k);
+
 	why->key = k->key;
 	why->keylen = k->keylen;
 	why->holder = NULL;
 	why->held_ms = 0;
-	if (k->holders != NULL && !lt_key_admits(k, mode)) {
-		why->holder = k->holders->owner;
-		why->held_ms = lt_ms_since(now_ms, k->holders->granted_ms);
+	if (first != NULL && !lt_key_admits(k, mode)) {
+		why->holder = first->owner;
+		why->held_ms = lt_ms_since(now_ms, first->granted_ms);
 	}
-	why->nholders = k->nholders;
-	why->nwaiters = k->nwaiters;
+	why->nholders = lt_key_nholders(k);
+	why->nwaiters = lt_key_nwaiters(k);
 }
 
 uint64_t
@@ -204,33 +264,48 @@ lt_grant_count(struct locktable *lt, uint64_t waited_ms)
 	kl_hist_add(&lt->c.wait_ms, waited_ms);
 }
 
+/*
+ * h is k's own hold (only for a fresh entry: see struct lt_key) or an
+ * xhold, appended to the extension's holders.
+ */
 void
 lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
     struct lt_owner *o, const struct lt_grant *g)
 {
-	memset(h, 0, sizeof(*h));
-	h->key = k;
+	struct lt_xhold	*xh;
+	struct lt_kx	*x = k->x;
+
 	h->owner = o;
 	h->token = g->token;
 	h->granted_ms = g->now_ms;
+	h->heap_idx = LT_NO_TTL;
 	h->mode = (uint8_t)g->mode;
-	h->kprev = k->holders_tail;
-	if (k->holders_tail != NULL)
-		k->holders_tail->knext = h;
-	else
-		k->holders = h;
-	k->holders_tail = h;
-	k->nholders++;
+	h->mark = 0;
+	h->inkey = h == &k->own;
+	if (h->inkey) {
+		k->owned = 1;
+	} else {
+		xh = lt_xhold_of(h);
+		xh->key = k;
+		xh->knext = NULL;
+		xh->kprev = x->holders_tail;
+		if (x->holders_tail != NULL)
+			x->holders_tail->knext = xh;
+		else
+			x->holders = xh;
+		x->holders_tail = xh;
+	}
+	if (x != NULL)
+		x->nholders++;
+	h->oprev = NULL;
 	h->onext = o->holds;
 	if (o->holds != NULL)
 		o->holds->oprev = h;
 	o->holds = h;
 	o->nholds++;
 	lt->c.held++;
-	if (g->ttl_ms != 0) {
-		h->expiry_ms = g->now_ms + g->ttl_ms;
-		lt_heap_push(lt, h);
-	}
+	if (g->ttl_ms != 0)
+		lt_heap_set(lt, h, g->now_ms + g->ttl_ms);
 }
 
 /* Ends one hold, whatever the cause; counter names the cause, if counted. */
@@ -238,18 +313,25 @@ static void
 hold_end(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
     uint64_t *counter)
 {
-	struct lt_key	*k = h->key;
+	struct lt_key	*k = lt_hold_key(h);
 	struct lt_owner	*o = h->owner;
+	struct lt_xhold	*xh;
 
-	if (h->kprev != NULL)
-		h->kprev->knext = h->knext;
-	else
-		k->holders = h->knext;
-	if (h->knext != NULL)
-		h->knext->kprev = h->kprev;
-	else
-		k->holders_tail = h->kprev;
-	k->nholders--;
+	if (h->inkey) {
+		k->owned = 0;
+	} else {
+		xh = lt_xhold_of(h);
+		if (xh->kprev != NULL)
+			xh->kprev->knext = xh->knext;
+		else
+			k->x->holders = xh->knext;
+		if (xh->knext != NULL)
+			xh->knext->kprev = xh->kprev;
+		else
+			k->x->holders_tail = xh->kprev;
+	}
+	if (k->x != NULL)
+		k->x->nholders--;
 	if (h->oprev != NULL)
 		h->oprev->onext = h->onext;
 	else
@@ -257,13 +339,14 @@ hold_end(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
 	if (h->onext != NULL)
 		h->onext->oprev = h->oprev;
 	o->nholds--;
-	if (h->expiry_ms != 0)
+	if (h->heap_idx != LT_NO_TTL)
 		lt_heap_remove(lt, h);
 	lt->c.held--;
 	kl_hist_add(&lt->c.hold_ms, lt_ms_since(now_ms, h->granted_ms));
 	if (counter != NULL)
 		(*counter)++;
-	kl_free(h);
+	if (!h->inkey)
+		lt_release(lt, h, sizeof(struct lt_xhold));
 	key_touch(lt, k);
 }
 
@@ -273,12 +356,12 @@ lt_hold_find(const struct lt_key *k, const struct lt_owner *o)
 {
 	struct lt_hold	*h;
 
-	if (o->nholds <= k->nholders) {
+	if (o->nholds <= lt_key_nholders(k)) {
 		for (h = o->holds; h != NULL; h = h->onext)
-			if (h->key == k)
+			if (lt_hold_key(h) == k)
 				return h;
 	} else {
-		for (h = k->holders; h != NULL; h = h->knext)
+		for (h = lt_key_first(k); h != NULL; h = lt_key_next(k, h))
 			if (h->owner == o)
 				return h;
 	}
@@ -295,17 +378,20 @@ owner_find_hold(const struct locktable *lt, const struct lt_owner *o,
 	return k == NULL ? NULL : lt_hold_find(k, o);
 }
 
+/* k has its extension: a queued request allocates it. */
 void
 lt_queue_append(struct locktable *lt, struct lt_key *k, struct lt_slot *s)
 {
+	struct lt_kx	*x = k->x;
+
 	s->key = k;
 	s->next = NULL;
-	s->prev = k->qtail;
-	if (k->qtail != NULL)
-		k->qtail->next = s;
+	s->prev = x->qtail;
+	if (x->qtail != NULL)
+		x->qtail->next = s;
 	else
-		k->qhead = s;
-	k->qtail = s;
+		x->qhead = s;
+	x->qtail = s;
 	key_add_waiter(lt, k);
 }
 
@@ -313,27 +399,28 @@ static void
 queue_unlink(struct locktable *lt, struct lt_slot *s)
 {
 	struct lt_key	*k = s->key;
+	struct lt_kx	*x = k->x;
 
 	if (s->prev != NULL)
 		s->prev->next = s->next;
 	else
-		k->qhead = s->next;
+		x->qhead = s->next;
 	if (s->next != NULL)
 		s->next->prev = s->prev;
 	else
-		k->qtail = s->prev;
+		x->qtail = s->prev;
 	s->prev = s->next = NULL;
 	key_remove_waiter(lt, k);
 }
 
 static void
-req_free(struct lt_req *r)
+req_free(struct locktable *lt, struct lt_req *r)
 {
 	uint32_t	i;
 
 	for (i = 0; i < r->nkeys; i++)
-		kl_free(r->slots[i].hold);
-	kl_free(r);
+		lt_release(lt, r->slots[i].hold, sizeof(struct lt_xhold));
+	lt_release(lt, r, lt_req_size(r->nkeys));
 }
 
 /* PROTOCOL.md, Per-key FIFO: at the head of every queue, and admitted. */
@@ -376,14 +463,14 @@ req_grant(struct locktable *lt, struct lt_req *r, struct lt_key *settling,
 	for (i = 0; i < r->nkeys; i++) {
 		s = &r->slots[i];
 		queue_unlink(lt, s);
-		lt_hold_grant(lt, s->hold, s->key, o, &g);
+		lt_hold_grant(lt, &s->hold->h, s->key, o, &g);
 		s->hold = NULL;
-		s->key->wait_ms_total += waited;
-		if (s->key != settling && s->key->nwaiters > 0)
+		s->key->x->wait_ms_total += waited;
+		if (s->key != settling && s->key->x->nwaiters > 0)
 			key_mark_dirty(lt, s->key);
 	}
 	lt_grant_count(lt, waited);
-	kl_free(r);
+	lt_release(lt, r, lt_req_size(r->nkeys));
 	if (lt->hooks.granted != NULL)
 		lt->hooks.granted(lt->hooks.arg, o, g.token, waited);
 }
@@ -404,7 +491,7 @@ req_withdraw(struct locktable *lt, struct lt_req *r)
 	lt->c.waiting--;
 	if (r->ttl_ms != 0)
 		lt->ttl_reserved -= r->nkeys;
-	req_free(r);
+	req_free(lt, r);
 }
 
 /*
@@ -418,15 +505,17 @@ static void
 settle(struct locktable *lt, uint64_t now_ms)
 {
 	struct lt_key	*k;
+	struct lt_kx	*x;
 
 	while ((k = lt->dirty) != NULL) {
-		lt->dirty = k->dirty_next;
-		k->dirty_next = NULL;
-		k->dirty = 0;
-		while (!lt->frozen && k->qhead != NULL &&
-		    lt_req_is_grantable(k->qhead->req))
-			req_grant(lt, k->qhead->req, k, now_ms);
-		if (k->nholders == 0 && k->nwaiters == 0 && !k->dirty)
+		x = k->x;
+		lt->dirty = x->dirty_next;
+		x->dirty_next = NULL;
+		x->dirty = 0;
+		while (!lt->frozen && x->qhead != NULL &&
+		    lt_req_is_grantable(x->qhead->req))
+			req_grant(lt, x->qhead->req, k, now_ms);
+		if (x->nholders == 0 && x->nwaiters == 0 && !x->dirty)
 			lt_key_free(lt, k);
 	}
 }
@@ -545,7 +634,7 @@ locktable_refresh(struct locktable *lt, struct lt_owner *o,
 				*bad_index = i;
 			return KL_ERR_NOTHELD;
 		}
-		need += h->expiry_ms == 0;
+		need += h->heap_idx == LT_NO_TTL;
 	}
 	if (!lt_heap_reserve(lt, need))
 		return lt_nomem();
@@ -555,13 +644,7 @@ locktable_refresh(struct locktable *lt, struct lt_owner *o,
 			continue;
 		h->mark = 1;
 		done++;
-		if (h->expiry_ms == 0) {
-			h->expiry_ms = now_ms + ttl_ms;
-			lt_heap_push(lt, h);
-		} else {
-			h->expiry_ms = now_ms + ttl_ms;
-			lt_heap_fix(lt, h->heap_idx);
-		}
+		lt_heap_set(lt, h, now_ms + ttl_ms);
 	}
 	for (i = 0; i < nkeys; i++)
 		owner_find_hold(lt, o, keys[i], keylens[i])->mark = 0;
@@ -575,8 +658,8 @@ locktable_expire(struct locktable *lt, uint64_t now_ms)
 {
 	size_t	n = 0;
 
-	while (lt->heap_len > 0 && lt->heap[0]->expiry_ms <= now_ms) {
-		hold_end(lt, lt->heap[0], now_ms, &lt->c.expired);
+	while (lt->heap_len > 0 && lt->heap[0].expiry_ms <= now_ms) {
+		hold_end(lt, lt->heap[0].h, now_ms, &lt->c.expired);
 		n++;
 	}
 	settle(lt, now_ms);
@@ -597,6 +680,8 @@ locktable_owner_free(struct locktable *lt, struct lt_owner *o,
 			lt->owners = o->next;
 		if (o->next != NULL)
 			o->next->prev = o->prev;
+		lt_release(lt, o, sizeof(*o));
+		return;
 	}
 	kl_free(o);
 }
@@ -616,7 +701,7 @@ locktable_free(struct locktable *lt)
 	for (o = lt->owners; o != NULL; o = onext) {
 		onext = o->next;
 		if (o->wait != NULL)
-			req_free(o->wait);
+			req_free(lt, o->wait);
 		o->wait = NULL;
 		o->holds = NULL;
 		o->nholds = 0;

@@ -91,6 +91,7 @@ struct lt_counters {
 	uint64_t	expired;
 	uint64_t	disconnect_releases;
 	uint64_t	max_waiters;	/* most waiters one key has had */
+	uint64_t	bytes;		/* gauge: the table's memory */
 	struct kl_hist	wait_ms;	/* request to grant */
 	struct kl_hist	hold_ms;	/* grant to release, per key hold */
 };
@@ -215,7 +216,8 @@ void		 locktable_key_view(const struct lt_key *k,
 		    struct lt_key_view *v);
 /* Calls fn for each holder in grant order, then each waiter in queue
  * order; stops early if fn returns false. */
-void		 locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
+void		 locktable_key_walk(const struct locktable *lt,
+		    const struct lt_key *k, uint64_t now_ms,
 		    bool (*holder)(void *, const struct lt_holder_view *),
 		    bool (*waiter)(void *, const struct lt_waiter_view *),
 		    void *arg);

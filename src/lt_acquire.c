@@ -20,8 +20,9 @@ static bool	 probes_init(struct locktable *, struct lt_probes *,
 		    const struct lt_acquire *);
 static void	 probes_add(struct locktable *, struct lt_probes *,
 		    const char *, size_t);
-static bool	 probes_alloc(struct lt_probes *, uint32_t);
-static void	 probes_unalloc(struct lt_probes *);
+static bool	 probes_alloc(struct locktable *, struct lt_probes *,
+		    uint32_t, bool);
+static void	 probes_unalloc(struct locktable *, struct lt_probes *);
 static void	 probes_done(struct lt_probes *);
 static struct lt_key *probe_commit(struct locktable *, struct lt_probe *);
 static bool	 key_blocks(const struct lt_key *, enum lt_mode);
@@ -84,46 +85,61 @@ probes_add(struct locktable *lt, struct lt_probes *ps, const char *key,
 	q->key = key;
 	q->len = len;
 	q->hash = hash;
-	q->h = NULL;
+	q->xh = NULL;
+	q->x = NULL;
 	q->fresh = false;
 	q->k = lt_key_lookup(lt, key, len, hash);
 }
 
-/* Allocates a hold per key and the missing entries, all or nothing. */
+/*
+ * Allocates, all or nothing, what a grant (queue false) or a wait needs
+ * on every key: the missing entries; a hold, unless a fresh entry's own
+ * serves; and an extension where the key will need one (a semaphore, a
+ * second holder, a queue).
+ */
 static bool
-probes_alloc(struct lt_probes *ps, uint32_t limit)
+probes_alloc(struct locktable *lt, struct lt_probes *ps, uint32_t limit,
+    bool queue)
 {
 	struct lt_probe	*p;
 	size_t		 i;
 
 	for (i = 0; i < ps->n; i++) {
 		p = &ps->p[i];
-		if ((p->h = kl_malloc(sizeof(*p->h))) == NULL)
+		if (p->k == NULL) {
+			if ((p->k = lt_key_new(lt, p)) == NULL)
+				break;
+			p->fresh = true;
+		}
+		if (queue || !p->fresh) {
+			p->xh = lt_alloc(lt, sizeof(*p->xh));
+			if (p->xh == NULL)
+				break;
+		}
+		if (p->k->x == NULL && (queue || !p->fresh || limit > 1) &&
+		    (p->x = lt_kx_new(lt, limit)) == NULL)
 			break;
-		if (p->k != NULL)
-			continue;
-		if ((p->k = lt_key_new(p, limit)) == NULL)
-			break;
-		p->fresh = true;
 	}
 	if (i == ps->n)
 		return true;
-	probes_unalloc(ps);
+	probes_unalloc(lt, ps);
 	return false;
 }
 
 static void
-probes_unalloc(struct lt_probes *ps)
+probes_unalloc(struct locktable *lt, struct lt_probes *ps)
 {
 	struct lt_probe	*p;
 	size_t		 i;
 
 	for (i = 0; i < ps->n; i++) {
 		p = &ps->p[i];
-		kl_free(p->h);
-		p->h = NULL;
+		lt_release(lt, p->xh, sizeof(*p->xh));
+		p->xh = NULL;
+		lt_release(lt, p->x, sizeof(*p->x));
+		p->x = NULL;
 		if (p->fresh) {
-			kl_free(p->k);
+			lt_release(lt, p->k, lt_key_size(p->len));
 			p->k = NULL;
 			p->fresh = false;
 		}
@@ -137,9 +153,14 @@ probes_done(struct lt_probes *ps)
 		kl_free(ps->p);
 }
 
+/* Puts what probes_alloc() made into the table; returns the key. */
 static struct lt_key *
 probe_commit(struct locktable *lt, struct lt_probe *p)
 {
+	if (p->x != NULL) {
+		lt_kx_attach(p->k, p->x);
+		p->x = NULL;
+	}
 	if (p->fresh) {
 		lt_key_insert(lt, p->k);
 		p->fresh = false;
@@ -151,7 +172,7 @@ probe_commit(struct locktable *lt, struct lt_probe *p)
 static bool
 key_blocks(const struct lt_key *k, enum lt_mode mode)
 {
-	return k->nwaiters > 0 || !lt_key_admits(k, mode);
+	return lt_key_nwaiters(k) > 0 || !lt_key_admits(k, mode);
 }
 
 /* Requests proto_parse() never produces; see the header. */
@@ -195,7 +216,7 @@ acquire_check(struct locktable *lt, struct lt_owner *o,
 		}
 	}
 	for (i = 0; i < ps->n; i++) {
-		if ((k = ps->p[i].k) != NULL && k->limit != a->limit) {
+		if ((k = ps->p[i].k) != NULL && lt_key_limit(k) != a->limit) {
 			lt->c.conflicts++;
 			why->key = k->key;
 			why->keylen = k->keylen;
@@ -233,7 +254,7 @@ acquire_refuse(struct locktable *lt, struct lt_owner *o,
 	for (i = 0; i < ps->n && a->max_waiters >= 0; i++) {
 		k = ps->p[i].k;
 		if (k != NULL && key_blocks(k, a->mode) &&
-		    (int64_t)k->nwaiters >= a->max_waiters) {
+		    (int64_t)lt_key_nwaiters(k) >= a->max_waiters) {
 			lt->c.busy++;
 			lt_blocker_fill(k, a->mode, now_ms, why);
 			return KL_ERR_BUSY;
@@ -266,11 +287,12 @@ acquire_grant(struct locktable *lt, struct lt_owner *o,
 {
 	struct lt_grant	 g;
 	struct lt_probe	*p;
+	struct lt_key	*k;
 	size_t		 i;
 
 	if (a->ttl_ms != 0 && !lt_heap_reserve(lt, ps->n))
 		return lt_nomem();
-	if (!probes_alloc(ps, a->limit))
+	if (!probes_alloc(lt, ps, a->limit, false))
 		return lt_nomem();
 	g.token = lt_next_token(lt);
 	g.now_ms = now_ms;
@@ -278,8 +300,10 @@ acquire_grant(struct locktable *lt, struct lt_owner *o,
 	g.mode = a->mode;
 	for (i = 0; i < ps->n; i++) {
 		p = &ps->p[i];
-		lt_hold_grant(lt, p->h, probe_commit(lt, p), o, &g);
-		p->h = NULL;
+		k = probe_commit(lt, p);
+		lt_hold_grant(lt, p->xh != NULL ? &p->xh->h : &k->own, k, o,
+		    &g);
+		p->xh = NULL;
 	}
 	lt_grant_count(lt, 0);
 	*token = g.token;
@@ -300,11 +324,10 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 
 	if (a->ttl_ms != 0 && !lt_heap_reserve(lt, ps->n))
 		return lt_nomem();
-	r = kl_malloc(sizeof(*r) + ps->n * sizeof(r->slots[0]));
-	if (r == NULL)
+	if ((r = lt_alloc(lt, lt_req_size(ps->n))) == NULL)
 		return lt_nomem();
-	if (!probes_alloc(ps, a->limit)) {
-		kl_free(r);
+	if (!probes_alloc(lt, ps, a->limit, true)) {
+		lt_release(lt, r, lt_req_size(ps->n));
 		return lt_nomem();
 	}
 	r->owner = o;
@@ -315,8 +338,8 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 	for (i = 0; i < ps->n; i++) {
 		s = &r->slots[i];
 		s->req = r;
-		s->hold = ps->p[i].h;
-		ps->p[i].h = NULL;
+		s->hold = ps->p[i].xh;
+		ps->p[i].xh = NULL;
 		lt_queue_append(lt, probe_commit(lt, &ps->p[i]), s);
 	}
 	o->wait = r;

@@ -10,8 +10,7 @@
 #include "locktable.h"
 #include "lt_impl.h"
 
-static const char *check_holders(const struct lt_key *, uint64_t *,
-		    uint64_t *);
+static const char *check_holders(const struct lt_key *, uint64_t *);
 static const char *check_queue(const struct lt_key *, uint64_t *);
 static const char *check_key(const struct locktable *, const struct lt_key *,
 		    size_t, uint64_t *);
@@ -20,47 +19,59 @@ static const char *check_hot(const struct locktable *, uint64_t);
 static const char *check_heap(const struct locktable *, uint64_t);
 static const char *check_owner(const struct locktable *,
 		    const struct lt_owner *, uint64_t *);
-static const char *check_owners(const struct locktable *);
+static const char *check_owners(const struct locktable *, uint64_t *);
 
 /* Walks are bounded by the counts they check, so a cycle cannot hang. */
 static const char *
-check_holders(const struct lt_key *k, uint64_t *held, uint64_t *ttl)
+check_holders(const struct lt_key *k, uint64_t *tally)
 {
-	const struct lt_hold	*h, *prev = NULL;
-	uint32_t		 n = 0;
+	const struct lt_hold	*h, *first = lt_key_first(k);
+	const struct lt_xhold	*xprev = NULL;
+	uint32_t		 n = 0, limit = lt_key_limit(k);
 
-	for (h = k->holders; h != NULL; prev = h, h = h->knext) {
-		if (++n > k->nholders)
+	if (k->owned && !k->own.inkey)
+		return "key's own hold not marked as its own";
+	for (h = first; h != NULL; h = lt_key_next(k, h)) {
+		if (++n > lt_key_nholders(k))
 			return "key has more holders than nholders";
-		if (h->key != k || h->kprev != prev)
-			return "holder list links broken";
-		if (h->mode != k->holders->mode)
+		if (lt_hold_key(h) != k)
+			return "holder of another key";
+		if (!h->inkey) {
+			if (lt_xhold_of(h)->kprev != xprev)
+				return "holder list links broken";
+			xprev = lt_xhold_of(h);
+			tally[5] += sizeof(struct lt_xhold);
+		}
+		if (h->mode != first->mode)
 			return "shared and exclusive holders mixed";
-		if (k->limit > 1 && h->mode != LT_EXCLUSIVE)
+		if (limit > 1 && h->mode != LT_EXCLUSIVE)
 			return "shared holder of a semaphore";
 		if (h->owner == NULL || h->mark)
 			return "holder without owner, or marked";
-		*ttl += h->expiry_ms != 0;
+		tally[3] += h->heap_idx != LT_NO_TTL;
 	}
-	if (n != k->nholders || k->holders_tail != prev)
+	if (n != lt_key_nholders(k) ||
+	    (k->x != NULL && k->x->holders_tail != xprev))
 		return "key nholders or holder tail wrong";
-	if (k->limit > 1 && n > k->limit)
+	if (limit > 1 && n > limit)
 		return "more holders than the semaphore's limit";
-	if (k->limit == 1 && n > 1 && k->holders->mode == LT_EXCLUSIVE)
+	if (limit == 1 && n > 1 && first->mode == LT_EXCLUSIVE)
 		return "two exclusive holders";
-	*held += n;
+	tally[1] += n;
 	return NULL;
 }
 
 static const char *
-check_queue(const struct lt_key *k, uint64_t *nreq)
+check_queue(const struct lt_key *k, uint64_t *tally)
 {
 	const struct lt_slot	*s, *prev = NULL;
 	const struct lt_req	*r;
 	uint32_t		 n = 0;
 
-	for (s = k->qhead; s != NULL; prev = s, s = s->next) {
-		if (++n > k->nwaiters)
+	if (k->x == NULL)
+		return NULL;
+	for (s = k->x->qhead; s != NULL; prev = s, s = s->next) {
+		if (++n > k->x->nwaiters)
 			return "key has more waiters than nwaiters";
 		r = s->req;
 		if (s->key != k || s->prev != prev || s->hold == NULL)
@@ -69,13 +80,17 @@ check_queue(const struct lt_key *k, uint64_t *nreq)
 			return "slot not in its request";
 		if (r->owner == NULL || r->owner->wait != r)
 			return "queued request not its owner's wait";
-		if (k->limit > 1 && r->mode != LT_EXCLUSIVE)
+		if (k->x->limit > 1 && r->mode != LT_EXCLUSIVE)
 			return "shared request on a semaphore";
-		*nreq += s == &r->slots[0];
+		if (s == &r->slots[0]) {
+			tally[2]++;
+			tally[5] += lt_req_size(r->nkeys);
+		}
+		tally[5] += sizeof(struct lt_xhold);
 	}
-	if (n != k->nwaiters || k->qtail != prev)
+	if (n != k->x->nwaiters || k->x->qtail != prev)
 		return "key nwaiters or queue tail wrong";
-	if (k->max_waiters < n)
+	if (k->x->max_waiters < n)
 		return "key max_waiters below nwaiters";
 	return NULL;
 }
@@ -84,33 +99,42 @@ static const char *
 check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
     uint64_t *tally)
 {
-	const char	*err;
+	const struct lt_slot	*head = lt_key_qhead(k);
+	const char		*err;
 
 	if (k->hash != lt_key_hash(lt, k->key, k->keylen) ||
 	    (k->hash & (lt->nbuckets - 1)) != bucket)
 		return "key in the wrong bucket or with a wrong hash";
 	if (k->keylen == 0 || k->keylen > KL_KEY_MAX || k->key[k->keylen])
 		return "key bytes malformed";
-	if (k->nholders == 0 && k->nwaiters == 0)
+	if (lt_key_nholders(k) == 0 && lt_key_nwaiters(k) == 0)
 		return "empty key entry not freed";
-	if (k->dirty)
+	if (k->x != NULL && k->x->dirty)
 		return "key left dirty after settling";
-	if (k->limit == 0)
+	if (lt_key_limit(k) == 0)
 		return "key limit 0";
-	if ((err = check_holders(k, &tally[1], &tally[3])) != NULL)
+	if (k->owned && k->x != NULL && k->x->holders != NULL &&
+	    k->x->holders->h.granted_ms < k->own.granted_ms)
+		return "key's own hold younger than another holder";
+	tally[5] += lt_key_size(k->keylen);
+	if (k->x != NULL)
+		tally[5] += sizeof(*k->x);
+	if ((err = check_holders(k, tally)) != NULL)
 		return err;
-	if ((err = check_queue(k, &tally[2])) != NULL)
+	if ((err = check_queue(k, tally)) != NULL)
 		return err;
-	if (!lt->frozen && k->qhead != NULL &&
-	    lt_req_is_grantable(k->qhead->req))
+	if (!lt->frozen && head != NULL && lt_req_is_grantable(head->req))
 		return "a queued request is grantable (settling incomplete)";
-	if (k->max_waiters > lt->c.max_waiters)
+	if (k->x != NULL && k->x->max_waiters > lt->c.max_waiters)
 		return "counter max_waiters below a key's";
-	tally[4] += k->nwaiters > 0;
+	tally[4] += lt_key_nwaiters(k) > 0;
 	return NULL;
 }
 
-/* tally: keys, holds, requests, holds with a ttl, keys with waiters. */
+/*
+ * tally: keys, holds, requests, holds with a ttl, keys with waiters, and
+ * the bytes of entries, extensions, holds and requests.
+ */
 static const char *
 check_keys(const struct locktable *lt, uint64_t *tally)
 {
@@ -146,10 +170,10 @@ check_hot(const struct locktable *lt, uint64_t nhot)
 	const struct lt_key	*k, *prev = NULL;
 	uint64_t		 n = 0;
 
-	for (k = lt->hot; k != NULL; prev = k, k = k->hot_next) {
+	for (k = lt->hot; k != NULL; prev = k, k = k->x->hot_next) {
 		if (++n > nhot)
 			return "hot list longer than keys with waiters";
-		if (k->nwaiters == 0 || k->hot_prev != prev)
+		if (lt_key_nwaiters(k) == 0 || k->x->hot_prev != prev)
 			return "hot list holds a key without waiters";
 		if (locktable_find(lt, k->key, k->keylen) != k)
 			return "hot list key not in the table";
@@ -160,7 +184,7 @@ check_hot(const struct locktable *lt, uint64_t nhot)
 static const char *
 check_heap(const struct locktable *lt, uint64_t nttl)
 {
-	const struct lt_hold	*h;
+	const struct lt_ttl	*t;
 	size_t			 i;
 
 	if (lt->heap_len != nttl)
@@ -168,10 +192,10 @@ check_heap(const struct locktable *lt, uint64_t nttl)
 	if (lt->heap_cap < lt->heap_len + lt->ttl_reserved)
 		return "ttl heap room for queued requests not reserved";
 	for (i = 0; i < lt->heap_len; i++) {
-		h = lt->heap[i];
-		if (h->heap_idx != i || h->expiry_ms == 0)
+		t = &lt->heap[i];
+		if (t->h == NULL || t->h->heap_idx != i)
 			return "ttl heap index wrong";
-		if (i > 0 && h->expiry_ms < lt->heap[(i - 1) / 2]->expiry_ms)
+		if (i > 0 && t->expiry_ms < lt->heap[(i - 1) / 2].expiry_ms)
 			return "ttl heap order broken";
 	}
 	return NULL;
@@ -183,6 +207,7 @@ check_owner(const struct locktable *lt, const struct lt_owner *o,
 {
 	const struct lt_hold	*h, *prev = NULL;
 	const struct lt_slot	*s;
+	const struct lt_key	*k;
 	size_t			 n = 0;
 	uint32_t		 i;
 
@@ -191,7 +216,8 @@ check_owner(const struct locktable *lt, const struct lt_owner *o,
 	for (h = o->holds; h != NULL; prev = h, h = h->onext) {
 		if (++n > o->nholds || h->owner != o || h->oprev != prev)
 			return "owner hold list broken";
-		if (locktable_find(lt, h->key->key, h->key->keylen) != h->key)
+		k = lt_hold_key(h);
+		if (locktable_find(lt, k->key, k->keylen) != k)
 			return "owner holds a key not in the table";
 	}
 	if (n != o->nholds)
@@ -204,7 +230,7 @@ check_owner(const struct locktable *lt, const struct lt_owner *o,
 		s = &o->wait->slots[i];
 		if (locktable_find(lt, s->key->key, s->key->keylen) != s->key)
 			return "waited key not in the table";
-		if ((s->prev == NULL) != (s->key->qhead == s))
+		if ((s->prev == NULL) != (lt_key_qhead(s->key) == s))
 			return "slot not linked in its queue";
 	}
 	if (o->wait->ttl_ms != 0)
@@ -213,13 +239,14 @@ check_owner(const struct locktable *lt, const struct lt_owner *o,
 }
 
 static const char *
-check_owners(const struct locktable *lt)
+check_owners(const struct locktable *lt, uint64_t *bytes)
 {
 	const struct lt_owner	*o, *prev = NULL;
 	const char		*err;
 	uint64_t		 held = 0, waiting = 0, reserved = 0;
 
 	for (o = lt->owners; o != NULL; prev = o, o = o->next) {
+		*bytes += sizeof(*o);
 		if (o->prev != prev)
 			return "owner list links broken";
 		if ((err = check_owner(lt, o, &reserved)) != NULL)
@@ -239,7 +266,7 @@ check_owners(const struct locktable *lt)
 const char *
 locktable_check(const struct locktable *lt)
 {
-	uint64_t	 tally[5] = { 0, 0, 0, 0, 0 };
+	uint64_t	 tally[6] = { 0, 0, 0, 0, 0, 0 };
 	const char	*err;
 
 	if ((err = check_keys(lt, tally)) != NULL)
@@ -248,5 +275,9 @@ locktable_check(const struct locktable *lt)
 		return err;
 	if ((err = check_heap(lt, tally[3])) != NULL)
 		return err;
-	return check_owners(lt);
+	if ((err = check_owners(lt, &tally[5])) != NULL)
+		return err;
+	tally[5] += sizeof(*lt) + lt->nbuckets * sizeof(*lt->buckets) +
+	    lt->heap_cap * sizeof(*lt->heap);
+	return tally[5] == lt->c.bytes ? NULL : "table bytes gauge wrong";
 }

@@ -181,7 +181,8 @@ dl_or(struct dl *d, uint32_t from, uint32_t probe, const struct lt_key *k)
 	d->node[from].pending++;
 	if (from == 0)
 		dl_src_add(d, probe, gi | DL_GROUP);
-	for (h = k->holders; h != NULL && !d->oom; h = h->knext) {
+	for (h = lt_key_first(k); h != NULL && !d->oom;
+	    h = lt_key_next(k, h)) {
 		to = dl_node_of(d, h->owner);
 		if (!d->oom)
 			dl_edge_add(d, gi | DL_GROUP, to);
@@ -201,23 +202,23 @@ static void
 dl_key(struct dl *d, uint32_t from, uint32_t probe, const struct lt_key *k,
     enum lt_mode mode, const struct lt_slot *pred)
 {
-	struct lt_hold	*h;
+	struct lt_hold	*h, *first = lt_key_first(k);
 	enum lt_mode	 held;
 
 	if (pred != NULL)
 		dl_and(d, from, probe, pred->req->owner);
-	if (k->holders == NULL)
+	if (first == NULL)
 		return;
-	if (k->limit > 1) {
-		if (pred == NULL && k->nholders >= k->limit)
+	if (lt_key_limit(k) > 1) {
+		if (pred == NULL && k->x->nholders >= k->x->limit)
 			dl_or(d, from, probe, k);
 		return;
 	}
-	held = (enum lt_mode)k->holders->mode;
+	held = (enum lt_mode)first->mode;
 	if (!lt_modes_conflict(mode, held) || (pred != NULL &&
 	    lt_modes_conflict((enum lt_mode)pred->req->mode, held)))
 		return;
-	for (h = k->holders; h != NULL && !d->oom; h = h->knext)
+	for (h = first; h != NULL && !d->oom; h = lt_key_next(k, h))
 		dl_and(d, from, probe, h->owner);
 }
 
@@ -332,7 +333,8 @@ lt_dl_search(struct locktable *lt, struct lt_owner *o,
 	(void)dl_node_of(&d, o);
 	for (i = 0; i < ps->n && !d.oom; i++)
 		if ((k = ps->p[i].k) != NULL)
-			dl_key(&d, 0, (uint32_t)i, k, mode, k->qtail);
+			dl_key(&d, 0, (uint32_t)i, k, mode,
+			    k->x != NULL ? k->x->qtail : NULL);
 	dl_expand(&d);
 	if (!d.oom && dl_propagate(&d))
 		found = dl_verdict(&d);

@@ -38,7 +38,7 @@ splitmix64(uint64_t *s)
 bool
 lt_hash_init(struct locktable *lt, uint64_t seed)
 {
-	lt->buckets = kl_calloc(LT_BUCKETS_MIN, sizeof(*lt->buckets));
+	lt->buckets = lt_zalloc(lt, LT_BUCKETS_MIN * sizeof(*lt->buckets));
 	if (lt->buckets == NULL)
 		return false;
 	lt->nbuckets = LT_BUCKETS_MIN;
@@ -139,17 +139,21 @@ lt_key_lookup(const struct locktable *lt, const char *key, size_t len,
 	return NULL;
 }
 
+/* A fresh entry, not yet in the table, with its own hold free. */
 struct lt_key *
-lt_key_new(const struct lt_probe *p, uint32_t limit)
+lt_key_new(struct locktable *lt, const struct lt_probe *p)
 {
 	struct lt_key	*k;
 
-	if ((k = kl_calloc(1, sizeof(*k) + p->len + 1)) == NULL)
+	if ((k = lt_alloc(lt, lt_key_size(p->len))) == NULL)
 		return NULL;
+	k->next = NULL;
+	k->x = NULL;
 	k->hash = p->hash;
-	k->limit = limit;
 	k->keylen = (uint16_t)p->len;
+	k->owned = 0;
 	memcpy(k->key, p->key, p->len);
+	k->key[p->len] = '\0';
 	return k;
 }
 
@@ -160,7 +164,7 @@ table_resize(struct locktable *lt, size_t nbuckets)
 	struct lt_key	**nb, *k, *next;
 	size_t		  i;
 
-	if ((nb = kl_calloc(nbuckets, sizeof(*nb))) == NULL)
+	if ((nb = lt_zalloc(lt, nbuckets * sizeof(*nb))) == NULL)
 		return;
 	for (i = 0; i < lt->nbuckets; i++) {
 		for (k = lt->buckets[i]; k != NULL; k = next) {
@@ -169,7 +173,7 @@ table_resize(struct locktable *lt, size_t nbuckets)
 			nb[k->hash & (nbuckets - 1)] = k;
 		}
 	}
-	kl_free(lt->buckets);
+	lt_release(lt, lt->buckets, lt->nbuckets * sizeof(*nb));
 	lt->buckets = nb;
 	lt->nbuckets = nbuckets;
 }
@@ -201,7 +205,8 @@ lt_key_free(struct locktable *lt, struct lt_key *k)
 		pp = &(*pp)->next;
 	*pp = k->next;
 	lt->c.keys--;
-	kl_free(k);
+	lt_release(lt, k->x, sizeof(*k->x));
+	lt_release(lt, k, lt_key_size(k->keylen));
 	if (lt->nbuckets > LT_BUCKETS_MIN && lt->c.keys < lt->nbuckets / 4)
 		table_resize(lt, lt->nbuckets / 2);
 }
@@ -214,15 +219,18 @@ void
 lt_hash_cleanup(struct locktable *lt)
 {
 	struct lt_key	*k, *knext;
-	struct lt_hold	*h, *hnext;
+	struct lt_xhold	*h, *hnext;
 	size_t		 i;
 
 	for (i = 0; i < lt->nbuckets; i++) {
 		for (k = lt->buckets[i]; k != NULL; k = knext) {
 			knext = k->next;
-			for (h = k->holders; h != NULL; h = hnext) {
-				hnext = h->knext;
-				kl_free(h);
+			if (k->x != NULL) {
+				for (h = k->x->holders; h != NULL; h = hnext) {
+					hnext = h->knext;
+					kl_free(h);
+				}
+				kl_free(k->x);
 			}
 			kl_free(k);
 		}

@@ -18,6 +18,7 @@ static bool	 heap_less(const struct locktable *, size_t, size_t);
 static void	 heap_swap(struct locktable *, size_t, size_t);
 static void	 heap_up(struct locktable *, size_t);
 static void	 heap_down(struct locktable *, size_t);
+static void	 heap_fix(struct locktable *, size_t);
 
 /*
  * Makes room for n more holds with a ttl beyond those already promised to
@@ -26,8 +27,8 @@ static void	 heap_down(struct locktable *, size_t);
 bool
 lt_heap_reserve(struct locktable *lt, size_t n)
 {
-	struct lt_hold	**heap;
-	size_t		  need, cap;
+	struct lt_ttl	*heap;
+	size_t		 need, cap;
 
 	need = lt->heap_len + lt->ttl_reserved + n;
 	if (need <= lt->heap_cap)
@@ -37,6 +38,7 @@ lt_heap_reserve(struct locktable *lt, size_t n)
 		cap *= 2;
 	if ((heap = kl_realloc(lt->heap, cap * sizeof(*heap))) == NULL)
 		return false;
+	lt->c.bytes += (cap - lt->heap_cap) * sizeof(*heap);
 	lt->heap = heap;
 	lt->heap_cap = cap;
 	return true;
@@ -45,18 +47,18 @@ lt_heap_reserve(struct locktable *lt, size_t n)
 static bool
 heap_less(const struct locktable *lt, size_t a, size_t b)
 {
-	return lt->heap[a]->expiry_ms < lt->heap[b]->expiry_ms;
+	return lt->heap[a].expiry_ms < lt->heap[b].expiry_ms;
 }
 
 static void
 heap_swap(struct locktable *lt, size_t a, size_t b)
 {
-	struct lt_hold	*h = lt->heap[a];
+	struct lt_ttl	t = lt->heap[a];
 
 	lt->heap[a] = lt->heap[b];
-	lt->heap[b] = h;
-	lt->heap[a]->heap_idx = (uint32_t)a;
-	lt->heap[b]->heap_idx = (uint32_t)b;
+	lt->heap[b] = t;
+	lt->heap[a].h->heap_idx = (uint32_t)a;
+	lt->heap[b].h->heap_idx = (uint32_t)b;
 }
 
 static void
@@ -83,8 +85,8 @@ heap_down(struct locktable *lt, size_t i)
 	}
 }
 
-void
-lt_heap_fix(struct locktable *lt, size_t i)
+static void
+heap_fix(struct locktable *lt, size_t i)
 {
 	if (i > 0 && heap_less(lt, i, (i - 1) / 2))
 		heap_up(lt, i);
@@ -92,13 +94,19 @@ lt_heap_fix(struct locktable *lt, size_t i)
 		heap_down(lt, i);
 }
 
-/* The room was made by lt_heap_reserve(). */
+/*
+ * Gives h a ttl ending at expiry_ms, or moves the one it has (REFRESH).
+ * Room for a new one was made by lt_heap_reserve().
+ */
 void
-lt_heap_push(struct locktable *lt, struct lt_hold *h)
+lt_heap_set(struct locktable *lt, struct lt_hold *h, uint64_t expiry_ms)
 {
-	h->heap_idx = (uint32_t)lt->heap_len;
-	lt->heap[lt->heap_len++] = h;
-	heap_up(lt, h->heap_idx);
+	if (h->heap_idx == LT_NO_TTL) {
+		h->heap_idx = (uint32_t)lt->heap_len++;
+		lt->heap[h->heap_idx].h = h;
+	}
+	lt->heap[h->heap_idx].expiry_ms = expiry_ms;
+	heap_fix(lt, h->heap_idx);
 }
 
 void
@@ -106,15 +114,23 @@ lt_heap_remove(struct locktable *lt, struct lt_hold *h)
 {
 	size_t	i = h->heap_idx, last = --lt->heap_len;
 
+	h->heap_idx = LT_NO_TTL;
 	if (i == last)
 		return;
 	lt->heap[i] = lt->heap[last];
-	lt->heap[i]->heap_idx = (uint32_t)i;
-	lt_heap_fix(lt, i);
+	lt->heap[i].h->heap_idx = (uint32_t)i;
+	heap_fix(lt, i);
+}
+
+/* When h's ttl runs out; h has one. */
+uint64_t
+lt_heap_expiry(const struct locktable *lt, const struct lt_hold *h)
+{
+	return lt->heap[h->heap_idx].expiry_ms;
 }
 
 uint64_t
 locktable_next_expiry(const struct locktable *lt)
 {
-	return lt->heap_len > 0 ? lt->heap[0]->expiry_ms : UINT64_MAX;
+	return lt->heap_len > 0 ? lt->heap[0].expiry_ms : UINT64_MAX;
 }

@@ -9,6 +9,7 @@
 #include "locktable.h"
 #include "lt_impl.h"
 
+static bool	 hot_fewer(const struct lt_key *, const struct lt_key *);
 static void	 hot_swap(const struct lt_key **, size_t, size_t);
 static void	 hot_up(const struct lt_key **, size_t);
 static void	 hot_down(const struct lt_key **, size_t, size_t);
@@ -32,15 +33,16 @@ locktable_key_view(const struct lt_key *k, struct lt_key_view *v)
 {
 	v->key = k->key;
 	v->keylen = k->keylen;
-	v->limit = k->limit;
-	v->nholders = k->nholders;
-	v->nwaiters = k->nwaiters;
-	v->max_waiters = k->max_waiters;
-	v->wait_ms_total = k->wait_ms_total;
+	v->limit = lt_key_limit(k);
+	v->nholders = lt_key_nholders(k);
+	v->nwaiters = lt_key_nwaiters(k);
+	v->max_waiters = k->x != NULL ? k->x->max_waiters : 0;
+	v->wait_ms_total = k->x != NULL ? k->x->wait_ms_total : 0;
 }
 
 void
-locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
+locktable_key_walk(const struct locktable *lt, const struct lt_key *k,
+    uint64_t now_ms,
     bool (*holder)(void *, const struct lt_holder_view *),
     bool (*waiter)(void *, const struct lt_waiter_view *), void *arg)
 {
@@ -48,20 +50,23 @@ locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
 	struct lt_waiter_view	 wv;
 	const struct lt_hold	*h;
 	const struct lt_slot	*s;
+	uint64_t		 expiry;
 
-	for (h = k->holders; h != NULL; h = h->knext) {
+	for (h = lt_key_first(k); h != NULL; h = lt_key_next(k, h)) {
 		hv.owner = h->owner;
 		hv.token = h->token;
 		hv.mode = (enum lt_mode)h->mode;
 		hv.held_ms = lt_ms_since(now_ms, h->granted_ms);
 		hv.expires_in_ms = 0;
-		if (h->expiry_ms != 0)
-			hv.expires_in_ms = h->expiry_ms > now_ms ?
-			    h->expiry_ms - now_ms : 1;
+		if (h->heap_idx != LT_NO_TTL) {
+			expiry = lt_heap_expiry(lt, h);
+			hv.expires_in_ms = expiry > now_ms ?
+			    expiry - now_ms : 1;
+		}
 		if (!holder(arg, &hv))
 			return;
 	}
-	for (s = k->qhead; s != NULL; s = s->next) {
+	for (s = lt_key_qhead(k); s != NULL; s = s->next) {
 		wv.owner = s->req->owner;
 		wv.mode = (enum lt_mode)s->req->mode;
 		wv.waited_ms = lt_ms_since(now_ms, s->req->arrival_ms);
@@ -69,6 +74,12 @@ locktable_key_walk(const struct lt_key *k, uint64_t now_ms,
 		if (!waiter(arg, &wv))
 			return;
 	}
+}
+
+static bool
+hot_fewer(const struct lt_key *a, const struct lt_key *b)
+{
+	return lt_key_nwaiters(a) < lt_key_nwaiters(b);
 }
 
 static void
@@ -83,7 +94,7 @@ hot_swap(const struct lt_key **h, size_t a, size_t b)
 static void
 hot_up(const struct lt_key **h, size_t i)
 {
-	while (i > 0 && h[i]->nwaiters < h[(i - 1) / 2]->nwaiters) {
+	while (i > 0 && hot_fewer(h[i], h[(i - 1) / 2])) {
 		hot_swap(h, i, (i - 1) / 2);
 		i = (i - 1) / 2;
 	}
@@ -95,9 +106,9 @@ hot_down(const struct lt_key **h, size_t n, size_t i)
 	size_t	c;
 
 	while ((c = 2 * i + 1) < n) {
-		if (c + 1 < n && h[c + 1]->nwaiters < h[c]->nwaiters)
+		if (c + 1 < n && hot_fewer(h[c + 1], h[c]))
 			c++;
-		if (h[c]->nwaiters >= h[i]->nwaiters)
+		if (!hot_fewer(h[c], h[i]))
 			break;
 		hot_swap(h, c, i);
 		i = c;
@@ -114,7 +125,7 @@ hot_offer(const struct lt_key **h, size_t n, size_t max,
 		hot_up(h, n);
 		return n + 1;
 	}
-	if (k->nwaiters > h[0]->nwaiters) {
+	if (hot_fewer(h[0], k)) {
 		h[0] = k;
 		hot_down(h, n, 0);
 	}
@@ -130,7 +141,7 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 
 	if (max == 0)
 		return 0;
-	for (k = lt->hot; k != NULL; k = k->hot_next)
+	for (k = lt->hot; k != NULL; k = k->x->hot_next)
 		n = hot_offer(out, n, max, k);
 	/* Heapsort: popping the fewest to the end leaves most first. */
 	for (i = n; i > 1; i--) {
@@ -139,7 +150,7 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 	}
 	for (i = 0; i < lt->nbuckets && n < max; i++)
 		for (k = lt->buckets[i]; k != NULL && n < max; k = k->next)
-			if (k->nwaiters == 0)
+			if (lt_key_nwaiters(k) == 0)
 				out[n++] = k;
 	return n;
 }

@@ -121,6 +121,8 @@ metrics_render(struct server *srv)
 	metrics_one(&b, "waiting", "gauge", "Requests waiting.", c->waiting);
 	metrics_one(&b, "max_waiters", "gauge", "Most waiters one key has "
 	    "had.", c->max_waiters);
+	metrics_one(&b, "table_bytes", "gauge", "Memory the lock table "
+	    "asked for: entries, holds, queues, buckets.", c->bytes);
 	metrics_one(&b, "grants_total", "counter", "Requests granted.",
 	    c->grants);
 	metrics_one(&b, "timeouts_total", "counter", "Requests timed out.",

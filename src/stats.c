@@ -96,6 +96,7 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 	json_object_set_new(o, "wait_ms", stats_hist_json(&c->wait_ms));
 	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
 	SET_U(o, "max_waiters", c->max_waiters);
+	SET_U(o, "table_bytes", c->bytes);
 	json_object_set_new(o, "hot_keys", stats_hot_json(lt));
 	SET_U(o, "connections", st->connections);
 	SET_U(o, "rejected_connections", st->rejected_connections);
@@ -182,7 +183,7 @@ stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
 	json_object_set_new(o, "key", json_stringn(key, keylen));
 	if (k != NULL) {
 		locktable_key_view(k, &v);
-		locktable_key_walk(k, now_ms, stats_info_holder,
+		locktable_key_walk(lt, k, now_ms, stats_info_holder,
 		    stats_info_waiter, &w);
 	}
 	SET_U(o, "limit", v.limit);

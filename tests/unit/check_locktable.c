@@ -400,7 +400,7 @@ key_state(const char *key, uint64_t now, struct walk_buf *wb)
 	if ((k = find(key)) == NULL)
 		return "-";
 	locktable_key_view(k, &v);
-	locktable_key_walk(k, now, walk_holder, walk_waiter, wb);
+	locktable_key_walk(lt, k, now, walk_holder, walk_waiter, wb);
 	snprintf(out, sizeof(out), "%s| %s", wb->hs, wb->ws);
 	len = strlen(out);
 	while (len > 0 && out[len - 1] == ' ')
@@ -1705,11 +1705,11 @@ START_TEST(walk_stops_when_callback_returns_false)
 	ck_assert_ptr_nonnull(k = find("a"));
 	memset(&wb, 0, sizeof(wb));
 	wb.stop_after = 1;
-	locktable_key_walk(k, 0, walk_holder, walk_waiter, &wb);
+	locktable_key_walk(lt, k, 0, walk_holder, walk_waiter, &wb);
 	ck_assert_int_eq(wb.calls, 1);
 	memset(&wb, 0, sizeof(wb));
 	wb.stop_after = 3;
-	locktable_key_walk(k, 0, walk_holder, walk_waiter, &wb);
+	locktable_key_walk(lt, k, 0, walk_holder, walk_waiter, &wb);
 	ck_assert_int_eq(wb.calls, 3);
 	ck_assert_str_eq(wb.hs, "1s 2s ");
 	ck_assert_str_eq(wb.ws, "3 ");
@@ -1786,6 +1786,37 @@ START_TEST(many_keys_and_waiters_stay_consistent)
 	ck_assert_uint_eq(release_owner(2, LT_WHY_UNLOCK, 302), 100);
 	EXPECT_GRANTS("3");
 	expect_gauges(3, 3, 0);
+}
+END_TEST
+
+/*
+ * A plain lock is one entry with its hold inside: the table grows by the
+ * entry, its key bytes and a share of the buckets, and shrinks back to the
+ * byte when the keys go (CHECK_TABLE recounts the gauge on every call).
+ */
+START_TEST(plain_locks_cost_one_compact_entry_each)
+{
+	enum { N = 4096 };
+	char		buf[32];
+	uint64_t	before = ctr()->bytes, per_key;
+
+	ck_assert_uint_gt(before, 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(buf, sizeof(buf), "b:%04d", i);
+		ck_assert_int_eq(lock(1, buf, 1), GRANTED);
+	}
+	per_key = (ctr()->bytes - before) / N;
+	ck_assert_msg(per_key <= 96, "%ju bytes per held key",
+	    (uintmax_t)per_key);
+	ck_assert_int_eq(lock_shared(2, "s", 2), GRANTED);
+	ck_assert_int_eq(lock_shared(3, "s", 2), GRANTED);
+	ck_assert_int_eq(lock(4, "s", 3), QUEUED);
+	ck_assert_uint_eq(release_owner(1, LT_WHY_UNLOCK, 4), N);
+	ck_assert_uint_eq(release_owner(2, LT_WHY_UNLOCK, 5), 1);
+	ck_assert_uint_eq(release_owner(3, LT_WHY_UNLOCK, 6), 1);
+	EXPECT_GRANTS("4");
+	ck_assert_int_eq(unlock(4, "s", 7), KL_OK);
+	ck_assert_uint_eq(ctr()->bytes, before);
 }
 END_TEST
 
@@ -1882,6 +1913,7 @@ locktable_suite(void)
 	tcase_add_test(tc, owner_accessors_report_state);
 	tcase_add_test(tc, keys_are_compared_by_length_and_bytes);
 	tcase_add_test(tc, many_keys_and_waiters_stay_consistent);
+	tcase_add_test(tc, plain_locks_cost_one_compact_entry_each);
 #undef TCASE
 	return s;
 }

@@ -713,7 +713,7 @@ compare_key(int k)
 	    (uintmax_t)mk->wait_total);
 	memset(&w, 0, sizeof(w));
 	w.k = k;
-	locktable_key_walk(lk, m.now, walk_holder, walk_waiter, &w);
+	locktable_key_walk(m.lt, lk, m.now, walk_holder, walk_waiter, &w);
 	MCK(w.nh == mk->nh && w.nw == mk->nq, "%s: walk saw %d/%d, want "
 	    "%d/%d", keyname[k], w.nh, w.nw, mk->nh, mk->nq);
 	/* invariants, whatever the model says */

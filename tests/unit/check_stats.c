@@ -422,7 +422,7 @@ START_TEST(stats_lists_every_protocol_member_with_its_type)
 	static const char *const counters[] = {
 		"uptime_ms", "clients", "keys", "held", "waiting", "grants",
 		"timeouts", "busy", "deadlocks", "conflicts", "releases",
-		"expired", "disconnect_releases", "max_waiters"
+		"expired", "disconnect_releases", "max_waiters", "table_bytes"
 	};
 	uint64_t	counts[64], uppers[64];
 
