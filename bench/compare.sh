@@ -10,8 +10,8 @@
 # floor, Redis with the script unlock (reversed in even rounds); a figure is
 # the median of the rounds with their min-max, and ratios are given both of
 # the medians and as the median of the same-round ratios. DURATION (3) is
-# seconds per timed run; HOLD_KEYS (1000000) and IDLE_CONNS (10000) size
-# the memory rows; RESULTS names the output (bench/RESULTS.md beside this
+# seconds per timed run; HOLD_KEYS (1000000) and IDLE_CONNS (50000, or as
+# many as the descriptor limit allows) size the memory rows; RESULTS names the output (bench/RESULTS.md beside this
 # script); KEEP=1 keeps the raw JSON; KEYLOCKD_REV names the daemon's
 # source revision (default: git describe of this tree).
 set -euo pipefail
@@ -26,7 +26,8 @@ REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server ||
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
 HOLD_KEYS=${HOLD_KEYS:-1000000}
-IDLE_CONNS=${IDLE_CONNS:-10000}
+IDLE_CONNS=${IDLE_CONNS:-50000}
+IDLE_TARGET=50000		# issue 5: connections held, fresh p99 <= 10 ms
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 RESULTS=${RESULTS:-$here/RESULTS.md}
@@ -404,9 +405,11 @@ memory_round() {
 	start_keylockd
 	if f=$(run "mem.k.$r" -S "127.0.0.1:$KD_PORT" -w hold \
 	    -n "$HOLD_KEYS" -c "$HOLD_CONNS" -P 64 --server-pid "$KD_PID"); then
-		read -r a b <<<"$(jget "$f" hold/rss_per_key hold/seconds)"
+		read -r a b c <<<"$(jget "$f" hold/rss_per_key hold/seconds \
+		    hold/table_bytes_per_key)"
 		rec mem k rss "$a"
 		rec mem k secs "$b"
+		rec mem k table "$c"
 	fi
 	stop "$KD_PID"
 	start_redis
@@ -421,7 +424,8 @@ memory_round() {
 	stop "$RD_PID"
 	start_keylockd
 	if f=$(run "idle.k.$r" -S "127.0.0.1:$KD_PORT" -w idle \
-	    -c "$IDLE_CONNS" -t "$DURATION" --server-pid "$KD_PID"); then
+	    -c "$IDLE_CONNS" --sources 4 -t "$DURATION" \
+	    --server-pid "$KD_PID"); then
 		read -r a b <<<"$(jget "$f" idle/rss_per_conn latency_ms/all/p99)"
 		rec idle k rss "$a"
 		rec idle k p99 "$b"
@@ -429,7 +433,8 @@ memory_round() {
 	stop "$KD_PID"
 	start_redis
 	if f=$(run "idle.r.$r" --redis -S "127.0.0.1:$RD_PORT" -w idle \
-	    -c "$IDLE_CONNS" -t "$DURATION" --server-pid "$RD_PID"); then
+	    -c "$IDLE_CONNS" --sources 4 -t "$DURATION" \
+	    --server-pid "$RD_PID"); then
 		read -r a b <<<"$(jget "$f" idle/rss_per_conn latency_ms/all/p99)"
 		rec idle r rss "$a"
 		rec idle r p99 "$b"
@@ -611,10 +616,17 @@ targets_table() {
 	x=$(med idle k rss)
 	echo "| memory per idle connection ≤ 4 KiB | $(num "$x" 0) bytes |" \
 	    "$(verdict "\"$x\" != \"-\" && $x <= 4096") |"
-	echo "| 50,000 connections, fresh client p99 ≤ 10 ms | not run: this" \
-	    "machine allows $NOFILE descriptors per process; with $(num \
-	    "$IDLE_CONNS" 0) open: $(num "$(med idle k p99)" 3) ms |" \
-	    "not measured |"
+	x=$(med idle k p99)
+	if [ "$IDLE_CONNS" -ge "$IDLE_TARGET" ]; then
+		echo "| $(num "$IDLE_TARGET" 0) connections, fresh client p99" \
+		    "≤ 10 ms | $(num "$x" 3) ms with $(num "$IDLE_CONNS" 0)" \
+		    "open | $(verdict "\"$x\" != \"-\" && $x <= 10") |"
+	else
+		echo "| $(num "$IDLE_TARGET" 0) connections, fresh client p99" \
+		    "≤ 10 ms | not run: this machine allows $NOFILE" \
+		    "descriptors per process; with $(num "$IDLE_CONNS" 0)" \
+		    "open: $(num "$x" 3) ms | not measured |"
+	fi
 	x=$(med seed k secs)
 	y=$(stat seed k overlaps | cut -d' ' -f3)
 	echo "| seed: 1,000 × 1 ms over 50 keys ≤ ${SEED_TARGET_S} s, no" \
@@ -695,16 +707,19 @@ alone need for 1,000 connections, two round trips each, and the 1 ms hold.
 ## Memory (fresh servers each round)
 
 Per held key: $(num "$HOLD_KEYS" 0) keys held on $HOLD_CONNS connections.
-keylockd: growth of VmRSS (/proc/PID/status) over the keys; the daemon
-reports no table bytes of its own. Redis: growth of \`used_memory\` (INFO
-memory) and of VmRSS, keys \`hold:<i>\` with a 20-byte token and PX.
+keylockd: growth of VmRSS (/proc/PID/status) over the keys, and of the
+\`table_bytes\` that STATS reports (what the lock table allocated). Redis:
+growth of \`used_memory\` (INFO memory) and of VmRSS, keys \`hold:<i>\`
+with a 20-byte token and PX. The target compares keylockd's RSS, which
+also counts malloc's overhead, with Redis's used_memory.
 Per idle connection: growth of VmRSS over $(num "$IDLE_CONNS" 0) connections
 that sent one PING.
 
 | | keylockd | Redis | keylockd/Redis |
 |---|---:|---:|---:|
 | per held key, RSS bytes | $(cell mem k rss 1) | $(cell mem r rss 1) | $(ratio "$(med mem k rss)" "$(med mem r rss)") |
-| per held key, Redis used_memory bytes | | $(cell mem r used 1) | **$(ratio "$(med mem k rss)" "$(med mem r used)")** (keylockd RSS / Redis used_memory) |
+| per held key, table_bytes / used_memory | $(cell mem k table 1) | $(cell mem r used 1) | $(ratio "$(med mem k table)" "$(med mem r used)") |
+| per held key, keylockd RSS / Redis used_memory | $(cell mem k rss 1) | $(cell mem r used 1) | **$(ratio "$(med mem k rss)" "$(med mem r used)")** |
 | seconds to take the keys | $(cell mem k secs 2) | $(cell mem r secs 2) | |
 | per idle connection, RSS bytes | $(cell idle k rss 0) | $(cell idle r rss 0) | $(ratio "$(med idle k rss)" "$(med idle r rss)") |
 | fresh client LOCK/UNLOCK p99 with them open, ms | $(cell idle k p99 3) | $(cell idle r p99 3) | |

@@ -302,25 +302,27 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_schedule(c);
 }
 
-/* "OK N": the reply of most requests, formatted without printf. */
+/* "OK N": the reply of most requests, formatted without printf, right to
+ * left into a buffer that then goes out in one copy. */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
 {
-	char	digits[20];
-	size_t	n = 0;
+	char	buf[24], *p = buf + sizeof(buf);
+	size_t	n;
 
+	*--p = '\n';
 	do {
-		digits[n++] = (char)('0' + v % 10);
+		*--p = (char)('0' + v % 10);
 		v /= 10;
 	} while (v != 0);
-	if (!conn_reserve(c, n + 4))
+	p -= 3;
+	memcpy(p, "OK ", 3);
+	n = (size_t)(buf + sizeof(buf) - p);
+	if (!conn_reserve(c, n))
 		return;
-	memcpy(c->obuf + c->olen, "OK ", 3);
-	c->olen += 3;
-	c->produced += n + 4;
-	while (n > 0)
-		c->obuf[c->olen++] = digits[--n];
-	c->obuf[c->olen++] = '\n';
+	memcpy(c->obuf + c->olen, p, n);
+	c->olen += n;
+	c->produced += n;
 	conn_schedule(c);
 }
 

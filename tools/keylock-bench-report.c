@@ -55,6 +55,7 @@ bench_mem_json(const struct bench *b, uint64_t n, const char *per)
 {
 	const struct bench_mem	*m = &b->mem;
 	json_t			*o = json_object();
+	bool			 redis = b->o.proto == BENCH_REDIS;
 
 	if (m->have_rss) {
 		json_object_set_new(o, "rss_before", json_integer(
@@ -66,11 +67,14 @@ bench_mem_json(const struct bench *b, uint64_t n, const char *per)
 		    (double)n * 10) / 10 : 0));
 	}
 	if (m->have_used) {
-		json_object_set_new(o, "used_memory_before", json_integer(
+		json_object_set_new(o, redis ? "used_memory_before" :
+		    "table_bytes_before", json_integer(
 		    (json_int_t)m->used_before));
-		json_object_set_new(o, "used_memory_after", json_integer(
+		json_object_set_new(o, redis ? "used_memory_after" :
+		    "table_bytes_after", json_integer(
 		    (json_int_t)m->used_after));
-		json_object_set_new(o, "used_memory_per_key", json_real(
+		json_object_set_new(o, redis ? "used_memory_per_key" :
+		    "table_bytes_per_key", json_real(
 		    n > 0 ? round(((double)m->used_after -
 		    (double)m->used_before) / (double)n * 10) / 10 : 0));
 	}
@@ -190,7 +194,9 @@ bench_print_mem(const struct bench *b, uint64_t n, const char *what)
 		    n > 0 ? ((double)m->rss_after - (double)m->rss_before) /
 		    (double)n : 0, what);
 	if (m->have_used)
-		printf("  Redis used_memory %+.1f MiB: %.1f bytes per %s\n",
+		printf("  %s %+.1f MiB: %.1f bytes per %s\n",
+		    b->o.proto == BENCH_REDIS ? "Redis used_memory" :
+		    "keylockd table_bytes",
 		    ((double)m->used_after - (double)m->used_before) /
 		    1048576, n > 0 ? ((double)m->used_after -
 		    (double)m->used_before) / (double)n : 0, what);

@@ -105,6 +105,23 @@ work_ctl_send(struct bench *b, enum bench_rt type)
 	b->pending++;
 }
 
+/* keylockd's own count of its table's memory, from a STATS reply. */
+static uint64_t
+work_stats_table_bytes(const char *val, size_t vlen, bool *ok)
+{
+	static const char	name[] = "\"table_bytes\":";
+	const char		*p = val, *end = val + vlen;
+
+	*ok = false;
+	for (; (size_t)(end - p) > sizeof(name) - 1; p++) {
+		if (memcmp(p, name, sizeof(name) - 1) == 0) {
+			*ok = true;
+			return strtoull(p + sizeof(name) - 1, NULL, 10);
+		}
+	}
+	return 0;
+}
+
 static uint64_t
 work_info_used(const char *val, size_t vlen, bool *ok)
 {
@@ -148,15 +165,16 @@ work_ctl_reply(struct bconn *c, const struct inflight *r,
 		memcpy(b->sha, rep->val, BENCH_SHA_LEN);
 		break;
 	case RT_INFO:
-		used = work_info_used(rep->val, rep->vlen, &ok);
+	case RT_STATS:
+		used = r->type == RT_INFO ? work_info_used(rep->val,
+		    rep->vlen, &ok) : work_stats_table_bytes(rep->val,
+		    rep->vlen, &ok);
 		b->mem.have_used = ok;
 		if (b->phase == PH_SETUP)
 			b->mem.used_before = used;
 		else
 			b->mem.used_after = used;
-		break;
-	case RT_STATS:
-		if (--b->stats_left > 0) {
+		if (r->type == RT_STATS && --b->stats_left > 0) {
 			b->pending--;
 			work_ctl_send(b, RT_STATS);
 			bconn_flush(c);
@@ -342,6 +360,8 @@ work_account(struct bconn *c, const struct inflight *r,
 
 	if (cycle && (c->role != ROLE_WORK || b->phase != PH_RUN))
 		return;		/* holding keys is not measured per request */
+	if (t == RT_STATS && b->phase == PH_SETUP)
+		return;		/* only STATS with the keys held is timed */
 	if (r->t_send != 0 && now >= r->t_send) {
 		bhist_record(&b->hist[t], now - r->t_send);
 		if (cycle)
@@ -489,8 +509,9 @@ work_setup(struct bench *b)
 		work_ctl_send(b, RT_SCRIPT);
 	if (b->nholders > 0) {
 		work_read_rss(b, &b->mem.rss_before);
-		if (b->o.proto == BENCH_REDIS)
-			work_ctl_send(b, RT_INFO);
+		b->stats_left = 1;
+		work_ctl_send(b, b->o.proto == BENCH_REDIS ? RT_INFO :
+		    RT_STATS);
 	}
 	/* One round trip each, so that the server has accepted every
 	 * connection before the clock starts ("already open"). */

@@ -150,8 +150,8 @@ struct bench_mem {
 	uint64_t	rss_before;	/* bytes */
 	uint64_t	rss_after;
 	bool		have_used;
-	uint64_t	used_before;	/* Redis INFO used_memory */
-	uint64_t	used_after;
+	uint64_t	used_before;	/* Redis: INFO used_memory; */
+	uint64_t	used_after;	/* keylockd: STATS table_bytes */
 };
 
 struct bench {
