@@ -17,9 +17,12 @@
 
 /* A command word or option name is echoed only when short and printable. */
 #define PROTO_ECHO_MAX	32
+#define PROTO_WORD	sizeof(uint64_t)
+/* Room for the longest command name and its NUL padding: two words. */
+#define PROTO_CMD_NAME_SIZE	(2 * PROTO_WORD)
 
 struct proto_cmd {
-	const char	*name;
+	char		 name[PROTO_CMD_NAME_SIZE];	/* NUL-padded */
 	size_t		 len;
 	int		 lo;
 	int		 hi;		/* -1: no upper bound */
@@ -29,6 +32,7 @@ struct proto_cmd {
 
 struct proto_opt_def {
 	const char	*name;		/* lower case */
+	size_t		 len;
 	unsigned	 bit;
 	uint64_t	 min;
 	uint64_t	 max;
@@ -44,9 +48,43 @@ enum proto_fault {
 	FAULT_UTF8
 };
 
+/*
+ * What the bytes of a token are, as bits ORed over the token in the one pass
+ * that finds its end. A token of only PC_PLAIN bytes is a good key or label
+ * if it is not too long, so most tokens need no second look.
+ */
+enum proto_class {
+	PC_PLAIN	= 0,		/* printable ASCII but space and '=' */
+	PC_EQUALS	= 1 << 0,	/* PROTOCOL.md, Options: name=value */
+	PC_OTHER	= 1 << 1,	/* control, DEL or not ASCII */
+	PC_BLANK	= 1 << 2	/* space or tab: between tokens */
+};
+
 struct proto_tok {
 	const char	*p;
 	size_t		 len;
+	unsigned	 classes;	/* enum proto_class of its bytes, ORed */
+};
+
+/* PROTOCOL.md, Transport and Keys, one byte at a time. */
+#define PROTO_CLASS(c)							\
+	((c) == ' ' || (c) == '\t' ? PC_BLANK :				\
+	 (c) == '=' ? PC_EQUALS :					\
+	 (c) > 0x20 && (c) < 0x7f ? PC_PLAIN : PC_OTHER)
+#define PROTO_CLASS4(c)							\
+	PROTO_CLASS(c), PROTO_CLASS((c) + 1), PROTO_CLASS((c) + 2),	\
+	PROTO_CLASS((c) + 3)
+#define PROTO_CLASS16(c)						\
+	PROTO_CLASS4(c), PROTO_CLASS4((c) + 4), PROTO_CLASS4((c) + 8),	\
+	PROTO_CLASS4((c) + 12)
+
+static const unsigned char proto_classes[256] = {
+	PROTO_CLASS16(0x00), PROTO_CLASS16(0x10), PROTO_CLASS16(0x20),
+	PROTO_CLASS16(0x30), PROTO_CLASS16(0x40), PROTO_CLASS16(0x50),
+	PROTO_CLASS16(0x60), PROTO_CLASS16(0x70), PROTO_CLASS16(0x80),
+	PROTO_CLASS16(0x90), PROTO_CLASS16(0xa0), PROTO_CLASS16(0xb0),
+	PROTO_CLASS16(0xc0), PROTO_CLASS16(0xd0), PROTO_CLASS16(0xe0),
+	PROTO_CLASS16(0xf0)
 };
 
 /* Indexed by enum cmd_id and sorted by name, as KL_CMD_LIST is. */
@@ -58,15 +96,31 @@ static const struct proto_cmd proto_cmds[] = {
 };
 _Static_assert(sizeof(proto_cmds) / sizeof(proto_cmds[0]) == CMD__COUNT,
     "one row per command");
+#define PROTO_CMD_FITS(name, lo, hi, kind, opts)				\
+	_Static_assert(sizeof(#name) <= PROTO_CMD_NAME_SIZE,		\
+	    #name " fits its padded name");
+KL_CMD_LIST(PROTO_CMD_FITS)
+#undef PROTO_CMD_FITS
+
+/* The longest argument of each kind whose bytes need no other check. */
+static const size_t proto_arg_max[] = {
+	[PROTO_ARG_NONE]	= SIZE_MAX,
+	[PROTO_ARG_KEY]		= KL_KEY_MAX,
+	[PROTO_ARG_NAME]	= KL_NAME_MAX,
+	[PROTO_ARG_SECRET]	= KL_SECRET_MAX
+};
 
 /* mode= takes a word, not a number: min and max are unused. */
+#define PROTO_OPT_ROW(name, bit, min, max)				\
+	{ name, sizeof(name) - 1, bit, min, max }
 static const struct proto_opt_def proto_opt_defs[] = {
-	{ "limit",		OPT_LIMIT,		1, KL_LIMIT_MAX },
-	{ "max_waiters",	OPT_MAX_WAITERS,	0, KL_LIMIT_MAX },
-	{ "mode",		OPT_MODE,		0, 0 },
-	{ "timeout",		OPT_TIMEOUT,		0, KL_MS_MAX },
-	{ "ttl",		OPT_TTL,		1, KL_MS_MAX },
+	PROTO_OPT_ROW("limit",		OPT_LIMIT,		1, KL_LIMIT_MAX),
+	PROTO_OPT_ROW("max_waiters",	OPT_MAX_WAITERS,	0, KL_LIMIT_MAX),
+	PROTO_OPT_ROW("mode",		OPT_MODE,		0, 0),
+	PROTO_OPT_ROW("timeout",	OPT_TIMEOUT,		0, KL_MS_MAX),
+	PROTO_OPT_ROW("ttl",		OPT_TTL,		1, KL_MS_MAX),
 };
+#undef PROTO_OPT_ROW
 
 #define PROTO_NOPTS	(sizeof(proto_opt_defs) / sizeof(proto_opt_defs[0]))
 
@@ -90,11 +144,17 @@ static const char *const proto_err_words[KL_ERR__COUNT] = {
 static enum kl_err	 proto_fail(struct request *, enum kl_err,
 			    const char *, ...)
 			    __attribute__((format(printf, 3, 4)));
-static bool		 proto_is_blank(char);
+static uint64_t		 proto_le64(const void *);
+static inline uint64_t	 proto_load_tail(const unsigned char *, size_t, size_t);
+static inline uint64_t	 proto_not_plain(uint64_t);
+static size_t		 proto_skip_plain(const unsigned char *, size_t, size_t);
 static bool		 proto_next_token(const char *, size_t, size_t *,
 			    struct proto_tok *);
 static int		 proto_casecmp(const char *, size_t, const char *, int);
-static const struct proto_cmd *proto_find_cmd(const struct proto_tok *);
+static const struct proto_cmd *proto_find_cmd(const char *, size_t,
+			    const struct proto_tok *);
+static enum kl_err	 proto_parse_cmd(struct request *, const char *, size_t,
+			    const struct proto_tok *, const struct proto_cmd **);
 static bool		 proto_is_echoable(const char *, size_t);
 static size_t		 proto_utf8_seq(const unsigned char *, size_t);
 static enum proto_fault	 proto_label_scan(const char *, size_t, size_t,
@@ -120,29 +180,103 @@ proto_fail(struct request *req, enum kl_err err, const char *fmt, ...)
 	return err;
 }
 
-/* PROTOCOL.md, Transport: tokens are separated by runs of spaces or tabs. */
-static bool
-proto_is_blank(char c)
+/* Eight bytes as a word, the first in memory lowest whatever the host. */
+static uint64_t
+proto_le64(const void *p)
 {
-	return c == ' ' || c == '\t';
+	uint64_t	w;
+
+	memcpy(&w, p, sizeof(w));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
+	return w;
 }
 
+/*
+ * Up to eight bytes of s[i..len) as a word, the first lowest and zeros past
+ * len. It reads nothing outside s[0..len): near the end it takes the last
+ * eight bytes and shifts away those before i. Inline, as the next one: they
+ * run for every token.
+ */
+static inline uint64_t
+proto_load_tail(const unsigned char *s, size_t len, size_t i)
+{
+	size_t		n = len - i;
+	uint64_t	w = 0;
+
+	if (n >= PROTO_WORD)
+		return proto_le64(s + i);
+	if (n == 0)
+		return 0;
+	if (len >= PROTO_WORD)
+		return proto_le64(s + len - PROTO_WORD) >>
+		    (8 * (PROTO_WORD - n));
+	while (n-- > 0)
+		w = w << 8 | s[i + n];
+	return w;
+}
+
+/*
+ * Bit 7 of each byte of the result is set when that byte of w is not plain
+ * (PC_PLAIN). Bit 7 is set or cleared before every sum, so no carry or
+ * borrow crosses into the next byte: each byte is tested on its own.
+ */
+static inline uint64_t
+proto_not_plain(uint64_t w)
+{
+	const uint64_t	ones = 0x0101010101010101ULL;
+	const uint64_t	high = ones << 7, low = ~high;
+	uint64_t	eq = w ^ (ones * '=');
+	uint64_t	printable, del, other;
+
+	printable = (w | high) - ones * 0x21;	/* bit 7: at least '!' */
+	del = (w & low) + ones;			/* bit 7: DEL */
+	other = ((eq & low) + low) | eq;	/* bit 7 clear: '=' */
+	return (~(printable & other) | del | w) & high;
+}
+
+/*
+ * The offset of the first byte of s[i..len) that is not plain, or len,
+ * looking at eight bytes at a time; the zeros past len stop the last word.
+ */
+static size_t
+proto_skip_plain(const unsigned char *s, size_t len, size_t i)
+{
+	uint64_t	marks;
+
+	while ((marks = proto_not_plain(proto_load_tail(s, len, i))) == 0)
+		i += PROTO_WORD;
+	return i + (size_t)__builtin_ctzll(marks) / 8;
+}
+
+/*
+ * PROTOCOL.md, Transport: tokens are separated by runs of spaces or tabs.
+ * The pass that finds the token's end also notes what its bytes are, byte
+ * by byte only from the first that is not plain.
+ */
 static bool
 proto_next_token(const char *line, size_t len, size_t *pos,
     struct proto_tok *tok)
 {
-	size_t	i = *pos;
+	const unsigned char	*u = (const unsigned char *)line;
+	size_t			 i = *pos;
+	unsigned		 c, classes = PC_PLAIN;
 
-	while (i < len && proto_is_blank(line[i]))
+	while (i < len && proto_classes[u[i]] == PC_BLANK)
 		i++;
 	if (i == len) {
 		*pos = i;
 		return false;
 	}
 	tok->p = line + i;
-	while (i < len && !proto_is_blank(line[i]))
+	i = proto_skip_plain(u, len, i);
+	while (i < len && (c = proto_classes[u[i]]) != PC_BLANK) {
+		classes |= c;
 		i++;
+	}
 	tok->len = (size_t)(line + i - tok->p);
+	tok->classes = classes;
 	*pos = i;
 	return true;
 }
@@ -170,21 +304,53 @@ proto_casecmp(const char *s, size_t len, const char *name, int fold)
 	return name[len] == '\0' ? 0 : -1;
 }
 
-/* The command word, case-insensitive. Eleven names: comparing length and
- * first letter before the rest beats bsearch on the per-request path. */
+/*
+ * The command word, a token of line[0..len), case-insensitive. Names are
+ * upper-case letters, and clearing bit 5 turns a byte into such a letter
+ * only if it is that letter in either case (no NUL, digit or UTF-8 byte can
+ * pass), so the word is folded at once, as two words of eight bytes padded
+ * with zeros as the names are, and compared whole.
+ */
 static const struct proto_cmd *
-proto_find_cmd(const struct proto_tok *tok)
+proto_find_cmd(const char *line, size_t len, const struct proto_tok *tok)
 {
-	unsigned char	first = (unsigned char)tok->p[0] & (unsigned char)~0x20;
+	const uint64_t		 fold = ~0x2020202020202020ULL;
+	const unsigned char	*u = (const unsigned char *)line;
+	size_t			 i = (size_t)(tok->p - line);
+	uint64_t		 lo, hi = 0;
 
-	for (size_t i = 0; i < CMD__COUNT; i++) {
-		const struct proto_cmd	*cmd = &proto_cmds[i];
+	if (tok->len >= PROTO_CMD_NAME_SIZE)
+		return NULL;
+	lo = proto_load_tail(u, len, i) & fold;
+	if (tok->len < PROTO_WORD)
+		lo &= (UINT64_C(1) << (8 * tok->len)) - 1;
+	else if (tok->len > PROTO_WORD)
+		hi = proto_load_tail(u, i + tok->len, i + PROTO_WORD) & fold;
+	for (size_t k = 0; k < CMD__COUNT; k++) {
+		const struct proto_cmd	*cmd = &proto_cmds[k];
 
-		if (cmd->len == tok->len && (unsigned char)cmd->name[0] ==
-		    first && proto_casecmp(tok->p, tok->len, cmd->name, 1) == 0)
+		if (cmd->len == tok->len && proto_le64(cmd->name) == lo &&
+		    proto_le64(cmd->name + PROTO_WORD) == hi)
 			return cmd;
 	}
 	return NULL;
+}
+
+/* The first token: the command, or SYNTAX naming the word if it can. */
+static enum kl_err
+proto_parse_cmd(struct request *req, const char *line, size_t len,
+    const struct proto_tok *tok, const struct proto_cmd **cmdp)
+{
+	const struct proto_cmd	*cmd = proto_find_cmd(line, len, tok);
+
+	if (cmd == NULL && proto_is_echoable(tok->p, tok->len))
+		return proto_fail(req, KL_ERR_SYNTAX, "unknown command %.*s",
+		    (int)tok->len, tok->p);
+	if (cmd == NULL)
+		return proto_fail(req, KL_ERR_SYNTAX, "unknown command");
+	req->cmd = (enum cmd_id)(cmd - proto_cmds);
+	*cmdp = cmd;
+	return KL_OK;
 }
 
 static bool
@@ -345,7 +511,8 @@ proto_parse_option(struct request *req, const struct proto_cmd *cmd,
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "option with an empty name");
 	for (size_t i = 0; i < PROTO_NOPTS; i++)
-		if (proto_casecmp(name, namelen, proto_opt_defs[i].name,
+		if (proto_opt_defs[i].len == namelen &&
+		    proto_casecmp(name, namelen, proto_opt_defs[i].name,
 		    -1) == 0)
 			def = &proto_opt_defs[i];
 	if (def == NULL && proto_is_echoable(name, namelen))
@@ -406,6 +573,9 @@ proto_parse_arg(struct request *req, const struct proto_cmd *cmd,
 		req->args[idx - 1] = tok->p;
 		req->arglens[idx - 1] = tok->len;
 	}
+	/* Most arguments: the full checks below would find nothing. */
+	if (tok->classes == PC_PLAIN && tok->len <= proto_arg_max[cmd->kind])
+		return KL_OK;
 	switch (cmd->kind) {
 	case PROTO_ARG_KEY:
 		fault = proto_label_scan(tok->p, tok->len, KL_KEY_MAX, &off);
@@ -456,11 +626,10 @@ proto_arg_noun(enum proto_arg kind)
 static enum kl_err
 proto_check_line(struct request *req, const struct proto_cmd *cmd)
 {
-	const char	*noun = proto_arg_noun(cmd->kind);
-
 	if (req->nargs < (size_t)cmd->lo && cmd->lo == 1)
 		return proto_fail(req, KL_ERR_SYNTAX, "%s needs %s %s",
-		    cmd->name, cmd->hi < 0 ? "at least one" : "a", noun);
+		    cmd->name, cmd->hi < 0 ? "at least one" : "a",
+		    proto_arg_noun(cmd->kind));
 	if (req->nargs < (size_t)cmd->lo)
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "%s needs at least %d arguments", cmd->name, cmd->lo);
@@ -469,7 +638,7 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 		    "%s takes no arguments", cmd->name);
 	if (cmd->hi == 1 && req->nargs > 1)
 		return proto_fail(req, KL_ERR_SYNTAX, "%s takes only one %s",
-		    cmd->name, noun);
+		    cmd->name, proto_arg_noun(cmd->kind));
 	if (cmd->hi > 1 && req->nargs > (size_t)cmd->hi)
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "%s takes at most %d arguments", cmd->name, cmd->hi);
@@ -486,7 +655,7 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 enum kl_err
 proto_parse(const char *line, size_t len, struct request *req)
 {
-	const struct proto_cmd	*cmd;
+	const struct proto_cmd	*cmd = NULL;
 	struct proto_tok	 tok;
 	size_t			 pos = 0;
 	enum kl_err		 err;
@@ -501,27 +670,22 @@ proto_parse(const char *line, size_t len, struct request *req)
 	req->shared = false;
 	req->why[0] = '\0';
 
-	/* PROTOCOL.md, Transport: lines of only spaces and tabs are empty. */
-	if (!proto_next_token(line, len, &pos, &tok))
-		return KL_OK;
-	cmd = proto_find_cmd(&tok);
-	if (cmd == NULL && proto_is_echoable(tok.p, tok.len))
-		return proto_fail(req, KL_ERR_SYNTAX, "unknown command %.*s",
-		    (int)tok.len, tok.p);
-	if (cmd == NULL)
-		return proto_fail(req, KL_ERR_SYNTAX, "unknown command");
-	req->cmd = (enum cmd_id)(cmd - proto_cmds);
-
+	/* One call site, so that the compiler inlines it. */
 	while (proto_next_token(line, len, &pos, &tok)) {
+		if (cmd == NULL)
+			err = proto_parse_cmd(req, line, len, &tok, &cmd);
 		/* AUTH's secret is one raw token, '=' and all. */
-		if (cmd->kind != PROTO_ARG_SECRET &&
-		    memchr(tok.p, '=', tok.len) != NULL)
+		else if ((tok.classes & PC_EQUALS) &&
+		    cmd->kind != PROTO_ARG_SECRET)
 			err = proto_parse_option(req, cmd, &tok);
 		else
 			err = proto_parse_arg(req, cmd, &tok);
 		if (err != KL_OK)
 			return err;
 	}
+	/* PROTOCOL.md, Transport: lines of only spaces and tabs are empty. */
+	if (cmd == NULL)
+		return KL_OK;
 	return proto_check_line(req, cmd);
 }
 

@@ -1049,6 +1049,36 @@ START_TEST(every_command_word_is_case_insensitive)
 }
 END_TEST
 
+/* proto.c folds a command word by clearing bit 5 of each byte, which is
+ * exact only while every name is upper-case letters; no byte but the
+ * letter in either case may stand in for it, NUL and UTF-8 included. */
+START_TEST(command_word_matches_only_its_letters)
+{
+	for (size_t i = 0; i < NELEM(all_names); i++) {
+		const char	*name = proto_cmd_name((enum cmd_id)i);
+		size_t		 n = strlen(name);
+		char		 line[32];
+		struct request	 req;
+
+		for (size_t k = 0; k < n; k++)
+			ck_assert_msg(name[k] >= 'A' && name[k] <= 'Z',
+			    "%s is not upper-case letters", name);
+		for (size_t k = 0; k < n; k++) {
+			for (int c = 0; c < 256; c++) {
+				bool	same = c == name[k] || c == name[k] + 32;
+
+				memcpy(line, name, n);
+				line[k] = (char)c;
+				proto_parse(line, n, &req);
+				ck_assert_msg((req.cmd == (enum cmd_id)i) == same,
+				    "%s with byte 0x%02x at %zu parsed as %d",
+				    name, c, k, (int)req.cmd);
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(command_list_is_sorted_for_bsearch)
 {
 	ck_assert_uint_eq(NELEM(all_names), CMD__COUNT);
@@ -1082,6 +1112,36 @@ START_TEST(err_word_names_every_code)
 		ck_assert_str_eq(proto_err_word((enum kl_err)i), words[i]);
 	ck_assert_str_eq(proto_err_word(KL_ERR_NOTHELD), "NOTHELD");
 	ck_assert_ptr_null(proto_err_word(KL_ERR__COUNT));
+}
+END_TEST
+
+/* proto.c checks keys of plain bytes eight at a time and the rest byte by
+ * byte: both must agree with proto_key_is_valid() for any byte at any
+ * offset, on either side of a word boundary and at the end of the line. */
+START_TEST(key_check_agrees_with_parse_at_every_offset)
+{
+	for (size_t n = 1; n <= 20; n++) {
+		for (size_t k = 0; k < n; k++) {
+			for (int c = 0; c < 256; c++) {
+				char		line[32] = "LOCK ", why[PROTO_WHY_MAX];
+				char		*key = line + 5;
+				struct request	req;
+				enum kl_err	err;
+				bool		valid;
+
+				if (c == ' ' || c == '\t' || c == '=')
+					continue;
+				memset(key, 'k', n);
+				key[k] = (char)c;
+				valid = proto_key_is_valid(key, n, why, sizeof(why));
+				err = proto_parse(line, 5 + n, &req);
+				ck_assert_int_eq(err, valid ? KL_OK : KL_ERR_BADKEY);
+				if (!valid)
+					ck_assert_str_eq(req.why + strlen("key 1"),
+					    why + strlen("key"));
+			}
+		}
+	}
 }
 END_TEST
 
@@ -1305,6 +1365,7 @@ proto_suite(void)
 	tc = tcase_create("commands");
 	tcase_add_loop_test(tc, command_table, 0, NELEM(command_cases));
 	tcase_add_test(tc, every_command_word_is_case_insensitive);
+	tcase_add_test(tc, command_word_matches_only_its_letters);
 	tcase_add_test(tc, command_list_is_sorted_for_bsearch);
 	tcase_add_test(tc, cmd_name_is_the_upper_case_word);
 	tcase_add_test(tc, err_word_names_every_code);
@@ -1328,6 +1389,7 @@ proto_suite(void)
 	tcase_add_test(tc, bad_key_past_hard_max_is_still_badkey);
 	tcase_add_test(tc, keys_are_case_sensitive_and_point_into_line);
 	tcase_add_test(tc, key_check_explains_each_rule);
+	tcase_add_test(tc, key_check_agrees_with_parse_at_every_offset);
 	tcase_add_test(tc, utf8_check_agrees_with_reference_decoder);
 	suite_add_tcase(s, tc);
 
