@@ -49,6 +49,12 @@ probes_init(struct locktable *lt, struct lt_probes *ps,
 	ps->p = ps->sp;
 	ps->set = ps->sset;
 	ps->n = 0;
+	/* One key, the common request: nothing to deduplicate. */
+	if (a->nkeys == 1) {
+		ps->setsize = 0;
+		probes_add(lt, ps, a->keys[0], a->keylens[0]);
+		return true;
+	}
 	if (a->nkeys > LT_PROBES_STACK) {
 		while (setsize < 2 * a->nkeys)
 			setsize *= 2;
@@ -74,13 +80,16 @@ probes_add(struct locktable *lt, struct lt_probes *ps, const char *key,
 	uint32_t	 hash = lt_key_hash(lt, key, len);
 	size_t		 mask = ps->setsize - 1, j;
 
-	for (j = hash & mask; ps->set[j] != UINT32_MAX; j = (j + 1) & mask) {
-		q = &ps->p[ps->set[j]];
-		if (q->hash == hash && q->len == len &&
-		    memcmp(q->key, key, len) == 0)
-			return;
+	if (ps->setsize > 0) {
+		for (j = hash & mask; ps->set[j] != UINT32_MAX;
+		    j = (j + 1) & mask) {
+			q = &ps->p[ps->set[j]];
+			if (q->hash == hash && q->len == len &&
+			    memcmp(q->key, key, len) == 0)
+				return;
+		}
+		ps->set[j] = (uint32_t)ps->n;
 	}
-	ps->set[j] = (uint32_t)ps->n;
 	q = &ps->p[ps->n++];
 	q->key = key;
 	q->len = len;

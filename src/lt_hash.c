@@ -116,7 +116,13 @@ lt_key_hash(const struct locktable *lt, const char *key, size_t len)
 	v[3] = lt->sipkey[1] ^ 0x7465646279746573ULL;
 	for (i = 0; i + 8 <= len; i += 8)
 		sip_compress(v, sip_load(p + i, 8));
-	sip_compress(v, sip_load(p + i, len - i) | (uint64_t)len << 56);
+	/* The last len - i bytes: from a word ending at the key's end, not
+	 * byte by byte, when the key has eight bytes to read back over. */
+	if (len >= 8 && i < len)
+		m = sip_load(p + len - 8, 8) >> (8 * (8 - (len - i)));
+	else
+		m = sip_load(p + i, len - i);
+	sip_compress(v, m | (uint64_t)len << 56);
 	v[2] ^= 0xff;
 	sip_round(v);
 	sip_round(v);

@@ -63,7 +63,7 @@ enum proto_class {
 struct proto_tok {
 	const char	*p;
 	size_t		 len;
-	unsigned	 classes;	/* enum proto_class of its bytes, ORed */
+	unsigned	 classes;	/* its bytes' proto_class, ORed */
 };
 
 /* PROTOCOL.md, Transport and Keys, one byte at a time. */
@@ -96,11 +96,17 @@ static const struct proto_cmd proto_cmds[] = {
 };
 _Static_assert(sizeof(proto_cmds) / sizeof(proto_cmds[0]) == CMD__COUNT,
     "one row per command");
-#define PROTO_CMD_FITS(name, lo, hi, kind, opts)				\
+#define PROTO_CMD_FITS(name, lo, hi, kind, opts)			\
 	_Static_assert(sizeof(#name) <= PROTO_CMD_NAME_SIZE,		\
 	    #name " fits its padded name");
 KL_CMD_LIST(PROTO_CMD_FITS)
 #undef PROTO_CMD_FITS
+
+/* The order proto_find_cmd() tries the names in: the busiest first. */
+static const unsigned char proto_cmd_order[CMD__COUNT] = {
+	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING, CMD_INFO,
+	CMD_UNLOCKALL, CMD_STATS, CMD_NAME, CMD_AUTH, CMD_QUIT
+};
 
 /* The longest argument of each kind whose bytes need no other check. */
 static const size_t proto_arg_max[] = {
@@ -114,11 +120,11 @@ static const size_t proto_arg_max[] = {
 #define PROTO_OPT_ROW(name, bit, min, max)				\
 	{ name, sizeof(name) - 1, bit, min, max }
 static const struct proto_opt_def proto_opt_defs[] = {
-	PROTO_OPT_ROW("limit",		OPT_LIMIT,		1, KL_LIMIT_MAX),
-	PROTO_OPT_ROW("max_waiters",	OPT_MAX_WAITERS,	0, KL_LIMIT_MAX),
-	PROTO_OPT_ROW("mode",		OPT_MODE,		0, 0),
-	PROTO_OPT_ROW("timeout",	OPT_TIMEOUT,		0, KL_MS_MAX),
-	PROTO_OPT_ROW("ttl",		OPT_TTL,		1, KL_MS_MAX),
+	PROTO_OPT_ROW("limit",		OPT_LIMIT,	 1, KL_LIMIT_MAX),
+	PROTO_OPT_ROW("max_waiters",	OPT_MAX_WAITERS, 0, KL_LIMIT_MAX),
+	PROTO_OPT_ROW("mode",		OPT_MODE,	 0, 0),
+	PROTO_OPT_ROW("timeout",	OPT_TIMEOUT,	 0, KL_MS_MAX),
+	PROTO_OPT_ROW("ttl",		OPT_TTL,	 1, KL_MS_MAX),
 };
 #undef PROTO_OPT_ROW
 
@@ -145,16 +151,21 @@ static enum kl_err	 proto_fail(struct request *, enum kl_err,
 			    const char *, ...)
 			    __attribute__((format(printf, 3, 4)));
 static uint64_t		 proto_le64(const void *);
-static inline uint64_t	 proto_load_tail(const unsigned char *, size_t, size_t);
+static inline uint64_t	 proto_load_tail(const unsigned char *, size_t,
+			    size_t);
 static inline uint64_t	 proto_not_plain(uint64_t);
-static size_t		 proto_skip_plain(const unsigned char *, size_t, size_t);
+static size_t		 proto_skip_plain(const unsigned char *, size_t,
+			    size_t);
 static bool		 proto_next_token(const char *, size_t, size_t *,
 			    struct proto_tok *);
 static int		 proto_casecmp(const char *, size_t, const char *, int);
 static const struct proto_cmd *proto_find_cmd(const char *, size_t,
 			    const struct proto_tok *);
-static enum kl_err	 proto_parse_cmd(struct request *, const char *, size_t,
-			    const struct proto_tok *, const struct proto_cmd **);
+static bool		 proto_parse_short(const char *, size_t,
+			    struct request *, enum kl_err *);
+static enum kl_err	 proto_parse_cmd(struct request *, const char *,
+			    size_t, const struct proto_tok *,
+			    const struct proto_cmd **);
 static bool		 proto_is_echoable(const char *, size_t);
 static size_t		 proto_utf8_seq(const unsigned char *, size_t);
 static enum proto_fault	 proto_label_scan(const char *, size_t, size_t,
@@ -327,8 +338,9 @@ proto_find_cmd(const char *line, size_t len, const struct proto_tok *tok)
 	else if (tok->len > PROTO_WORD)
 		hi = proto_load_tail(u, i + tok->len, i + PROTO_WORD) & fold;
 	for (size_t k = 0; k < CMD__COUNT; k++) {
-		const struct proto_cmd	*cmd = &proto_cmds[k];
+		const struct proto_cmd	*cmd;
 
+		cmd = &proto_cmds[proto_cmd_order[k]];
 		if (cmd->len == tok->len && proto_le64(cmd->name) == lo &&
 		    proto_le64(cmd->name + PROTO_WORD) == hi)
 			return cmd;
@@ -652,6 +664,45 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	return KL_OK;
 }
 
+/*
+ * The common request, a command word, one space and one plain key
+ * ("LOCK k", "UNLOCK k"), without the token loop. The loop would find the
+ * same two tokens, both plain, so the result is the same; any other line
+ * returns false with req as it was, for the loop to parse.
+ */
+static bool
+proto_parse_short(const char *line, size_t len, struct request *req,
+    enum kl_err *err)
+{
+	const unsigned char	*u = (const unsigned char *)line;
+	const struct proto_cmd	*cmd;
+	struct proto_tok	 tok;
+	size_t			 sp, klen;
+
+	for (sp = 0; sp < len && proto_classes[u[sp]] == PC_PLAIN; sp++)
+		;
+	if (sp == 0 || sp == len || line[sp] != ' ')
+		return false;
+	klen = len - sp - 1;
+	if (klen == 0 || klen > KL_KEY_MAX)
+		return false;
+	for (size_t i = sp + 1; i < len; i++)
+		if (proto_classes[u[i]] != PC_PLAIN)
+			return false;
+	tok.p = line;
+	tok.len = sp;
+	tok.classes = PC_PLAIN;
+	cmd = proto_find_cmd(line, len, &tok);
+	if (cmd == NULL || cmd->kind != PROTO_ARG_KEY)
+		return false;
+	req->cmd = (enum cmd_id)(cmd - proto_cmds);
+	req->nargs = 1;
+	req->args[0] = line + sp + 1;
+	req->arglens[0] = klen;
+	*err = proto_check_line(req, cmd);
+	return true;
+}
+
 enum kl_err
 proto_parse(const char *line, size_t len, struct request *req)
 {
@@ -670,6 +721,8 @@ proto_parse(const char *line, size_t len, struct request *req)
 	req->shared = false;
 	req->why[0] = '\0';
 
+	if (proto_parse_short(line, len, req, &err))
+		return err;
 	/* One call site, so that the compiler inlines it. */
 	while (proto_next_token(line, len, &pos, &tok)) {
 		if (cmd == NULL)

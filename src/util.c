@@ -13,6 +13,8 @@
 
 #include "util.h"
 
+static uint64_t	clock_held_ms;
+static bool	clock_held;
 static uint64_t	alloc_count;
 static uint64_t	alloc_fail_at;
 static bool	alloc_fail_sticky;
@@ -102,13 +104,32 @@ kl_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
 	return true;
 }
 
-uint64_t
-kl_now_ms(void)
+static uint64_t
+clock_read_ms(void)
 {
 	struct timespec	ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t
+kl_now_ms(void)
+{
+	return clock_held ? clock_held_ms : clock_read_ms();
+}
+
+void
+kl_clock_hold(void)
+{
+	clock_held_ms = clock_read_ms();
+	clock_held = true;
+}
+
+void
+kl_clock_release(void)
+{
+	clock_held = false;
 }
 
 void

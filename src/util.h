@@ -28,8 +28,15 @@ void	 kl_alloc_fail_at(uint64_t n, bool sticky);
 bool	 kl_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
 	    uint64_t *out);
 
-/* Milliseconds of CLOCK_MONOTONIC. */
+/*
+ * Milliseconds of CLOCK_MONOTONIC. Between kl_clock_hold() and
+ * kl_clock_release() it answers the time read at the hold: a batch of
+ * requests read together costs one clock read, and every request in it
+ * counts from when the batch was read (PROTOCOL.md, Timeouts).
+ */
 uint64_t kl_now_ms(void);
+void	 kl_clock_hold(void);
+void	 kl_clock_release(void);
 
 /* Random bytes from getrandom(2), falling back to the clock and pid. */
 void	 kl_random(void *buf, size_t len);
