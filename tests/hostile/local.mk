@@ -4,27 +4,22 @@
 # checks that fencing tokens survive the crash. KEYLOCKD_WRAPPER (valgrind)
 # shrinks the floods so the run stays bounded.
 
-HOSTILE_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/integration \
-	$(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-HOSTILE_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+HOSTILE_CFLAGS = $(KLTEST_CFLAGS)
+HOSTILE_LDADD = $(KLTEST_LDADD)
 
 check_PROGRAMS += tests/hostile/hostile_test tests/hostile/token_crash_test
 
 tests_hostile_hostile_test_SOURCES = \
 	tests/hostile/hostile_test.c \
 	tests/hostile/hostile_util.c \
-	tests/hostile/hostile_util.h \
-	tests/integration/kltest.c \
-	tests/integration/kltest.h
+	tests/hostile/hostile_util.h
 tests_hostile_hostile_test_CFLAGS = $(HOSTILE_CFLAGS)
 tests_hostile_hostile_test_LDADD = $(HOSTILE_LDADD)
 
 tests_hostile_token_crash_test_SOURCES = \
 	tests/hostile/token_crash_test.c \
 	tests/hostile/hostile_util.c \
-	tests/hostile/hostile_util.h \
-	tests/integration/kltest.c \
-	tests/integration/kltest.h
+	tests/hostile/hostile_util.h
 tests_hostile_token_crash_test_CFLAGS = $(HOSTILE_CFLAGS)
 tests_hostile_token_crash_test_LDADD = $(HOSTILE_LDADD)
 

@@ -2,28 +2,66 @@
 # Each program starts its own daemons from the build tree; KEYLOCKD tells it
 # where the binary is. KEYLOCKD_WRAPPER (e.g. valgrind) and
 # KEYLOCKD_TEST_ADDR (a running daemon) pass through from the environment.
+# The protocol_*_test programs take the wire protocol one theme at a time
+# and share protocol_util.c.
 
-check_PROGRAMS += tests/integration/protocol_test \
-	tests/integration/concurrency_test
-
-tests_integration_protocol_test_SOURCES = \
-	tests/integration/protocol_test.c \
+# The harness (kltest.h), also linked by tests/hostile and tests/soak.
+check_LIBRARIES += tests/integration/libkltest.a
+tests_integration_libkltest_a_SOURCES = \
 	tests/integration/kltest.c \
-	tests/integration/kltest.h
-tests_integration_protocol_test_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	tests/integration/kltest.h \
+	tests/integration/kltest_impl.h \
+	tests/integration/kltest_daemon.c \
+	tests/integration/kltest_conn.c \
+	tests/integration/kltest_expect.c
+tests_integration_libkltest_a_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	$(JANSSON_CFLAGS)
-tests_integration_protocol_test_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) \
+
+KLTEST_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/integration \
+	$(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+KLTEST_LDADD = tests/integration/libkltest.a $(CHECK_LIBS) $(JANSSON_LIBS) \
 	-lpthread
+
+PROTOCOL_TESTS = \
+	tests/integration/protocol_commands_test \
+	tests/integration/protocol_framing_test \
+	tests/integration/protocol_errors_test \
+	tests/integration/protocol_waits_test \
+	tests/integration/protocol_server_test
+PROTOCOL_UTIL = \
+	tests/integration/protocol_util.c \
+	tests/integration/protocol_util.h
+
+check_PROGRAMS += $(PROTOCOL_TESTS) tests/integration/concurrency_test
+
+tests_integration_protocol_commands_test_SOURCES = \
+	tests/integration/protocol_commands_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_commands_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_commands_test_LDADD = $(KLTEST_LDADD)
+
+tests_integration_protocol_framing_test_SOURCES = \
+	tests/integration/protocol_framing_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_framing_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_framing_test_LDADD = $(KLTEST_LDADD)
+
+tests_integration_protocol_errors_test_SOURCES = \
+	tests/integration/protocol_errors_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_errors_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_errors_test_LDADD = $(KLTEST_LDADD)
+
+tests_integration_protocol_waits_test_SOURCES = \
+	tests/integration/protocol_waits_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_waits_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_waits_test_LDADD = $(KLTEST_LDADD)
+
+tests_integration_protocol_server_test_SOURCES = \
+	tests/integration/protocol_server_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_server_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_server_test_LDADD = $(KLTEST_LDADD)
 
 tests_integration_concurrency_test_SOURCES = \
-	tests/integration/concurrency_test.c \
-	tests/integration/kltest.c \
-	tests/integration/kltest.h
-tests_integration_concurrency_test_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
-	$(JANSSON_CFLAGS)
-tests_integration_concurrency_test_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) \
-	-lpthread
+	tests/integration/concurrency_test.c
+tests_integration_concurrency_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_concurrency_test_LDADD = $(KLTEST_LDADD)
 
-TESTS += tests/integration/protocol_test \
-	tests/integration/concurrency_test
-
+TESTS += $(PROTOCOL_TESTS) tests/integration/concurrency_test

@@ -13,12 +13,9 @@ tests_soak_soak_SOURCES = \
 	tests/soak/soak_check.c \
 	tests/soak/soak_worker.c \
 	tests/hostile/hostile_util.c \
-	tests/hostile/hostile_util.h \
-	tests/integration/kltest.c \
-	tests/integration/kltest.h
-tests_soak_soak_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/integration \
-	-I$(top_srcdir)/tests/hostile $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_soak_soak_LDADD = $(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+	tests/hostile/hostile_util.h
+tests_soak_soak_CFLAGS = $(KLTEST_CFLAGS) -I$(top_srcdir)/tests/hostile
+tests_soak_soak_LDADD = $(KLTEST_LDADD)
 
 TESTS += tests/soak/soak.test
 EXTRA_DIST += tests/soak/soak.test

@@ -1,0 +1,346 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The harness's daemons (kltest.h): each keylockd starts from the build
+ * tree (or under KEYLOCKD_WRAPPER) in its own mkdtemp directory under the
+ * run's, with fork/exec and PR_SET_PDEATHSIG so a killed test cannot leave
+ * one behind. Ready means the port file holds a port and both the TCP
+ * port and the unix socket accept a connection; nothing sleeps to
+ * synchronise. Stopping is SIGTERM and a reap with a deadline.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kltest_impl.h"
+
+#define KT_MAX_DAEMONS	8
+
+static struct kt_daemon *kt_daemons[KT_MAX_DAEMONS];
+
+static bool
+kt_read_portfile(const char *path, int *port, char *bad, size_t badlen)
+{
+	char	buf[64];
+	ssize_t	n;
+	int	fd;
+	long	v = 0;
+	int	i;
+
+	bad[0] = '\0';
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	for (i = 0; i < n && isdigit((unsigned char)buf[i]) && i < 6; i++)
+		v = v * 10 + (buf[i] - '0');
+	if (i == 0 || i != n - 1 || buf[i] != '\n' || v < 1 || v > 65535) {
+		snprintf(bad, badlen, "%s", kt_esc(buf, (size_t)n));
+		return false;
+	}
+	*port = (int)v;
+	return true;
+}
+
+static int
+kt_try_connect(const struct kt_daemon *d, enum kt_transport t)
+{
+	struct kt_conn *c = kt_conn_open(d, t, 200);
+
+	if (c == NULL)
+		return -1;
+	kt_conn_close(c);
+	return 0;
+}
+
+static void
+kt_describe_status(int st, char *buf, size_t len)
+{
+	if (WIFEXITED(st))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(buf, len, "killed by signal %d (%s)%s", WTERMSIG(st),
+		    strsignal(WTERMSIG(st)), WCOREDUMP(st) ? ", core dumped" :
+		    "");
+	else
+		snprintf(buf, len, "wait status 0x%x", st);
+}
+
+void
+kt_print_log_tail(const struct kt_daemon *d, int nlines)
+{
+	char	*buf;
+	long	 size, start;
+	int	 seen = 0;
+	FILE	*f;
+
+	if (d->log[0] == '\0' || (f = fopen(d->log, "r")) == NULL)
+		return;
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	start = size > 65536 ? size - 65536 : 0;
+	fseek(f, start, SEEK_SET);
+	buf = malloc((size_t)(size - start) + 1);
+	if (buf != NULL) {
+		size_t n = fread(buf, 1, (size_t)(size - start), f);
+		long i;
+
+		buf[n] = '\0';
+		for (i = (long)n - 1; i > 0; i--)
+			if (buf[i - 1] == '\n' && ++seen >= nlines)
+				break;
+		if (i < 0)
+			i = 0;
+		fprintf(stderr, "---- last lines of %s ----\n%s---- end of "
+		    "log ----\n", d->log, buf + i);
+		free(buf);
+	}
+	fclose(f);
+}
+
+struct kt_daemon *
+kt_daemon_start_at(const char *file, int line, const char *statedir,
+    const char *const *extra)
+{
+	struct kt_daemon *d;
+	const char	*argv[KT_MAX_WRAP + 16 + KT_MAX_EXTRA + 1];
+	char		 bad[128], why[128];
+	int		 argc = 0, logfd, slot, st, n;
+	bool		 tcp_ok = false;
+	pid_t		 parent = getpid(), pid;
+	uint64_t	 deadline;
+
+	if (kt_external())
+		kt_fail_at(file, line, "this test needs a private daemon");
+	for (slot = 0; slot < KT_MAX_DAEMONS && kt_daemons[slot] != NULL;
+	    slot++)
+		;
+	if (slot == KT_MAX_DAEMONS)
+		kt_fail_at(file, line, "too many daemons in one test");
+	if ((d = calloc(1, sizeof(*d))) == NULL)
+		kt_fail_at(file, line, "out of memory");
+	snprintf(d->dir, sizeof(d->dir), "%s/d.XXXXXX", kt_rundir);
+	if (mkdtemp(d->dir) == NULL)
+		kt_fail_at(file, line, "mkdtemp: %s", strerror(errno));
+	snprintf(d->portfile, sizeof(d->portfile), "%s/port", d->dir);
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+	snprintf(d->statedir, sizeof(d->statedir), "%s",
+	    statedir != NULL ? statedir : d->dir);
+	snprintf(d->host, sizeof(d->host), "127.0.0.1");
+	d->has_unix = true;
+	for (n = 0; extra != NULL && extra[n] != NULL && n < KT_MAX_EXTRA; n++)
+		d->extra[n] = strdup(extra[n]);
+
+	for (int i = 0; i < kt_nwrap; i++)
+		argv[argc++] = kt_wrap[i];
+	argv[argc++] = kt_bin;
+	argv[argc++] = "--bind";
+	argv[argc++] = "127.0.0.1";
+	argv[argc++] = "--port";
+	argv[argc++] = "0";
+	argv[argc++] = "--port-file";
+	argv[argc++] = d->portfile;
+	argv[argc++] = "--unix";
+	argv[argc++] = d->sock;
+	argv[argc++] = "--state-dir";
+	argv[argc++] = d->statedir;
+	argv[argc++] = "--log-level";
+	argv[argc++] = "debug";
+	for (int i = 0; d->extra[i] != NULL; i++)
+		argv[argc++] = d->extra[i];
+	argv[argc] = NULL;
+
+	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (logfd == -1)
+		kt_fail_at(file, line, "%s: %s", d->log, strerror(errno));
+	dprintf(logfd, "kltest: starting:");
+	for (int i = 0; i < argc; i++)
+		dprintf(logfd, " %s", argv[i]);
+	dprintf(logfd, "\n");
+
+	pid = fork();
+	if (pid == -1)
+		kt_fail_at(file, line, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		sigset_t all;
+		int	 null = open("/dev/null", O_RDONLY);
+
+		/* Dies with its test, however the test ends. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
+		signal(SIGPIPE, SIG_DFL);
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		if (null != -1)
+			dup2(null, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		execvp(argv[0], (char *const *)(uintptr_t)argv);
+		dprintf(2, "kltest: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+	d->pid = pid;
+	d->owner = getpid();
+	d->running = true;
+	kt_daemons[slot] = d;
+
+	deadline = kt_now_ms() + (uint64_t)KT_START_MS * kt_startf;
+	for (;;) {
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			d->running = false;
+			d->status = st;
+			kt_describe_status(st, why, sizeof(why));
+			kt_print_log_tail(d, 40);
+			kt_fail_at(file, line, "keylockd exited during startup "
+			    "(%s); log %s", why, d->log);
+		}
+		if (d->port == 0 && !kt_read_portfile(d->portfile, &d->port,
+		    bad, sizeof(bad)) && bad[0] != '\0')
+			kt_fail_at(file, line, "port file %s holds \"%s\", not "
+			    "a port number and LF", d->portfile, bad);
+		if (d->port != 0 && !tcp_ok)
+			tcp_ok = kt_try_connect(d, KT_TCP) == 0;
+		if (tcp_ok && kt_try_connect(d, KT_UNIX) == 0)
+			break;
+		if (kt_now_ms() > deadline) {
+			kt_print_log_tail(d, 40);
+			kt_fail_at(file, line, "keylockd not ready within "
+			    "%u ms (port file %s, tcp %s, unix %s); log %s",
+			    KT_START_MS * kt_startf, d->port ? "read" :
+			    "missing", tcp_ok ? "ok" : "refused", d->sock,
+			    d->log);
+		}
+		kt_sleep_ms(5);		/* polling interval */
+	}
+	return d;
+}
+
+void
+kt_daemon_signal(struct kt_daemon *d, int sig)
+{
+	if (d->running && d->owner == getpid())
+		kill(d->pid, sig);
+}
+
+static bool
+kt_reap(struct kt_daemon *d, uint64_t timeout_ms)
+{
+	uint64_t	deadline = kt_now_ms() + timeout_ms;
+	int		st;
+
+	while (d->running) {
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+
+		if (r == d->pid || (r == -1 && errno == ECHILD)) {
+			d->running = false;
+			d->status = r == d->pid ? st : 0;
+			break;
+		}
+		if (kt_now_ms() > deadline)
+			return false;
+		kt_sleep_ms(2);
+	}
+	return true;
+}
+
+int
+kt_daemon_wait_at(const char *file, int line, struct kt_daemon *d,
+    bool check_zero)
+{
+	char	why[128];
+
+	if (d->external)
+		return 0;
+	if (!kt_reap(d, (uint64_t)KT_STOP_MS * kt_startf)) {
+		kill(d->pid, SIGKILL);
+		kt_reap(d, 10000);
+		kt_fail_at(file, line, "keylockd (pid %d) did not exit within "
+		    "%u ms; killed; log %s", (int)d->pid,
+		    KT_STOP_MS * kt_startf, d->log);
+	}
+	if (check_zero && !(WIFEXITED(d->status) &&
+	    WEXITSTATUS(d->status) == 0)) {
+		kt_describe_status(d->status, why, sizeof(why));
+		kt_print_log_tail(d, 40);
+		kt_fail_at(file, line, "keylockd ended with %s, want exit "
+		    "status 0 after SIGTERM; log %s", why, d->log);
+	}
+	return d->status;
+}
+
+int
+kt_daemon_stop_at(const char *file, int line, struct kt_daemon *d,
+    bool check_zero)
+{
+	if (d->external || !d->running)
+		return d->status;
+	kill(d->pid, SIGTERM);
+	return kt_daemon_wait_at(file, line, d, check_zero);
+}
+
+static void
+kt_daemon_forget(struct kt_daemon *d)
+{
+	for (int i = 0; i < KT_MAX_DAEMONS; i++)
+		if (kt_daemons[i] == d)
+			kt_daemons[i] = NULL;
+	kt_rmtree(d->dir);
+	for (int i = 0; d->extra[i] != NULL; i++)
+		free(d->extra[i]);
+	if (kt_d == d)
+		kt_d = NULL;
+	free(d);
+}
+
+
+void
+kt_daemons_stop(void)
+{
+	for (int i = 0; i < KT_MAX_DAEMONS; i++) {
+		struct kt_daemon *d = kt_daemons[i];
+
+		if (d == NULL || d->owner != getpid())
+			continue;
+		if (d->running)
+			kt_daemon_stop_at(__FILE__, __LINE__, d, true);
+		kt_daemon_forget(d);
+	}
+}
+
+void
+kt_daemons_kill(void)
+{
+	for (int i = 0; i < KT_MAX_DAEMONS; i++) {
+		struct kt_daemon *d = kt_daemons[i];
+
+		if (d == NULL || d->owner != getpid())
+			continue;
+		if (d->running) {
+			kill(d->pid, SIGTERM);
+			if (!kt_reap(d, (uint64_t)KT_STOP_MS * kt_startf)) {
+				kill(d->pid, SIGKILL);
+				kt_reap(d, 10000);
+			}
+		}
+		kt_daemon_forget(d);
+	}
+}
