@@ -8,7 +8,8 @@ UNIT_TESTS = \
 	tests/unit/check_conn \
 	tests/unit/check_token \
 	tests/unit/check_config \
-	tests/unit/check_stats
+	tests/unit/check_stats \
+	tests/unit/check_util
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -33,5 +34,8 @@ tests_unit_check_config_LDADD = $(UNIT_LDADD)
 tests_unit_check_stats_SOURCES = tests/unit/check_stats.c
 tests_unit_check_stats_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_stats_LDADD = $(UNIT_LDADD)
+tests_unit_check_util_SOURCES = tests/unit/check_util.c
+tests_unit_check_util_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_util_LDADD = $(UNIT_LDADD)
 
 EXTRA_DIST += tests/unit/proto-cases

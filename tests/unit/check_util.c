@@ -1,0 +1,167 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Unit tests of util.h: strict numbers (kl_parse_u64), the clock held for
+ * a batch of requests (kl_clock_hold, kl_clock_release), the allocation
+ * seam that the other suites use to fail an allocation on purpose
+ * (kl_alloc_fail_at) and kl_strndup.
+ */
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+static void
+sleep_ms(long ms)
+{
+	struct timespec	ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1)
+		;
+}
+
+static bool
+parse(const char *s, uint64_t min, uint64_t max, uint64_t *v)
+{
+	return kl_parse_u64(s, strlen(s), min, max, v);
+}
+
+START_TEST(parse_u64_takes_digits_only)
+{
+	uint64_t	v = 7;
+
+	ck_assert(parse("0", 0, UINT64_MAX, &v));
+	ck_assert_uint_eq(v, 0);
+	ck_assert(parse("0042", 0, UINT64_MAX, &v));
+	ck_assert_uint_eq(v, 42);
+	ck_assert(parse("18446744073709551615", 0, UINT64_MAX, &v));
+	ck_assert_uint_eq(v, UINT64_MAX);
+	v = 7;
+	ck_assert(!parse("", 0, UINT64_MAX, &v));
+	ck_assert(!parse("18446744073709551616", 0, UINT64_MAX, &v));
+	ck_assert(!parse("99999999999999999999", 0, UINT64_MAX, &v));
+	ck_assert(!parse("-1", 0, UINT64_MAX, &v));
+	ck_assert(!parse("+1", 0, UINT64_MAX, &v));
+	ck_assert(!parse(" 1", 0, UINT64_MAX, &v));
+	ck_assert(!parse("1 ", 0, UINT64_MAX, &v));
+	ck_assert(!parse("1e3", 0, UINT64_MAX, &v));
+	ck_assert(!parse("0x10", 0, UINT64_MAX, &v));
+	ck_assert(!kl_parse_u64("1\0" "2", 3, 0, UINT64_MAX, &v));
+	ck_assert_uint_eq(v, 7);	/* untouched on failure */
+}
+END_TEST
+
+START_TEST(parse_u64_checks_the_bounds)
+{
+	uint64_t	v;
+
+	ck_assert(parse("1", 1, 10, &v));
+	ck_assert(parse("10", 1, 10, &v));
+	ck_assert(!parse("0", 1, 10, &v));
+	ck_assert(!parse("11", 1, 10, &v));
+}
+END_TEST
+
+/* Requests read in one batch share one reading of the clock. */
+START_TEST(held_clock_stands_still_until_released)
+{
+	uint64_t	held, live;
+
+	kl_clock_hold();
+	held = kl_now_ms();
+	sleep_ms(30);
+	ck_assert_uint_eq(kl_now_ms(), held);
+	kl_clock_release();
+	live = kl_now_ms();
+	ck_assert_uint_ge(live, held + 29);
+	kl_clock_hold();
+	ck_assert_uint_ge(kl_now_ms(), live);
+	kl_clock_release();
+}
+END_TEST
+
+START_TEST(clock_is_monotonic_and_in_milliseconds)
+{
+	uint64_t	a = kl_now_ms(), b;
+
+	sleep_ms(20);
+	b = kl_now_ms();
+	ck_assert_uint_ge(b, a + 19);
+	ck_assert_uint_lt(b, a + 5000);
+}
+END_TEST
+
+START_TEST(alloc_seam_fails_the_nth_allocation)
+{
+	void	*p[4];
+
+	kl_alloc_fail_at(3, false);
+	p[0] = kl_malloc(8);
+	p[1] = kl_calloc(1, 8);
+	p[2] = kl_malloc(8);
+	p[3] = kl_realloc(NULL, 8);
+	kl_alloc_fail_at(0, false);
+	ck_assert_ptr_nonnull(p[0]);
+	ck_assert_ptr_nonnull(p[1]);
+	ck_assert_ptr_null(p[2]);
+	ck_assert_ptr_nonnull(p[3]);
+	for (int i = 0; i < 4; i++)
+		kl_free(p[i]);
+
+	kl_alloc_fail_at(2, true);
+	p[0] = kl_malloc(8);
+	p[1] = kl_malloc(8);
+	p[2] = kl_strndup("abc", 3);
+	kl_alloc_fail_at(0, false);
+	ck_assert_ptr_nonnull(p[0]);
+	ck_assert_ptr_null(p[1]);
+	ck_assert_ptr_null(p[2]);
+	kl_free(p[0]);
+}
+END_TEST
+
+START_TEST(strndup_copies_n_bytes_and_a_nul)
+{
+	char	*s = kl_strndup("ab\0cd", 5);
+
+	ck_assert_ptr_nonnull(s);
+	ck_assert_mem_eq(s, "ab\0cd", 6);
+	kl_free(s);
+	s = kl_strndup("xyz", 0);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_str_eq(s, "");
+	kl_free(s);
+}
+END_TEST
+
+static Suite *
+util_suite(void)
+{
+	Suite	*s = suite_create("util");
+	TCase	*tc = tcase_create("util");
+
+	tcase_add_test(tc, parse_u64_takes_digits_only);
+	tcase_add_test(tc, parse_u64_checks_the_bounds);
+	tcase_add_test(tc, held_clock_stands_still_until_released);
+	tcase_add_test(tc, clock_is_monotonic_and_in_milliseconds);
+	tcase_add_test(tc, alloc_seam_fails_the_nth_allocation);
+	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner	*sr = srunner_create(util_suite());
+	int	 nfailed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	nfailed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
