@@ -1,6 +1,7 @@
 # keylock, the command-line client (keylock(1)), built on libkeylock; the
 # examples, and the tests of both: shell scripts in tmux's regress manner
-# (tests/cli/*.sh, a private daemon each) and a Check suite for the library.
+# (tests/cli/*.sh, a private daemon each) and a Check suite for the library,
+# check_libkeylock, with its tests in tests/cli/libkeylock_*.c by theme.
 bin_PROGRAMS += tools/keylock
 tools_keylock_SOURCES = \
 	tools/keylock.c tools/keylock_cli.h \
@@ -17,7 +18,12 @@ examples_fenced_writer_CPPFLAGS = -I$(top_srcdir)/lib
 examples_fenced_writer_LDADD = lib/libkeylock.la
 
 check_PROGRAMS += tests/cli/check_libkeylock
-tests_cli_check_libkeylock_SOURCES = tests/cli/check_libkeylock.c
+tests_cli_check_libkeylock_SOURCES = tests/cli/check_libkeylock.c \
+	tests/cli/libkeylock_connect.c \
+	tests/cli/libkeylock_lock.c \
+	tests/cli/libkeylock_replies.c \
+	tests/cli/libkeylock_util.c \
+	tests/cli/libkeylock_util.h
 tests_cli_check_libkeylock_CPPFLAGS = -I$(top_srcdir)/lib
 tests_cli_check_libkeylock_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	$(JANSSON_CFLAGS)

@@ -2,7 +2,8 @@
 # through the integration harness and measures that a normal client was
 # unaffected. token_crash_test kills the daemon during a grant storm and
 # checks that fencing tokens survive the crash. KEYLOCKD_WRAPPER (valgrind)
-# shrinks the floods so the run stays bounded.
+# shrinks the floods so the run stays bounded. hostile_test is one program
+# with its tests in hostile_*.c by theme, so they still run one at a time.
 
 HOSTILE_CFLAGS = $(KLTEST_CFLAGS)
 HOSTILE_LDADD = $(KLTEST_LDADD)
@@ -11,6 +12,12 @@ check_PROGRAMS += tests/hostile/hostile_test tests/hostile/token_crash_test
 
 tests_hostile_hostile_test_SOURCES = \
 	tests/hostile/hostile_test.c \
+	tests/hostile/hostile_test.h \
+	tests/hostile/hostile_clients.c \
+	tests/hostile/hostile_output.c \
+	tests/hostile/hostile_input.c \
+	tests/hostile/hostile_flood.c \
+	tests/hostile/hostile_resources.c \
 	tests/hostile/hostile_util.c \
 	tests/hostile/hostile_util.h
 tests_hostile_hostile_test_CFLAGS = $(HOSTILE_CFLAGS)

@@ -3,7 +3,9 @@
 # where the binary is. KEYLOCKD_WRAPPER (e.g. valgrind) and
 # KEYLOCKD_TEST_ADDR (a running daemon) pass through from the environment.
 # The protocol_*_test programs take the wire protocol one theme at a time
-# and share protocol_util.c.
+# and share protocol_util.c. concurrency_test is one program with its
+# tests in concurrency_*.c by theme; only programs' main files end in
+# _test.c (scripts/test.sh runs tests/integration/*_test under valgrind).
 
 # The harness (kltest.h), also linked by tests/hostile and tests/soak.
 check_LIBRARIES += tests/integration/libkltest.a
@@ -60,7 +62,12 @@ tests_integration_protocol_server_test_CFLAGS = $(KLTEST_CFLAGS)
 tests_integration_protocol_server_test_LDADD = $(KLTEST_LDADD)
 
 tests_integration_concurrency_test_SOURCES = \
-	tests/integration/concurrency_test.c
+	tests/integration/concurrency_test.c \
+	tests/integration/concurrency_exclusion.c \
+	tests/integration/concurrency_waiting.c \
+	tests/integration/concurrency_order.c \
+	tests/integration/concurrency_util.c \
+	tests/integration/concurrency_util.h
 tests_integration_concurrency_test_CFLAGS = $(KLTEST_CFLAGS)
 tests_integration_concurrency_test_LDADD = $(KLTEST_LDADD)
 

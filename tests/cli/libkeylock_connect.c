@@ -1,0 +1,282 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * libkeylock connecting: addresses (TCP, unix, bracketed, KEYLOCK_SERVER),
+ * refusals and malformed ones, the connect deadline, AUTH on connect, the
+ * socket's flags; and TLS: its files, where it applies, and a handshake
+ * that fails or hangs.
+ */
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "keylock.h"
+#include "libkeylock_util.h"
+
+/* connect */
+
+START_TEST(connect_by_tcp_unix_and_bracketed_address)
+{
+	char		 bracketed[40];
+	const char	*servers[3] = { lk_d.tcp, lk_d.sock, bracketed };
+
+	snprintf(bracketed, sizeof(bracketed), "[127.0.0.1]:%d", lk_d.port);
+	for (int i = 0; i < 3; i++) {
+		struct keylock	*kl = lk_client_at(servers[i], NULL);
+
+		ck_assert_int_eq(keylock_is_connected(kl), 1);
+		ck_assert_int_ge(keylock_fd(kl), 0);
+		ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+		keylock_free(kl);
+	}
+}
+END_TEST
+
+START_TEST(connect_without_server_uses_keylock_server)
+{
+	struct keylock	*kl = keylock_new();
+
+	setenv("KEYLOCK_SERVER", lk_d.sock, 1);
+	ck_assert_st(kl, keylock_connect(kl, NULL, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	setenv("KEYLOCK_SERVER", lk_d.tcp, 1);
+	ck_assert_st(kl, keylock_connect(kl, "", NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	unsetenv("KEYLOCK_SERVER");
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(connect_refused_is_io_naming_the_address)
+{
+	struct keylock	*kl = keylock_new();
+	char		 server[32];
+	int		 lfd = lk_fake_listen(server, sizeof(server));
+
+	close(lfd);		/* nobody listens there now */
+	ck_assert_st(kl, keylock_connect(kl, server, NULL), KEYLOCK_ERR_IO);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), server));
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "refused"));
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	ck_assert_int_eq(keylock_fd(kl), -1);
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(malformed_address_is_inval)
+{
+	static const char *const bad[] = { "127.0.0.1:", "127.0.0.1:0",
+	    "127.0.0.1:65536", "127.0.0.1:7a", "[::1", "[::1]x", ":7711",
+	    "[]:7711", "127.0.0.1:-1" };
+	struct keylock	*kl = keylock_new();
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(keylock_connect(kl, bad[i], NULL) ==
+		    KEYLOCK_ERR_INVAL, "%s: %s", bad[i],
+		    keylock_status_word(keylock_last_status(kl)));
+		ck_assert_ptr_nonnull(strstr(keylock_message(kl), bad[i]));
+	}
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(connect_deadline_bounds_a_handshake_that_hangs)
+{
+	struct keylock	*fill[2], *kl = keylock_new();
+	char		 server[32];
+	int		 lfd = lk_fake_listen(server, sizeof(server));
+	int64_t		 t0;
+
+	/* A full accept queue drops SYNs: connect() hangs. */
+	ck_assert_int_eq(listen(lfd, 0), 0);
+	for (int i = 0; i < 2; i++) {
+		fill[i] = keylock_new();
+		keylock_set_timeout(fill[i], 100);
+		keylock_connect(fill[i], server, NULL);
+	}
+	keylock_set_timeout(kl, 300);
+	t0 = lk_now_ms();
+	ck_assert_st(kl, keylock_connect(kl, server, NULL),
+	    KEYLOCK_ERR_DEADLINE);
+	ck_assert_window(250, 2000, lk_now_ms() - t0);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
+	for (int i = 0; i < 2; i++)
+		keylock_free(fill[i]);
+	keylock_free(kl);
+	close(lfd);
+}
+END_TEST
+
+START_TEST(auth_secret_is_sent_on_connect)
+{
+	const char	*args[3] = { "--auth-file", NULL, NULL };
+	struct lk_daemon	 ad;
+	struct keylock	*kl = keylock_new();
+	char		 path[128];
+	FILE		*f;
+
+	snprintf(path, sizeof(path), "%s/secret", lk_d.dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fprintf(f, "s3cret\n");
+	fclose(f);
+	args[1] = path;
+	lk_daemon_start(&ad, args);
+
+	ck_assert_st(kl, keylock_connect(kl, ad.tcp, "s3cret"), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_stats(kl, &(const char *){ NULL }),
+	    KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, ad.tcp, "wrong"),
+	    KEYLOCK_ERR_AUTH);
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	ck_assert_str_ne(keylock_message(kl), "");
+	ck_assert_st(kl, keylock_connect(kl, ad.tcp, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_trylock(kl, &(const char *){ "k" }, 1,
+	    NULL, NULL), KEYLOCK_ERR_AUTH);
+	keylock_free(kl);
+	lk_daemon_stop(&ad, SIGTERM);
+}
+END_TEST
+
+START_TEST(new_handle_is_not_connected)
+{
+	struct keylock	*kl = keylock_new();
+
+	ck_assert_int_eq(keylock_fd(kl), -1);
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	ck_assert_int_eq(keylock_timeout(kl), KEYLOCK_TIMEOUT_DEFAULT);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_ERR_CLOSED);
+	ck_assert_st(kl, keylock_check(kl), KEYLOCK_ERR_CLOSED);
+	keylock_close(kl);
+	keylock_free(kl);
+	keylock_free(NULL);
+}
+END_TEST
+
+START_TEST(socket_is_nonblocking_and_close_on_exec)
+{
+	struct keylock	*kl = lk_client(NULL);
+	int		 fd = keylock_fd(kl);
+
+	ck_assert(fcntl(fd, F_GETFL) & O_NONBLOCK);
+	ck_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	keylock_free(kl);
+}
+END_TEST
+
+/* tls: the handshake against the real thing is tests/cli/tls.sh */
+
+START_TEST(tls_files_are_checked_when_set)
+{
+	struct keylock_tls_opts	 o = { .ca_file = "/nonexistent/ca.pem" };
+	struct keylock		*kl = keylock_new();
+
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_ERR_TLS);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl),
+	    "/nonexistent/ca.pem"));
+	o.ca_file = NULL;
+	o.key_file = "key.pem";
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_set_tls(kl, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, lk_d.tcp, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_prefix_takes_no_unix_socket)
+{
+	struct keylock	*kl = keylock_new();
+	char		 server[160];
+
+	snprintf(server, sizeof(server), "tls://%s", lk_d.sock);
+	ck_assert_st(kl, keylock_connect(kl, server, NULL),
+	    KEYLOCK_ERR_INVAL);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "unix socket"));
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_to_a_plain_server_fails_in_the_handshake)
+{
+	struct keylock_tls_opts	 o = { .insecure = 1 };
+	struct keylock		*kl = keylock_new();
+
+	keylock_set_timeout(kl, 5000);
+	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, lk_d.tcp, NULL), KEYLOCK_ERR_TLS);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "TLS handshake"));
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(tls_handshake_is_bounded_by_the_connect_deadline)
+{
+	struct keylock	*kl = keylock_new();
+	char		 server[40], tls[48];
+	int		 lfd = lk_fake_listen(server, sizeof(server));
+	int64_t		 t0;
+
+	/* Accepted by the kernel, never answered. */
+	snprintf(tls, sizeof(tls), "tls://%s", server);
+	keylock_set_timeout(kl, 300);
+	t0 = lk_now_ms();
+	ck_assert_st(kl, keylock_connect(kl, tls, NULL),
+	    KEYLOCK_ERR_DEADLINE);
+	ck_assert_window(250, 2000, lk_now_ms() - t0);
+	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	keylock_free(kl);
+	close(lfd);
+}
+END_TEST
+
+void
+lk_add_connect(Suite *s)
+{
+	TCase	*tc;
+
+	tc = lk_tcase(s, "connect");
+	tcase_add_test(tc, connect_by_tcp_unix_and_bracketed_address);
+	tcase_add_test(tc, connect_without_server_uses_keylock_server);
+	tcase_add_test(tc, connect_refused_is_io_naming_the_address);
+	tcase_add_test(tc, malformed_address_is_inval);
+	tcase_add_test(tc, connect_deadline_bounds_a_handshake_that_hangs);
+	tcase_add_test(tc, auth_secret_is_sent_on_connect);
+	tcase_add_test(tc, new_handle_is_not_connected);
+	tcase_add_test(tc, socket_is_nonblocking_and_close_on_exec);
+}
+
+void
+lk_add_tls(Suite *s)
+{
+	TCase	*tc;
+
+	tc = lk_tcase(s, "tls");
+	tcase_add_test(tc, tls_files_are_checked_when_set);
+	tcase_add_test(tc, tls_prefix_takes_no_unix_socket);
+	tcase_add_test(tc, tls_to_a_plain_server_fails_in_the_handshake);
+	tcase_add_test(tc, tls_handshake_is_bounded_by_the_connect_deadline);
+}
