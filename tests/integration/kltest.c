@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -33,6 +34,7 @@
 #include "kltest_impl.h"
 
 #define KT_MAX_TMPDIRS	8
+#define KT_MAX_SLOW	1000	/* KEYLOCKD_TEST_SLOW */
 
 struct kt_daemon *kt_d;
 
@@ -137,76 +139,93 @@ kt_esc(const void *p, size_t len)
 
 /* Setup */
 
-void
-kt_init(const char *prog)
+/* A number from the environment: digits only, no sign or spaces, within
+ * [min, max]; anything else ends the run with a message naming what. */
+static long
+kt_parse_setting(const char *what, const char *s, long min, long max)
 {
-	struct rlimit	 rl;
-	const char	*bin, *addr, *wrap, *slow, *tb;
+	char	*end;
+	long	 v;
 
-	kt_prog = prog;
-	signal(SIGPIPE, SIG_IGN);
-	setvbuf(stderr, NULL, _IONBF, 0);
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (!isdigit((unsigned char)s[0]) || *end != '\0' || errno != 0 ||
+	    v < min || v > max) {
+		fprintf(stderr, "%s: %s: \"%s\" is not a whole number from "
+		    "%ld to %ld\n", kt_prog, what, s, min, max);
+		exit(1);
 	}
-	kt_keep = getenv("KEYLOCKD_KEEP_TMP") != NULL;
+	return v;
+}
 
-	addr = getenv("KEYLOCKD_TEST_ADDR");
-	if (addr != NULL && *addr != '\0') {
-		const char *colon = strrchr(addr, ':');
-		const char *un = getenv("KEYLOCKD_TEST_UNIX");
+/* KEYLOCKD_TEST_ADDR=host:port (and KEYLOCKD_TEST_UNIX): a running daemon
+ * that every test shares. */
+static void
+kt_init_external(const char *prog, const char *addr)
+{
+	const char *colon = strrchr(addr, ':');
+	const char *un = getenv("KEYLOCKD_TEST_UNIX");
 
-		if (colon == NULL || colon == addr || colon[1] == '\0' ||
-		    (size_t)(colon - addr) >= sizeof(kt_extd.host)) {
-			fprintf(stderr, "%s: KEYLOCKD_TEST_ADDR=%s: want "
-			    "host:port\n", prog, addr);
-			exit(1);
-		}
-		kt_ext = true;
-		if (addr[0] == '[' && colon[-1] == ']')	/* [::1]:7711 */
-			memcpy(kt_extd.host, addr + 1,
-			    (size_t)(colon - addr) - 2);
-		else
-			memcpy(kt_extd.host, addr, (size_t)(colon - addr));
-		kt_extd.port = atoi(colon + 1);
-		kt_extd.external = true;
-		kt_extd.running = true;
-		if (un != NULL && *un != '\0' &&
-		    strlen(un) < sizeof(kt_extd.sock)) {
-			strcpy(kt_extd.sock, un);
-			kt_extd.has_unix = true;
-		}
-		fprintf(stderr, "%s: using the running daemon at %s; tests "
-		    "that need a private daemon are not run\n", prog, addr);
-	} else {
-		bin = getenv("KEYLOCKD");
-		tb = getenv("top_builddir");
-		if (bin != NULL && *bin != '\0')
-			snprintf(kt_bin, sizeof(kt_bin), "%s", bin);
-		else if (tb != NULL && *tb != '\0')
-			snprintf(kt_bin, sizeof(kt_bin), "%s/src/keylockd", tb);
-		else {
-			fprintf(stderr, "%s: SKIP: KEYLOCKD is not set (the "
-			    "path of the keylockd binary; make check sets "
-			    "it)\n", prog);
-			exit(77);
-		}
-		if (access(kt_bin, X_OK) != 0) {
-			fprintf(stderr, "%s: KEYLOCKD=%s: %s\n", prog, kt_bin,
-			    strerror(errno));
-			exit(1);
-		}
-		strcpy(kt_rundir, "/tmp/kltest.XXXXXX");
-		if (mkdtemp(kt_rundir) == NULL) {
-			fprintf(stderr, "%s: mkdtemp: %s\n", prog,
-			    strerror(errno));
-			exit(1);
-		}
-		kt_rundir_owner = getpid();
+	if (colon == NULL || colon == addr || colon[1] == '\0' ||
+	    (size_t)(colon - addr) >= sizeof(kt_extd.host)) {
+		fprintf(stderr, "%s: KEYLOCKD_TEST_ADDR=%s: want "
+		    "host:port\n", prog, addr);
+		exit(1);
 	}
+	kt_ext = true;
+	if (addr[0] == '[' && colon[-1] == ']')	/* [::1]:7711 */
+		memcpy(kt_extd.host, addr + 1, (size_t)(colon - addr) - 2);
+	else
+		memcpy(kt_extd.host, addr, (size_t)(colon - addr));
+	kt_extd.port = (int)kt_parse_setting("KEYLOCKD_TEST_ADDR port",
+	    colon + 1, 1, 65535);
+	kt_extd.external = true;
+	kt_extd.running = true;
+	if (un != NULL && *un != '\0' && strlen(un) < sizeof(kt_extd.sock)) {
+		strcpy(kt_extd.sock, un);
+		kt_extd.has_unix = true;
+	}
+	fprintf(stderr, "%s: using the running daemon at %s; tests "
+	    "that need a private daemon are not run\n", prog, addr);
+}
 
-	wrap = getenv("KEYLOCKD_WRAPPER");
+/* Private daemons: the binary from KEYLOCKD (or the build tree) and the
+ * run's directory. */
+static void
+kt_init_private(const char *prog)
+{
+	const char	*bin = getenv("KEYLOCKD"), *tb = getenv("top_builddir");
+
+	if (bin != NULL && *bin != '\0')
+		snprintf(kt_bin, sizeof(kt_bin), "%s", bin);
+	else if (tb != NULL && *tb != '\0')
+		snprintf(kt_bin, sizeof(kt_bin), "%s/src/keylockd", tb);
+	else {
+		fprintf(stderr, "%s: SKIP: KEYLOCKD is not set (the "
+		    "path of the keylockd binary; make check sets "
+		    "it)\n", prog);
+		exit(77);
+	}
+	if (access(kt_bin, X_OK) != 0) {
+		fprintf(stderr, "%s: KEYLOCKD=%s: %s\n", prog, kt_bin,
+		    strerror(errno));
+		exit(1);
+	}
+	strcpy(kt_rundir, "/tmp/kltest.XXXXXX");
+	if (mkdtemp(kt_rundir) == NULL) {
+		fprintf(stderr, "%s: mkdtemp: %s\n", prog, strerror(errno));
+		exit(1);
+	}
+	kt_rundir_owner = getpid();
+}
+
+/* KEYLOCKD_WRAPPER and KEYLOCKD_TEST_SLOW: the timing factors. */
+static void
+kt_init_timing(void)
+{
+	const char	*wrap = getenv("KEYLOCKD_WRAPPER");
+	const char	*slow = getenv("KEYLOCKD_TEST_SLOW");
+
 	if (wrap != NULL && *wrap != '\0') {
 		char *w = strdup(wrap), *save = NULL, *tok;
 
@@ -218,9 +237,31 @@ kt_init(const char *prog)
 			kt_slowf = 5;
 		}
 	}
-	slow = getenv("KEYLOCKD_TEST_SLOW");
-	if (slow != NULL && atoi(slow) >= 1)
-		kt_slowf = (unsigned)atoi(slow);
+	if (slow != NULL && *slow != '\0')
+		kt_slowf = (unsigned)kt_parse_setting("KEYLOCKD_TEST_SLOW",
+		    slow, 1, KT_MAX_SLOW);
+}
+
+void
+kt_init(const char *prog)
+{
+	struct rlimit	 rl;
+	const char	*addr;
+
+	kt_prog = prog;
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stderr, NULL, _IONBF, 0);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	kt_keep = getenv("KEYLOCKD_KEEP_TMP") != NULL;
+	addr = getenv("KEYLOCKD_TEST_ADDR");
+	if (addr != NULL && *addr != '\0')
+		kt_init_external(prog, addr);
+	else
+		kt_init_private(prog);
+	kt_init_timing();
 	atexit(kt_atexit);
 }
 
@@ -328,16 +369,23 @@ kt_tmpdir(void)
 	return NULL;
 }
 
+/* Removes the test directories this process made (kt_tmpdir). */
 static void
-kt_atexit(void)
+kt_tmpdirs_remove(void)
 {
-	kt_daemons_kill();
 	for (int i = 0; i < KT_MAX_TMPDIRS; i++)
 		if (kt_tmpdirs[i][0] != '\0' &&
 		    kt_tmpdir_owner[i] == getpid()) {
 			kt_rmtree(kt_tmpdirs[i]);
 			kt_tmpdirs[i][0] = '\0';
 		}
+}
+
+static void
+kt_atexit(void)
+{
+	kt_daemons_kill();
+	kt_tmpdirs_remove();
 	if (kt_rundir[0] != '\0' && kt_rundir_owner == getpid()) {
 		if (kt_keep)
 			fprintf(stderr, "%s: kept %s\n", kt_prog, kt_rundir);
@@ -396,11 +444,6 @@ kt_teardown(void)
 {
 	kt_conns_close();
 	kt_daemons_stop();
-	for (int i = 0; i < KT_MAX_TMPDIRS; i++)
-		if (kt_tmpdirs[i][0] != '\0' &&
-		    kt_tmpdir_owner[i] == getpid()) {
-			kt_rmtree(kt_tmpdirs[i]);
-			kt_tmpdirs[i][0] = '\0';
-		}
+	kt_tmpdirs_remove();
 	kt_d = NULL;
 }

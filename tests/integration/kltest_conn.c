@@ -40,84 +40,108 @@
 static pthread_mutex_t kt_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kt_conn *kt_conns;
 
+/* Closes fd keeping errno; returns -1. */
+static int
+kt_close_keep_errno(int fd)
+{
+	int	err = errno;
+
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+/* A blocking connect to d's unix socket (SO_SNDTIMEO bounds it), made
+ * non-blocking after; the socket, or -1 with errno. */
+static int
+kt_sock_unix(const struct kt_daemon *d, int64_t timeout_ms)
+{
+	struct sockaddr_un sun;
+	struct timeval	tv = { (time_t)(timeout_ms / 1000),
+			    (suseconds_t)(timeout_ms % 1000) * 1000 };
+	int		fd;
+
+	if (!d->has_unix || strlen(d->sock) >= sizeof(sun.sun_path)) {
+		errno = ENOENT;
+		return -1;
+	}
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	strcpy(sun.sun_path, d->sock);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return -1;
+	/* a blocking unix connect honours SO_SNDTIMEO */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
+		return kt_close_keep_errno(fd);
+	tv.tv_sec = 0;
+	tv.tv_usec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return fd;
+}
+
+/* A non-blocking connect to d's host and port, polled until timeout_ms;
+ * the socket (TCP_NODELAY), or -1 with errno. */
+static int
+kt_sock_tcp(const struct kt_daemon *d, int64_t timeout_ms)
+{
+	struct addrinfo	 hints, *res = NULL;
+	struct pollfd	 pfd;
+	char		 port[16];
+	int		 fd, one = 1, err;
+	socklen_t	 elen = sizeof(err);
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", d->port);
+	if (getaddrinfo(d->host, port, &hints, &res) != 0 || res == NULL) {
+		errno = EHOSTUNREACH;
+		return -1;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
+	    SOCK_NONBLOCK, 0);
+	if (fd == -1) {
+		freeaddrinfo(res);
+		return -1;
+	}
+	if (connect(fd, res->ai_addr, res->ai_addrlen) == -1 &&
+	    errno != EINPROGRESS) {
+		err = errno;
+		freeaddrinfo(res);
+		errno = err;
+		return kt_close_keep_errno(fd);
+	}
+	freeaddrinfo(res);
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	if (poll(&pfd, 1, (int)timeout_ms) != 1) {
+		close(fd);
+		errno = ETIMEDOUT;
+		return -1;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == -1 ||
+	    err != 0) {
+		close(fd);
+		errno = err != 0 ? err : EIO;
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 struct kt_conn *
 kt_conn_open(const struct kt_daemon *d, enum kt_transport t,
     int64_t timeout_ms)
 {
 	struct kt_conn	*c;
-	int		 fd, one = 1, err;
+	int		 fd;
 
-	if (t == KT_UNIX) {
-		struct sockaddr_un sun;
-		struct timeval	tv = { (time_t)(timeout_ms / 1000),
-				    (suseconds_t)(timeout_ms % 1000) * 1000 };
-
-		if (!d->has_unix || strlen(d->sock) >= sizeof(sun.sun_path)) {
-			errno = ENOENT;
-			return NULL;
-		}
-		memset(&sun, 0, sizeof(sun));
-		sun.sun_family = AF_UNIX;
-		strcpy(sun.sun_path, d->sock);
-		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
-			return NULL;
-		/* a blocking unix connect honours SO_SNDTIMEO */
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1) {
-			err = errno;
-			close(fd);
-			errno = err;
-			return NULL;
-		}
-		tv.tv_sec = 0;
-		tv.tv_usec = 0;
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	} else {
-		struct addrinfo	 hints, *res = NULL;
-		struct pollfd	 pfd;
-		char		 port[16];
-		socklen_t	 elen = sizeof(err);
-
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_flags = AI_NUMERICSERV;
-		snprintf(port, sizeof(port), "%d", d->port);
-		if (getaddrinfo(d->host, port, &hints, &res) != 0 ||
-		    res == NULL) {
-			errno = EHOSTUNREACH;
-			return NULL;
-		}
-		fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
-		    SOCK_NONBLOCK, 0);
-		if (fd == -1) {
-			freeaddrinfo(res);
-			return NULL;
-		}
-		if (connect(fd, res->ai_addr, res->ai_addrlen) == -1 &&
-		    errno != EINPROGRESS) {
-			err = errno;
-			freeaddrinfo(res);
-			close(fd);
-			errno = err;
-			return NULL;
-		}
-		freeaddrinfo(res);
-		pfd.fd = fd;
-		pfd.events = POLLOUT;
-		if (poll(&pfd, 1, (int)timeout_ms) != 1) {
-			close(fd);
-			errno = ETIMEDOUT;
-			return NULL;
-		}
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == -1 ||
-		    err != 0) {
-			close(fd);
-			errno = err != 0 ? err : EIO;
-			return NULL;
-		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	}
+	fd = t == KT_UNIX ? kt_sock_unix(d, timeout_ms) :
+	    kt_sock_tcp(d, timeout_ms);
+	if (fd == -1)
+		return NULL;
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		close(fd);
 		return NULL;

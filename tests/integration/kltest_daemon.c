@@ -28,6 +28,7 @@
 #include "kltest_impl.h"
 
 #define KT_MAX_DAEMONS	8
+#define KT_MAX_ARGV	(KT_MAX_WRAP + 16 + KT_MAX_EXTRA + 1)
 
 static struct kt_daemon *kt_daemons[KT_MAX_DAEMONS];
 
@@ -114,25 +115,23 @@ kt_print_log_tail(const struct kt_daemon *d, int nlines)
 	fclose(f);
 }
 
-struct kt_daemon *
-kt_daemon_start_at(const char *file, int line, const char *statedir,
+/* A free slot in kt_daemons, or -1. */
+static int
+kt_daemon_slot(void)
+{
+	for (int slot = 0; slot < KT_MAX_DAEMONS; slot++)
+		if (kt_daemons[slot] == NULL)
+			return slot;
+	return -1;
+}
+
+/* A daemon's record and its directory under the run's; not started. */
+static struct kt_daemon *
+kt_daemon_new_at(const char *file, int line, const char *statedir,
     const char *const *extra)
 {
 	struct kt_daemon *d;
-	const char	*argv[KT_MAX_WRAP + 16 + KT_MAX_EXTRA + 1];
-	char		 bad[128], why[128];
-	int		 argc = 0, logfd, slot, st, n;
-	bool		 tcp_ok = false;
-	pid_t		 parent = getpid(), pid;
-	uint64_t	 deadline;
 
-	if (kt_external())
-		kt_fail_at(file, line, "this test needs a private daemon");
-	for (slot = 0; slot < KT_MAX_DAEMONS && kt_daemons[slot] != NULL;
-	    slot++)
-		;
-	if (slot == KT_MAX_DAEMONS)
-		kt_fail_at(file, line, "too many daemons in one test");
 	if ((d = calloc(1, sizeof(*d))) == NULL)
 		kt_fail_at(file, line, "out of memory");
 	snprintf(d->dir, sizeof(d->dir), "%s/d.XXXXXX", kt_rundir);
@@ -145,8 +144,19 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 	    statedir != NULL ? statedir : d->dir);
 	snprintf(d->host, sizeof(d->host), "127.0.0.1");
 	d->has_unix = true;
-	for (n = 0; extra != NULL && extra[n] != NULL && n < KT_MAX_EXTRA; n++)
+	for (int n = 0; extra != NULL && extra[n] != NULL && n < KT_MAX_EXTRA;
+	    n++)
 		d->extra[n] = strdup(extra[n]);
+	return d;
+}
+
+/* Fills argv (KT_MAX_ARGV slots) with the wrapper, keylockd and its
+ * options for d; returns argc. The strings are borrowed from d and the
+ * settings. */
+static int
+kt_daemon_argv(const struct kt_daemon *d, const char **argv)
+{
+	int	argc = 0;
 
 	for (int i = 0; i < kt_nwrap; i++)
 		argv[argc++] = kt_wrap[i];
@@ -166,6 +176,15 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 	for (int i = 0; d->extra[i] != NULL; i++)
 		argv[argc++] = d->extra[i];
 	argv[argc] = NULL;
+	return argc;
+}
+
+/* Opens d's log for appending and writes the command line to it. */
+static int
+kt_daemon_log_open_at(const char *file, int line, const struct kt_daemon *d,
+    const char *const *argv, int argc)
+{
+	int	logfd;
 
 	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (logfd == -1)
@@ -174,6 +193,16 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 	for (int i = 0; i < argc; i++)
 		dprintf(logfd, " %s", argv[i]);
 	dprintf(logfd, "\n");
+	return logfd;
+}
+
+/* Forks and execs argv with stdout and stderr on logfd; the child dies
+ * with its test, however the test ends. */
+static pid_t
+kt_daemon_spawn_at(const char *file, int line, const char *const *argv,
+    int logfd)
+{
+	pid_t	parent = getpid(), pid;
 
 	pid = fork();
 	if (pid == -1)
@@ -182,7 +211,6 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 		sigset_t all;
 		int	 null = open("/dev/null", O_RDONLY);
 
-		/* Dies with its test, however the test ends. */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() != parent)
 			_exit(127);
@@ -197,15 +225,22 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 		dprintf(2, "kltest: exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
-	close(logfd);
-	d->pid = pid;
-	d->owner = getpid();
-	d->running = true;
-	kt_daemons[slot] = d;
+	return pid;
+}
+
+/* Waits until the port file holds a port and both the TCP port and the
+ * unix socket accept; fails the test if d exits or the deadline passes. */
+static void
+kt_daemon_wait_ready_at(const char *file, int line, struct kt_daemon *d)
+{
+	char		 bad[128], why[128];
+	bool		 tcp_ok = false;
+	int		 st;
+	uint64_t	 deadline;
 
 	deadline = kt_now_ms() + (uint64_t)KT_START_MS * kt_startf;
 	for (;;) {
-		if (waitpid(pid, &st, WNOHANG) == pid) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->running = false;
 			d->status = st;
 			kt_describe_status(st, why, sizeof(why));
@@ -231,6 +266,29 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 		}
 		kt_sleep_ms(5);		/* polling interval */
 	}
+}
+
+struct kt_daemon *
+kt_daemon_start_at(const char *file, int line, const char *statedir,
+    const char *const *extra)
+{
+	struct kt_daemon *d;
+	const char	*argv[KT_MAX_ARGV];
+	int		 argc, logfd, slot;
+
+	if (kt_external())
+		kt_fail_at(file, line, "this test needs a private daemon");
+	if ((slot = kt_daemon_slot()) == -1)
+		kt_fail_at(file, line, "too many daemons in one test");
+	d = kt_daemon_new_at(file, line, statedir, extra);
+	argc = kt_daemon_argv(d, argv);
+	logfd = kt_daemon_log_open_at(file, line, d, argv, argc);
+	d->pid = kt_daemon_spawn_at(file, line, argv, logfd);
+	close(logfd);
+	d->owner = getpid();
+	d->running = true;
+	kt_daemons[slot] = d;
+	kt_daemon_wait_ready_at(file, line, d);
 	return d;
 }
 
