@@ -1,20 +1,15 @@
 #!/bin/sh
 # TLS listener, checked with openssl s_client as an independent client:
 # requests over TLS, mutual TLS refusing a missing or foreign client
-# certificate, and a TLS holder's disconnect granting a plain waiter.
-set -u
-: "${KEYLOCKD:?KEYLOCKD must name the daemon}"
-command -v openssl >/dev/null || { echo "openssl not installed"; exit 77; }
-dir=$(mktemp -d)
-pid=
-cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && cat "$dir/log"; exit 1; }
+# certificate, and a TLS holder's disconnect granting a plain waiter. The
+# private daemon, the mktemp directory and the EXIT trap are those of
+# tests/lib/daemon.sh.
 
-cd "$dir" || exit 1
+. "$(dirname "$0")/../lib/daemon.sh"
+
+command -v openssl >/dev/null || skip "openssl not installed"
+cd "$TMP" || exit 1
+
 mkcert() {	# name, CN, CA name or "" for self-signed
 	if [ -z "$3" ]; then
 		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
@@ -32,15 +27,11 @@ mkcert cli client ca
 mkcert other other ""
 mkcert rogue client other
 
-$KEYLOCKD --bind 127.0.0.1 --port 0 --tls-port 0 --port-file port \
-    --unix '' --state-dir . --tls-cert srv.pem --tls-key srv.key \
-    --tls-client-ca ca.pem --log-level debug 2>log &
-pid=$!
-i=0
-until [ -s port ] && grep -q '^tls ' port; do
-	i=$((i + 1)); [ $i -gt 200 ] && fail "daemon did not start"
-	sleep 0.05
-done
+# The port file is written whole (rename), so its tls line is there once
+# daemon_launch has read the TCP port.
+daemon_launch --tls-port 0 --unix '' --tls-cert "$TMP/srv.pem" \
+    --tls-key "$TMP/srv.key" --tls-client-ca "$TMP/ca.pem" --log-level debug
+grep -q '^tls ' port || fail "no tls line in the port file: $(cat port)"
 tcp=$(head -n 1 port)
 tls=$(awk '/^tls /{print $2}' port)
 
@@ -71,11 +62,9 @@ out=$(tlsc rogue 0.5) || true
 printf 'LOCK t:2\n' > lines
 tlsc cli 1.5 >holder.out &
 holder=$!
-i=0
-until printf 'INFO t:2\n' | plain | grep -q '"holders":\[{'; do
-	i=$((i + 1)); [ $i -gt 100 ] && fail "TLS holder never held t:2"
-	sleep 0.05
-done
+BGPIDS="$BGPIDS $holder"
+holds_t2() { printf 'INFO t:2\n' | plain | grep -q '"holders":\[{'; }
+wait_for holds_t2 5 || fail "TLS holder never held t:2"
 # (nc -N half-closes at the end of input, which would withdraw the wait:
 # keep the input open until the grant has had time to arrive.)
 out=$({ printf 'LOCK t:2 timeout=5000\n'; sleep 2.5; } | plain)
@@ -84,4 +73,4 @@ wait "$holder"
 grep -Eq '^OK [0-9]+$' holder.out || fail "TLS holder: $(cat holder.out)"
 out=$(printf 'STATS\n' | plain)
 echo "$out" | grep -q '"keys":0' || fail "table not empty: $out"
-echo "tls: ok"
+pass "requests, mutual TLS, a TLS holder's disconnect"
