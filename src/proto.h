@@ -15,8 +15,9 @@
 #include "kl.h"
 
 /*
- * The one list of commands, sorted by name (proto.c looks names up with
- * bsearch). Columns: name, least and most arguments (-1: up to the line),
+ * The one list of commands, sorted by name, so that the enum and every
+ * table built from it read in one order (proto.c tries the busiest names
+ * first). Columns: name, least and most arguments (-1: up to the line),
  * what an argument is, which options the command takes.
  */
 #define KL_CMD_LIST(X)							\

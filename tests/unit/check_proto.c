@@ -1079,7 +1079,7 @@ START_TEST(command_word_matches_only_its_letters)
 }
 END_TEST
 
-START_TEST(command_list_is_sorted_for_bsearch)
+START_TEST(command_list_is_sorted_by_name)
 {
 	ck_assert_uint_eq(NELEM(all_names), CMD__COUNT);
 	for (size_t i = 1; i < NELEM(all_names); i++)
@@ -1139,6 +1139,50 @@ START_TEST(key_check_agrees_with_parse_at_every_offset)
 				if (!valid)
 					ck_assert_str_eq(req.why + strlen("key 1"),
 					    why + strlen("key"));
+			}
+		}
+	}
+}
+END_TEST
+
+/*
+ * "WORD key" with one space takes proto.c's short path; with a tab it
+ * takes the token loop. Both must give the same request and the same
+ * error, whatever the word and whatever byte sits anywhere in the key.
+ */
+START_TEST(short_form_parses_as_the_token_loop_does)
+{
+	static const char *const words[] = {
+		"LOCK", "unlock", "TryLock", "INFO", "REFRESH", "PING", "NAME",
+		"UNLOCKALL", "LOCKS", "L"
+	};
+
+	for (size_t w = 0; w < NELEM(words); w++) {
+		for (size_t n = 1; n <= 19; n++) {
+			for (int c = 0; c < 256; c += (n % 3) + 1) {
+				char		a[64], b[64];
+				size_t		wl = strlen(words[w]), k = c % n;
+				struct request	ra, rb;
+				enum kl_err	ea, eb;
+
+				snprintf(a, sizeof(a), "%s ", words[w]);
+				memset(a + wl + 1, 'k', n);
+				a[wl + 1 + k] = (char)c;
+				memcpy(b, a, wl + 1 + n);
+				b[wl] = '\t';
+				ea = proto_parse(a, wl + 1 + n, &ra);
+				eb = proto_parse(b, wl + 1 + n, &rb);
+				ck_assert_int_eq(ea, eb);
+				ck_assert_str_eq(ra.why, rb.why);
+				ck_assert_int_eq(ra.cmd, rb.cmd);
+				ck_assert_uint_eq(ra.nargs, rb.nargs);
+				ck_assert_uint_eq(ra.opts, rb.opts);
+				if (ea == KL_OK && ra.nargs == 1) {
+					ck_assert_uint_eq(ra.arglens[0],
+					    rb.arglens[0]);
+					ck_assert_mem_eq(ra.args[0], rb.args[0],
+					    ra.arglens[0]);
+				}
 			}
 		}
 	}
@@ -1366,7 +1410,7 @@ proto_suite(void)
 	tcase_add_loop_test(tc, command_table, 0, NELEM(command_cases));
 	tcase_add_test(tc, every_command_word_is_case_insensitive);
 	tcase_add_test(tc, command_word_matches_only_its_letters);
-	tcase_add_test(tc, command_list_is_sorted_for_bsearch);
+	tcase_add_test(tc, command_list_is_sorted_by_name);
 	tcase_add_test(tc, cmd_name_is_the_upper_case_word);
 	tcase_add_test(tc, err_word_names_every_code);
 	tcase_add_test(tc, reused_request_is_reset_to_defaults);
@@ -1390,6 +1434,7 @@ proto_suite(void)
 	tcase_add_test(tc, keys_are_case_sensitive_and_point_into_line);
 	tcase_add_test(tc, key_check_explains_each_rule);
 	tcase_add_test(tc, key_check_agrees_with_parse_at_every_offset);
+	tcase_add_test(tc, short_form_parses_as_the_token_loop_does);
 	tcase_add_test(tc, utf8_check_agrees_with_reference_decoder);
 	suite_add_tcase(s, tc);
 
