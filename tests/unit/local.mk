@@ -13,25 +13,55 @@ UNIT_TESTS = \
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
-tests_unit_check_proto_SOURCES = tests/unit/check_proto.c
+tests_unit_check_proto_SOURCES = \
+	tests/unit/check_proto.c \
+	tests/unit/check_proto.h \
+	tests/unit/proto_commands.c \
+	tests/unit/proto_keys.c \
+	tests/unit/proto_options.c \
+	tests/unit/proto_cases.c
 tests_unit_check_proto_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_proto_LDADD = $(UNIT_LDADD)
-tests_unit_check_locktable_SOURCES = tests/unit/check_locktable.c
+tests_unit_check_locktable_SOURCES = \
+	tests/unit/check_locktable.c \
+	tests/unit/check_locktable.h \
+	tests/unit/locktable_queue.c \
+	tests/unit/locktable_errors.c \
+	tests/unit/locktable_lifetime.c \
+	tests/unit/locktable_views.c
 tests_unit_check_locktable_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_locktable_LDADD = $(UNIT_LDADD)
-tests_unit_check_locktable_model_SOURCES = tests/unit/check_locktable_model.c
+tests_unit_check_locktable_model_SOURCES = \
+	tests/unit/check_locktable_model.c \
+	tests/unit/check_locktable_model.h \
+	tests/unit/locktable_model_ref.c \
+	tests/unit/locktable_model_compare.c \
+	tests/unit/locktable_model_ops.c
 tests_unit_check_locktable_model_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_locktable_model_LDADD = $(UNIT_LDADD)
-tests_unit_check_conn_SOURCES = tests/unit/check_conn.c
+tests_unit_check_conn_SOURCES = \
+	tests/unit/check_conn.c \
+	tests/unit/check_conn.h \
+	tests/unit/conn_framing.c \
+	tests/unit/conn_waiting.c \
+	tests/unit/conn_commands.c
 tests_unit_check_conn_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_conn_LDADD = $(UNIT_LDADD)
 tests_unit_check_token_SOURCES = tests/unit/check_token.c
 tests_unit_check_token_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_token_LDADD = $(UNIT_LDADD)
-tests_unit_check_config_SOURCES = tests/unit/check_config.c
+tests_unit_check_config_SOURCES = \
+	tests/unit/check_config.c \
+	tests/unit/check_config.h \
+	tests/unit/config_cmdline.c \
+	tests/unit/config_file.c
 tests_unit_check_config_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_config_LDADD = $(UNIT_LDADD)
-tests_unit_check_stats_SOURCES = tests/unit/check_stats.c
+tests_unit_check_stats_SOURCES = \
+	tests/unit/check_stats.c \
+	tests/unit/check_stats.h \
+	tests/unit/stats_json.c \
+	tests/unit/stats_info.c
 tests_unit_check_stats_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_stats_LDADD = $(UNIT_LDADD)
 tests_unit_check_util_SOURCES = tests/unit/check_util.c
