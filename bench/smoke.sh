@@ -28,7 +28,7 @@ cleanup() {
 		wait "$DPID" 2>/dev/null
 	fi
 	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
-		for f in daemon.log bench.json bench.err; do
+		for f in daemon.log bench.json hold.json bench.err; do
 			[ -s "$TMP/$f" ] || continue
 			echo "--- $TEST: $f" >&2
 			tail -n 30 "$TMP/$f" >&2
@@ -45,18 +45,22 @@ fail() {
 	exit 1
 }
 
-# Reads the JSON document on stdin and prints its "cycles" member: with jq,
-# python3 or perl's JSON::PP, whichever is here (perl is on every Debian
-# machine that has build-essential).
-json_cycles() {
+# json_get A B ...: reads the JSON document on stdin and prints its member
+# A.B...: with jq, python3 or perl's JSON::PP, whichever is here (perl is on
+# every Debian machine that has build-essential).
+json_get() {
 	if command -v jq >/dev/null 2>&1; then
-		jq -e '.cycles' 2>/dev/null
+		jq -e ".$(echo "$*" | tr ' ' '.')" 2>/dev/null
 	elif command -v python3 >/dev/null 2>&1; then
-		python3 -c 'import json, sys; print(json.load(sys.stdin)["cycles"])' \
-		    2>/dev/null
+		python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1:]:
+    v = v[k]
+print(v)' "$@" 2>/dev/null
 	elif perl -MJSON::PP -e 1 2>/dev/null; then
-		perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>);
-		    exists $j->{cycles} or exit 1; print "$j->{cycles}\n"'
+		perl -MJSON::PP -e 'local $/; my $v = decode_json(<STDIN>);
+		    for my $k (@ARGV) { ref $v eq "HASH" && exists $v->{$k}
+		    or exit 1; $v = $v->{$k} } print "$v\n"' "$@"
 	else
 		echo "$TEST: SKIP: no JSON parser (jq, python3, perl)" >&2
 		exit 77
@@ -78,11 +82,27 @@ PORT=$(cat "$TMP/port")
 "$BENCH" -S "127.0.0.1:$PORT" -c 4 -P 4 -t 1 --no-progress --json \
     >"$TMP/bench.json" 2>"$TMP/bench.err" ||
     fail "keylock-bench exited with status $?"
-cycles=$(json_cycles <"$TMP/bench.json") ||
+cycles=$(json_get cycles <"$TMP/bench.json") ||
     fail "the --json output does not parse or has no cycles"
 case $cycles in
 '' | *[!0-9]* | 0)
 	fail "cycles is '$cycles', not a positive whole number"
 	;;
 esac
-echo "ok: $TEST: $cycles lock-unlock cycles in about a second"
+
+# Holding keys: the table's own bytes per key come from STATS table_bytes.
+"$BENCH" -S "127.0.0.1:$PORT" -w hold -n 2000 -c 2 -P 16 --no-progress \
+    --server-pid "$DPID" --json >"$TMP/hold.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench -w hold exited with status $?"
+keys=$(json_get hold keys <"$TMP/hold.json") ||
+    fail "the hold output has no hold.keys"
+[ "$keys" = 2000 ] || fail "hold.keys is '$keys', not 2000"
+per=$(json_get hold table_bytes_per_key <"$TMP/hold.json") ||
+    fail "the hold output has no hold.table_bytes_per_key"
+case $per in
+'' | *[!0-9.]* | 0 | 0.0)
+	fail "table_bytes_per_key is '$per', not a positive number"
+	;;
+esac
+echo "ok: $TEST: $cycles lock-unlock cycles in about a second;" \
+    "$per table bytes per held key"

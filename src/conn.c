@@ -302,61 +302,18 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_schedule(c);
 }
 
-/* The decimal digits of v, two at a time from the right, ending at end. */
-static void
-conn_put_digits(char *end, uint64_t v)
-{
-	static const char	pairs[] =
-	    "00010203040506070809101112131415161718192021222324252627282930"
-	    "31323334353637383940414243444546474849505152535455565758596061"
-	    "6263646566676869707172737475767778798081828384858687888990919293"
-	    "949596979899";
-
-	while (v >= 100) {
-		end -= 2;
-		memcpy(end, pairs + 2 * (v % 100), 2);
-		v /= 100;
-	}
-	if (v >= 10) {
-		end -= 2;
-		memcpy(end, pairs + 2 * v, 2);
-	} else {
-		*--end = (char)('0' + v);
-	}
-}
-
-/* The number of decimal digits of v: log2 by clz, times log10(2) as
- * 1233 / 4096, then one compare (w: 0 has one digit, as 1). */
-static size_t
-conn_ndigits(uint64_t v)
-{
-	static const uint64_t	pow10[20] = {
-		1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL,
-		1000000ULL, 10000000ULL, 100000000ULL, 1000000000ULL,
-		10000000000ULL, 100000000000ULL, 1000000000000ULL,
-		10000000000000ULL, 100000000000000ULL, 1000000000000000ULL,
-		10000000000000000ULL, 100000000000000000ULL,
-		1000000000000000000ULL, 10000000000000000000ULL
-	};
-	uint64_t		w = v | 1;
-	unsigned		bits = 64 - (unsigned)__builtin_clzll(w);
-	unsigned		t = (bits * 1233) >> 12;
-
-	return t + 1 - (w < pow10[t]);
-}
-
 /* "OK N": the reply of most requests, formatted in place without printf. */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
 {
-	size_t	n = conn_ndigits(v);
+	size_t	n = kl_u64_len(v);
 	char	*p;
 
 	if (!conn_reserve(c, n + 4))
 		return;
 	p = c->obuf + c->olen;
 	memcpy(p, "OK ", 3);
-	conn_put_digits(p + 3 + n, v);
+	kl_u64_put(p + 3, n, v);
 	p[3 + n] = '\n';
 	c->olen += n + 4;
 	c->produced += n + 4;

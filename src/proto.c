@@ -161,7 +161,7 @@ static bool		 proto_next_token(const char *, size_t, size_t *,
 static int		 proto_casecmp(const char *, size_t, const char *, int);
 static const struct proto_cmd *proto_find_cmd(const char *, size_t,
 			    const struct proto_tok *);
-static const struct proto_cmd *proto_find_folded(uint64_t, uint64_t,
+static inline const struct proto_cmd *proto_find_word(uint64_t, uint64_t,
 			    size_t);
 static bool		 proto_parse_short(const char *, size_t,
 			    struct request *, enum kl_err *);
@@ -327,25 +327,31 @@ proto_casecmp(const char *s, size_t len, const char *name, int fold)
 static const struct proto_cmd *
 proto_find_cmd(const char *line, size_t len, const struct proto_tok *tok)
 {
-	const uint64_t		 fold = ~0x2020202020202020ULL;
 	const unsigned char	*u = (const unsigned char *)line;
 	size_t			 i = (size_t)(tok->p - line);
-	uint64_t		 lo, hi = 0;
+	uint64_t		 hi = 0;
 
 	if (tok->len >= PROTO_CMD_NAME_SIZE)
 		return NULL;
-	lo = proto_load_tail(u, len, i) & fold;
-	if (tok->len < PROTO_WORD)
-		lo &= (UINT64_C(1) << (8 * tok->len)) - 1;
-	else if (tok->len > PROTO_WORD)
-		hi = proto_load_tail(u, i + tok->len, i + PROTO_WORD) & fold;
-	return proto_find_folded(lo, hi, tok->len);
+	if (tok->len > PROTO_WORD)
+		hi = proto_load_tail(u, i + tok->len, i + PROTO_WORD);
+	return proto_find_word(proto_load_tail(u, len, i), hi, tok->len);
 }
 
-/* The command whose name, NUL-padded, is the words lo and hi. */
-static const struct proto_cmd *
-proto_find_folded(uint64_t lo, uint64_t hi, size_t len)
+/*
+ * The command named by a word of len bytes, its first eight bytes in lo
+ * (any bytes past len are ignored) and the rest in hi, zero-padded.
+ * Inline: it runs for every request, from two places.
+ */
+static inline const struct proto_cmd *
+proto_find_word(uint64_t lo, uint64_t hi, size_t len)
 {
+	const uint64_t	fold = ~0x2020202020202020ULL;
+
+	lo &= fold;
+	hi &= fold;
+	if (len < PROTO_WORD)
+		lo &= (UINT64_C(1) << (8 * len)) - 1;
 	for (size_t k = 0; k < CMD__COUNT; k++) {
 		const struct proto_cmd	*cmd;
 
@@ -705,8 +711,7 @@ proto_parse_short(const char *line, size_t len, struct request *req,
 	if (i < len && (proto_not_plain(proto_le64(u + len - PROTO_WORD)) &
 	    ~UINT64_C(0) << (8 * (PROTO_WORD - (len - i)))) != 0)
 		return false;
-	w &= ~0x2020202020202020ULL & ((UINT64_C(1) << (8 * sp)) - 1);
-	cmd = proto_find_folded(w, 0, sp);
+	cmd = proto_find_word(w, 0, sp);
 	if (cmd == NULL || cmd->kind != PROTO_ARG_KEY)
 		return false;
 	req->cmd = (enum cmd_id)(cmd - proto_cmds);

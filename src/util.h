@@ -2,7 +2,8 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * Small shared helpers: the one allocation seam (tests can make the Nth
- * allocation fail), strict number parsing, the monotonic clock.
+ * allocation fail), strict number parsing and decimal writing, the
+ * monotonic clock.
  */
 #ifndef UTIL_H
 #define UTIL_H
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 void	*kl_malloc(size_t n);
 void	*kl_calloc(size_t nmemb, size_t size);
@@ -27,6 +29,58 @@ void	 kl_alloc_fail_at(uint64_t n, bool sticky);
  */
 bool	 kl_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
 	    uint64_t *out);
+
+/*
+ * Decimal without printf, for the replies of the hot path, inline there:
+ * kl_u64_len() is the number of digits of v (1 to 20), and kl_u64_put()
+ * writes exactly those len digits at p, no NUL.
+ */
+/*
+ * The number of decimal digits of v: log2 by clz, times log10(2) as
+ * 1233 / 4096, then one compare (w: 0 has one digit, as 1 has).
+ */
+static inline size_t
+kl_u64_len(uint64_t v)
+{
+	static const uint64_t	pow10[20] = {
+		1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL,
+		1000000ULL, 10000000ULL, 100000000ULL, 1000000000ULL,
+		10000000000ULL, 100000000000ULL, 1000000000000ULL,
+		10000000000000ULL, 100000000000000ULL, 1000000000000000ULL,
+		10000000000000000ULL, 100000000000000000ULL,
+		1000000000000000000ULL, 10000000000000000000ULL
+	};
+	uint64_t		w = v | 1;
+	unsigned		bits = 64 - (unsigned)__builtin_clzll(w);
+	unsigned		t = (bits * 1233) >> 12;
+
+	return t + 1 - (w < pow10[t]);
+}
+
+/* Two digits at a time from the right: half the divisions. */
+static inline void
+kl_u64_put(char *p, size_t len, uint64_t v)
+{
+	static const char	pairs[] =
+	    "00010203040506070809101112131415161718192021222324252627282930"
+	    "31323334353637383940414243444546474849505152535455565758596061"
+	    "6263646566676869707172737475767778798081828384858687888990919293"
+	    "949596979899";
+	char			*end = p + len;
+
+	while (v >= 100) {
+		end -= 2;
+		memcpy(end, pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		end -= 2;
+		memcpy(end, pairs + 2 * v, 2);
+	} else {
+		*--end = (char)('0' + v);
+	}
+}
+
 
 /*
  * Milliseconds of CLOCK_MONOTONIC. Between kl_clock_hold() and

@@ -200,6 +200,22 @@ cf_load(const char *first, ...)
 	return cf_load_array(n, a);
 }
 
+void
+cf_expect_every_limit(void)
+{
+	ck_assert_int_eq(cf_cfg.max_clients, 50);
+	ck_assert_int_eq(cf_cfg.max_keys, 8);
+	ck_assert_int_eq(cf_cfg.max_locks, 99);
+	ck_assert_int_eq(cf_cfg.max_line, 128);
+	ck_assert_int_eq(cf_cfg.max_output, 8192);
+	ck_assert_int_eq(cf_cfg.default_timeout, 1500);
+	ck_assert_int_eq(cf_cfg.max_timeout, 60000);
+	ck_assert_int_eq(cf_cfg.default_max_waiters, 7);
+	ck_assert_int_eq(cf_cfg.keepalive_idle, 30);
+	ck_assert_int_eq(cf_cfg.keepalive_interval, 5);
+	ck_assert_int_eq(cf_cfg.keepalive_count, 4);
+}
+
 size_t
 cf_count_lines(const char *s)
 {

@@ -38,6 +38,8 @@ void		 cf_write_conf(const char *text);
 int		 cf_load_array(int n, const char *const *a);
 /* cf_load_array with the NULL-terminated arguments. */
 int		 cf_load(const char *first, ...);
+/* The numeric limits that both "every setting" tests set alike. */
+void		 cf_expect_every_limit(void);
 size_t		 cf_count_lines(const char *s);
 bool		 cf_ends_with(const char *s, const char *suffix);
 

@@ -4,11 +4,13 @@
  * Unit tests of util.h: strict numbers (kl_parse_u64), the clock held for
  * a batch of requests (kl_clock_hold, kl_clock_release), the allocation
  * seam that the other suites use to fail an allocation on purpose
- * (kl_alloc_fail_at) and kl_strndup.
+ * (kl_alloc_fail_at), kl_strndup and the decimal writer of "OK N".
  */
 #include <check.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -124,6 +126,31 @@ START_TEST(alloc_seam_fails_the_nth_allocation)
 }
 END_TEST
 
+/* Every power of ten, one either side, 0 and the largest: as printf. */
+START_TEST(decimal_matches_printf_at_every_digit_count)
+{
+	uint64_t	p = 1;
+
+	for (int k = 0; k < 20; k++, p *= 10) {
+		for (int d = -1; d <= 1; d++) {
+			uint64_t	v = p + (uint64_t)(int64_t)d;
+			char		want[32], got[32];
+			size_t		n;
+
+			snprintf(want, sizeof(want), "%" PRIu64, v);
+			n = kl_u64_len(v);
+			ck_assert_uint_eq(n, strlen(want));
+			memset(got, '#', sizeof(got));
+			kl_u64_put(got, n, v);
+			ck_assert_msg(got[n] == '#', "wrote past %zu digits", n);
+			got[n] = '\0';
+			ck_assert_str_eq(got, want);
+		}
+	}
+	ck_assert_uint_eq(kl_u64_len(UINT64_MAX), 20);
+}
+END_TEST
+
 START_TEST(strndup_copies_n_bytes_and_a_nul)
 {
 	char	*s = kl_strndup("ab\0cd", 5);
@@ -149,6 +176,7 @@ util_suite(void)
 	tcase_add_test(tc, held_clock_stands_still_until_released);
 	tcase_add_test(tc, clock_is_monotonic_and_in_milliseconds);
 	tcase_add_test(tc, alloc_seam_fails_the_nth_allocation);
+	tcase_add_test(tc, decimal_matches_printf_at_every_digit_count);
 	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
 	suite_add_tcase(s, tc);
 	return s;

@@ -63,17 +63,7 @@ START_TEST(file_sets_every_setting)
 	ck_assert_str_eq(cf_cfg.unix_group, "wheel");
 	ck_assert_str_eq(cf_cfg.state_dir, "/tmp/state");
 	ck_assert_str_eq(cf_cfg.port_file, "/tmp/port");
-	ck_assert_int_eq(cf_cfg.max_clients, 50);
-	ck_assert_int_eq(cf_cfg.max_keys, 8);
-	ck_assert_int_eq(cf_cfg.max_locks, 99);
-	ck_assert_int_eq(cf_cfg.max_line, 128);
-	ck_assert_int_eq(cf_cfg.max_output, 8192);
-	ck_assert_int_eq(cf_cfg.default_timeout, 1500);
-	ck_assert_int_eq(cf_cfg.max_timeout, 60000);
-	ck_assert_int_eq(cf_cfg.default_max_waiters, 7);
-	ck_assert_int_eq(cf_cfg.keepalive_idle, 30);
-	ck_assert_int_eq(cf_cfg.keepalive_interval, 5);
-	ck_assert_int_eq(cf_cfg.keepalive_count, 4);
+	cf_expect_every_limit();
 	ck_assert_str_eq(cf_cfg.auth_file, "/etc/keylockd/secret");
 	ck_assert_str_eq(cf_cfg.metrics, "127.0.0.1:9100");
 	ck_assert_int_eq(cf_cfg.log_level, LOG_LEVEL_DEBUG);
