@@ -5,7 +5,7 @@
  * A lock server cannot stop a holder that was paused (garbage collection,
  * swap, a stopped VM) from waking up after its lock ran out and writing as
  * if it still held it. The storage can: it remembers the highest token it
- * accepted and refuses writes that bring a smaller one (PROTOCOL.md,
+ * accepted and refuses writes that bring a smaller one (keylockd-protocol(7),
  * Fencing tokens).
  *
  * The story, with two connections to keylockd and one key:

@@ -1,11 +1,11 @@
 /*
  * libkeylock: the C client of keylockd. SPDX-License-Identifier: MIT
  *
- * The commands of PROTOCOL.md as blocking calls over one connection: build
- * one request line, send it, read one reply line, turn it into a status.
- * Socket work (addresses, connect, deadlines) lives in keylock_io.c. No
- * global state and no signal handling: the library never touches anything
- * but its handle and its socket, so one handle per thread is safe.
+ * The commands of keylockd-protocol(7) as blocking calls over one connection:
+ * build one request line, send it, read one reply line, turn it into a status.
+ * Socket work (addresses, connect, deadlines) lives in keylock_io.c. No global
+ * state and no signal handling: the library never touches anything but its
+ * handle and its socket, so one handle per thread is safe.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,7 +20,7 @@
 #include "keylock.h"
 #include "keylock_int.h"
 
-#define KEYLOCK_SECRET_MAX	256	/* PROTOCOL.md, AUTH secret */
+#define KEYLOCK_SECRET_MAX	256	/* keylockd-protocol(7), AUTH secret */
 #define KEYLOCK_TOKEN_MAX	INT64_MAX	/* tokens are below 2^63 */
 #define KEYLOCK_NUM_MAX		24	/* bytes of " name=N" for a uint64 */
 
@@ -555,7 +555,7 @@ build_keys(struct keylock *kl, const char *cmd, const char *const *keys,
 	return KEYLOCK_OK;
 }
 
-/* PROTOCOL.md, Keys: no control byte, no space, no DEL, no '='. */
+/* keylockd-protocol(7), KEYS: no control byte, no space, no DEL, no '='. */
 static int
 word_is_valid(const char *s, size_t len)
 {

@@ -2,7 +2,7 @@
  * libkeylock: the C client of keylockd. SPDX-License-Identifier: MIT
  *
  * One struct keylock is one connection to a keylockd server. Every call
- * blocks for at most a deadline, speaks PROTOCOL.md (keylockd-protocol(7))
+ * blocks for at most a deadline, speaks keylockd-protocol(7)
  * and returns an enum keylock_status; the server's error text stays
  * readable through keylock_message(). There is no global state: use one
  * connection per thread. The socket is exposed so an event loop can wait
@@ -64,7 +64,7 @@ enum keylock_status {
 #define KEYLOCK_SERVER_DEFAULT	"127.0.0.1:7711"
 #define KEYLOCK_PORT_DEFAULT	7711
 #define KEYLOCK_TLS_PORT_DEFAULT	7712	/* of "tls://host" */
-#define KEYLOCK_KEY_MAX		250	/* bytes, PROTOCOL.md, Keys */
+#define KEYLOCK_KEY_MAX		250	/* bytes, keylockd-protocol(7), KEYS */
 #define KEYLOCK_NAME_MAX	64
 
 /* struct keylock_lock_opts flags */

@@ -230,7 +230,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 	for (;;) {
 		nl = memchr(b->data + b->scan, '\n', b->len - b->scan);
 		if (nl != NULL) {
-			/* PROTOCOL.md: one line per reply; drop a CR. */
+			/* keylockd-protocol(7): one line per reply; drop a CR. */
 			*nl = '\0';
 			if (nl > b->data + b->off && nl[-1] == '\r')
 				nl[-1] = '\0';

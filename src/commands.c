@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The commands of PROTOCOL.md: the shared checks run once in
+ * The commands of keylockd-protocol(7): the shared checks run once in
  * commands_execute(), in the protocol's order (the parser already did
  * SYNTAX and BADKEY: then AUTH, then LIMIT), and each handler makes one
  * lock-table call and one reply. Handlers never write a socket, and the

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * One handler per command of PROTOCOL.md, in a table indexed by enum
+ * One handler per command of keylockd-protocol(7), in a table indexed by enum
  * cmd_id; the lock table's hooks; the texts that name who blocks a key.
  * Handlers reply through conn_reply_*; they never write a socket.
  */

@@ -342,7 +342,7 @@ conn_handle_line(struct conn *c, const char *line, size_t len)
 
 	err = proto_parse(line, len, req);
 	if (err == KL_OK && req->cmd == CMD_NONE)
-		return;	/* PROTOCOL.md, Transport: empty lines get no reply */
+		return;	/* keylockd-protocol(7), TRANSPORT: empty lines get no reply */
 	c->srv->stats.requests++;
 	if (err != KL_OK)
 		conn_reply_err(c, err, "%s", req->why);
@@ -353,7 +353,7 @@ conn_handle_line(struct conn *c, const char *line, size_t len)
 /*
  * Handles the complete lines in buf[0..len) until one waits; returns the
  * bytes consumed. A line longer than max-line is dropped up to its LF and
- * answered ERR TOOLONG (STYLE.md, Framing with a bound).
+ * answered ERR TOOLONG (HACKING.md, Framing with a bound).
  */
 static size_t
 conn_process(struct conn *c, char *buf, size_t len)
@@ -568,8 +568,8 @@ conn_schedule(struct conn *c)
 }
 
 /*
- * After the peer's end of input: answer the complete lines that came
- * before it, then go (PROTOCOL.md: closing releases everything, a waiting
+ * After the peer's end of input: answer the complete lines that came before
+ * it, then go (keylockd-protocol(7): closing releases everything, a waiting
  * LOCK included).
  */
 static void
@@ -714,7 +714,7 @@ conn_close_all(struct server *srv, const char *reason)
 {
 	struct conn	*c;
 
-	/* Withdrawing one waiter must not grant another (PROTOCOL.md:
+	/* Withdrawing one waiter must not grant another (keylockd-protocol(7):
 	 * SHUTDOWN means the request was not granted). */
 	locktable_freeze(srv->lt);
 	TAILQ_FOREACH(c, &srv->conns, entry)

@@ -8,7 +8,7 @@
 #ifndef KL_H
 #define KL_H
 
-/* PROTOCOL.md, Replies: one enum, one table of wire words (proto.c). */
+/* keylockd-protocol(7), REPLIES: one enum, one table of wire words (proto.c). */
 enum kl_err {
 	KL_OK = 0,
 	KL_ERR_SYNTAX,
@@ -27,7 +27,7 @@ enum kl_err {
 	KL_ERR__COUNT
 };
 
-#define KL_KEY_MAX		250	/* bytes in a key (PROTOCOL.md, Keys) */
+#define KL_KEY_MAX		250	/* bytes in a key (keylockd-protocol(7), KEYS) */
 #define KL_NAME_MAX		64	/* bytes in a NAME label */
 #define KL_SECRET_MAX		256	/* bytes in an AUTH secret */
 #define KL_KEYS_HARD_MAX	1024	/* keys one parsed request can carry */

@@ -2,12 +2,12 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * The lock table: one entry per key somebody holds or waits for, with its
- * holders in grant order and its FIFO queue, and the owner side of the
- * same links (PROTOCOL.md, Semantics). This file keeps those links: owners,
- * holds, queues, and the withdrawals, releases, refreshes and expiries that
- * end them; after any of these the keys that changed are settled from a
- * worklist, granting each queued request on all its keys at one instant.
- * The rest lives beside it, sharing lt_impl.h: lt_acquire.c (new requests),
+ * holders in grant order and its FIFO queue, and the owner side of the same
+ * links (keylockd-protocol(7), SEMANTICS). This file keeps those links:
+ * owners, holds, queues, and the withdrawals, releases, refreshes and expiries
+ * that end them; after any of these the keys that changed are settled from a
+ * worklist, granting each queued request on all its keys at one instant. The
+ * rest lives beside it, sharing lt_impl.h: lt_acquire.c (new requests),
  * lt_hash.c (keys), lt_heap.c (ttls), lt_deadlock.c, lt_views.c and
  * lt_check.c. None of them reads the clock, a socket or a global, logs, or
  * recurses: time comes in as now_ms and later grants go out through
@@ -179,8 +179,8 @@ key_mark_dirty(struct locktable *lt, struct lt_key *k)
 }
 
 /*
- * After k lost a holder or a waiter: settle it later if somebody waits,
- * else free it as soon as it is empty (PROTOCOL.md, Cleanup). An entry on
+ * After k lost a holder or a waiter: settle it later if somebody waits, else
+ * free it as soon as it is empty (keylockd-protocol(7), Cleanup). An entry on
  * the dirty list is freed when settle() pops it.
  */
 static void
@@ -256,7 +256,7 @@ lt_next_token(struct locktable *lt)
 	return ++lt->last_token;
 }
 
-/* One grant, however many keys (PROTOCOL.md, STATS). */
+/* One grant, however many keys (keylockd-protocol(7), STATS). */
 void
 lt_grant_count(struct locktable *lt, uint64_t waited_ms)
 {
@@ -423,7 +423,7 @@ req_free(struct locktable *lt, struct lt_req *r)
 	lt_release(lt, r, lt_req_size(r->nkeys));
 }
 
-/* PROTOCOL.md, Per-key FIFO: at the head of every queue, and admitted. */
+/* keylockd-protocol(7), Per-key FIFO: at the head of every queue, and admitted. */
 bool
 lt_req_is_grantable(const struct lt_req *r)
 {

@@ -125,7 +125,7 @@ size_t		 locktable_owner_nholds(const struct lt_owner *o);
 bool		 locktable_owner_is_waiting(const struct lt_owner *o);
 
 /*
- * Asks for every key of a at once. Checks, in PROTOCOL.md order: LIMIT
+ * Asks for every key of a at once. Checks, in keylockd-protocol(7) order: LIMIT
  * (max_holds), HELD, CONFLICT, then, if the request cannot be granted at
  * once: BUSY, DEADLOCK, LOCKED (try). Returns KL_OK with *granted true and
  * *token set, or KL_OK with *granted false when the request was queued

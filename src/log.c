@@ -3,7 +3,7 @@
  *
  * Logging to stderr with a syslog-style priority prefix ("<4>") that
  * journald understands, so levels survive into journalctl. Never logs per
- * request above debug (STYLE.md, Logging).
+ * request above debug (HACKING.md, Logging).
  */
 #include <sys/stat.h>
 

@@ -1,13 +1,13 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The lock table's acquire path: one LOCK or TRYLOCK. Its keys are looked
- * up once and deduplicated, checked in PROTOCOL.md's order (Which error
+ * The lock table's acquire path: one LOCK or TRYLOCK. Its keys are looked up
+ * once and deduplicated, checked in keylockd-protocol(7)'s order (Which error
  * wins), then granted on every key at one instant or queued at the tail of
  * every key's queue at one instant (Multi-key requests are atomic). All a
  * grant or a wait needs is allocated before the table changes, so an error
- * leaves the table as it was. It never reads the clock, a socket or a
- * global, and never logs.
+ * leaves the table as it was. It never reads the clock, a socket or a global,
+ * and never logs.
  */
 #include <errno.h>
 #include <string.h>
@@ -71,7 +71,7 @@ probes_init(struct locktable *lt, struct lt_probes *ps,
 	return true;
 }
 
-/* PROTOCOL.md: duplicate keys in one request count once. */
+/* keylockd-protocol(7): duplicate keys in one request count once. */
 static void
 probes_add(struct locktable *lt, struct lt_probes *ps, const char *key,
     size_t len)
@@ -177,7 +177,7 @@ probe_commit(struct locktable *lt, struct lt_probe *p)
 	return p->k;
 }
 
-/* PROTOCOL.md, Per-key FIFO: a key with a waiter is not free. */
+/* keylockd-protocol(7), Per-key FIFO: a key with a waiter is not free. */
 static bool
 key_blocks(const struct lt_key *k, enum lt_mode mode)
 {
@@ -204,7 +204,7 @@ acquire_validate(const struct lt_acquire *a)
 	return KL_OK;
 }
 
-/* PROTOCOL.md, Which error wins: LIMIT, HELD, CONFLICT. */
+/* keylockd-protocol(7), Which error wins: LIMIT, HELD, CONFLICT. */
 static enum kl_err
 acquire_check(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, const struct lt_probes *ps,
@@ -320,8 +320,9 @@ acquire_grant(struct locktable *lt, struct lt_owner *o,
 }
 
 /*
- * Queues the request at the tail of every key's queue at once (PROTOCOL.md,
- * Multi-key requests are atomic), with the holds its grant will need.
+ * Queues the request at the tail of every key's queue at once
+ * (keylockd-protocol(7), Multi-key requests are atomic), with the holds its
+ * grant will need.
  */
 static enum kl_err
 acquire_queue(struct locktable *lt, struct lt_owner *o,

@@ -1,13 +1,13 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The lock table's deadlock check (PROTOCOL.md, Deadlock detection): before
- * a request waits, the owners it would wait on, directly or through their
- * own waits, are numbered and linked by AND-edges and OR-groups, and the
- * search decides whether the requester could never progress. It only reads
- * the table (besides numbering owners per search), frees all it allocates
- * before returning, and fails open when memory runs out. It never reads
- * the clock, a socket or a global, and never recurses.
+ * The lock table's deadlock check (keylockd-protocol(7), Deadlock detection):
+ * before a request waits, the owners it would wait on, directly or through
+ * their own waits, are numbered and linked by AND-edges and OR-groups, and the
+ * search decides whether the requester could never progress. It only reads the
+ * table (besides numbering owners per search), frees all it allocates before
+ * returning, and fails open when memory runs out. It never reads the clock, a
+ * socket or a global, and never recurses.
  */
 #include <string.h>
 
@@ -161,7 +161,7 @@ dl_and(struct dl *d, uint32_t from, uint32_t probe, struct lt_owner *o)
 }
 
 /* An OR-group: a wait on a full semaphore is stuck only while every
- * holder is (PROTOCOL.md, Deadlock detection). */
+ * holder is (keylockd-protocol(7), Deadlock detection). */
 static void
 dl_or(struct dl *d, uint32_t from, uint32_t probe, const struct lt_key *k)
 {
@@ -309,16 +309,15 @@ dl_verdict(const struct dl *d)
 }
 
 /*
- * PROTOCOL.md, Deadlock detection: would o, waiting with its new request
- * at the tail of each key's queue, be stuck for good? The stuck owners are
- * the largest set in which everybody waits on a member through an AND-edge
+ * keylockd-protocol(7), Deadlock detection: would o, waiting with its new
+ * request at the tail of each key's queue, be stuck for good? The stuck owners
+ * are the largest set in which everybody waits on a member through an AND-edge
  * or on all members of an OR-group; it is found as the complement of those
  * that can progress. A least fixpoint of "depends on o" would miss a cycle
- * that also loops through an OR-group member other than o. Since every
- * request that would close a cycle is refused, o can only be stuck in one
- * it closes itself.
- * If memory runs out the check fails open: the request may wait, as on a
- * server without the check, and its timeout still ends the wait.
+ * that also loops through an OR-group member other than o. Since every request
+ * that would close a cycle is refused, o can only be stuck in one it closes
+ * itself. If memory runs out the check fails open: the request may wait, as on
+ * a server without the check, and its timeout still ends the wait.
  */
 size_t
 lt_dl_search(struct locktable *lt, struct lt_owner *o,

@@ -5,7 +5,7 @@
  * lt_*.c files that implement locktable.h with it: the structures behind
  * its opaque types, the limits they are sized by, and the few functions one
  * piece calls in another, all named lt_*. No other module includes it
- * (STYLE.md, Headers); like the code it serves it declares nothing that
+ * (HACKING.md, Headers); like the code it serves it declares nothing that
  * reads the clock, a socket or a global.
  */
 #ifndef LT_IMPL_H

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The request grammar of PROTOCOL.md: one line of bytes into a struct
+ * The request grammar of keylockd-protocol(7): one line of bytes into a struct
  * request. Pure: it never allocates, logs, reads the clock or touches
  * anything but its arguments and the const tables below, because the fuzzer
  * calls it with arbitrary bytes. An error text never echoes a byte that broke
@@ -55,7 +55,7 @@ enum proto_fault {
  */
 enum proto_class {
 	PC_PLAIN	= 0,		/* printable ASCII but space and '=' */
-	PC_EQUALS	= 1 << 0,	/* PROTOCOL.md, Options: name=value */
+	PC_EQUALS	= 1 << 0,	/* keylockd-protocol(7), OPTIONS: name=value */
 	PC_OTHER	= 1 << 1,	/* control, DEL or not ASCII */
 	PC_BLANK	= 1 << 2	/* space or tab: between tokens */
 };
@@ -66,7 +66,7 @@ struct proto_tok {
 	unsigned	 classes;	/* its bytes' proto_class, ORed */
 };
 
-/* PROTOCOL.md, Transport and Keys, one byte at a time. */
+/* keylockd-protocol(7), TRANSPORT and Keys, one byte at a time. */
 #define PROTO_CLASS(c)							\
 	((c) == ' ' || (c) == '\t' ? PC_BLANK :				\
 	 (c) == '=' ? PC_EQUALS :					\
@@ -264,9 +264,9 @@ proto_skip_plain(const unsigned char *s, size_t len, size_t i)
 }
 
 /*
- * PROTOCOL.md, Transport: tokens are separated by runs of spaces or tabs.
- * The pass that finds the token's end also notes what its bytes are, byte
- * by byte only from the first that is not plain.
+ * keylockd-protocol(7), TRANSPORT: tokens are separated by runs of spaces or
+ * tabs. The pass that finds the token's end also notes what its bytes are,
+ * byte by byte only from the first that is not plain.
  */
 static bool
 proto_next_token(const char *line, size_t len, size_t *pos,
@@ -429,8 +429,8 @@ proto_utf8_seq(const unsigned char *s, size_t len)
 }
 
 /*
- * PROTOCOL.md, Keys: 1..max bytes of UTF-8 with no control byte, space, DEL
- * or '='. Returns the fault and, for a bad byte, its offset.
+ * keylockd-protocol(7), KEYS: 1..max bytes of UTF-8 with no control byte,
+ * space, DEL or '='. Returns the fault and, for a bad byte, its offset.
  */
 static enum proto_fault
 proto_label_scan(const char *s, size_t len, size_t max, size_t *off)
@@ -520,7 +520,7 @@ proto_key_is_valid(const char *key, size_t len, char *why, size_t whylen)
 	return false;
 }
 
-/* PROTOCOL.md, Options: name=value, the name case-insensitive. */
+/* keylockd-protocol(7), OPTIONS: name=value, the name case-insensitive. */
 static enum kl_err
 proto_parse_option(struct request *req, const struct proto_cmd *cmd,
     const struct proto_tok *tok)
@@ -672,7 +672,7 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	if (req->shared && (req->opts & OPT_LIMIT))
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "option limit cannot be used with mode=shared");
-	/* PROTOCOL.md, Commands: REFRESH key... ttl=MS */
+	/* keylockd-protocol(7), COMMANDS: REFRESH key... ttl=MS */
 	if (req->cmd == CMD_REFRESH && (req->opts & OPT_TTL) == 0)
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "REFRESH needs option ttl");
@@ -755,7 +755,7 @@ proto_parse(const char *line, size_t len, struct request *req)
 		if (err != KL_OK)
 			return err;
 	}
-	/* PROTOCOL.md, Transport: lines of only spaces and tabs are empty. */
+	/* keylockd-protocol(7), TRANSPORT: lines of only spaces and tabs are empty. */
 	if (cmd == NULL)
 		return KL_OK;
 	return proto_check_line(req, cmd);

@@ -43,7 +43,7 @@ enum cmd_id {
 
 enum proto_arg {
 	PROTO_ARG_NONE = 0,
-	PROTO_ARG_KEY,		/* PROTOCOL.md, Keys; bad ones are BADKEY */
+	PROTO_ARG_KEY,		/* keylockd-protocol(7), KEYS; bad ones are BADKEY */
 	PROTO_ARG_NAME,		/* key byte rules, 1..KL_NAME_MAX; SYNTAX */
 	PROTO_ARG_SECRET	/* one raw token, 1..KL_SECRET_MAX; no options */
 };
@@ -87,7 +87,7 @@ struct request {
  */
 enum kl_err	 proto_parse(const char *line, size_t len, struct request *req);
 
-/* Checks one key against PROTOCOL.md's rules; on failure writes a reason
+/* Checks one key against keylockd-protocol(7)'s rules; on failure writes a reason
  * (which never echoes the bad bytes) into why. */
 bool		 proto_key_is_valid(const char *key, size_t len, char *why,
 		    size_t whylen);

@@ -86,7 +86,7 @@ kl_u64_put(char *p, size_t len, uint64_t v)
  * Milliseconds of CLOCK_MONOTONIC. Between kl_clock_hold() and
  * kl_clock_release() it answers the time read at the hold: a batch of
  * requests read together costs one clock read, and every request in it
- * counts from when the batch was read (PROTOCOL.md, Timeouts).
+ * counts from when the batch was read (keylockd-protocol(7), Timeouts).
  */
 uint64_t kl_now_ms(void);
 void	 kl_clock_hold(void);

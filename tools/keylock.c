@@ -262,7 +262,7 @@ split_lock_words(struct cli *cli, int argc, char **argv)
 	return 1;
 }
 
-/* The secret is the file's first line (PROTOCOL.md: one token). */
+/* The secret is the file's first line (keylockd-protocol(7): one token). */
 static char *
 read_secret(const char *path)
 {

@@ -26,7 +26,7 @@
 #define SHOW_KEY_WIDTH		40	/* columns for a key: 79 in all */
 #define SHOW_PCT_MAX		24	/* bytes of "<=60000" and the like */
 
-/* The counters STATS promises (PROTOCOL.md), in the order shown. */
+/* The counters STATS promises (keylockd-protocol(7)), in the order shown. */
 static const char *const show_counters[] = {
 	"grants", "timeouts", "busy", "deadlocks", "conflicts",
 	"releases", "expired", "disconnect_releases"
@@ -339,9 +339,9 @@ show_hist(const char *label, json_t *h, json_t *prev)
 }
 
 /*
- * The bucket bound below which a fraction q of the samples fall:
- * "<=5" (ms), ">60000" for the last bucket, "-" for no samples. Buckets
- * are [upper_ms or null, count], counts per bucket (PROTOCOL.md, STATS).
+ * The bucket bound below which a fraction q of the samples fall: "<=5" (ms),
+ * ">60000" for the last bucket, "-" for no samples. Buckets are [upper_ms or
+ * null, count], counts per bucket (keylockd-protocol(7), STATS).
  */
 static void
 show_percentile(json_t *h, json_t *prev, double q, char *out, size_t len)

@@ -2,7 +2,7 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * libFuzzer harness for proto_parse(): any bytes in, and the result must
- * keep the promises of proto.h and PROTOCOL.md. It also links with
+ * keep the promises of proto.h and keylockd-protocol(7). It also links with
  * replay.c, so make check runs the seed corpus without libFuzzer. It
  * checks with abort(), not assert(), so NDEBUG cannot turn it off.
  */

@@ -1,15 +1,15 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Fencing tokens survive crashes (issue 6; PROTOCOL.md, Fencing tokens):
- * a grant storm from a few pipelining clients, SIGKILL of the daemon at
- * seeded random moments, a restart on the same --state-dir, and every
- * token issued after the restart must be greater than every token seen
- * before. Every other round is killed when its tokens come near the end
- * of the block the daemon reserved on disk at start, while it may be
- * writing the next mark. Between rounds the daemon is also killed during
- * its own startup, when it writes the mark first, and must start cleanly
- * after. TOKEN_CRASH_SEED (1) picks the moments.
+ * Fencing tokens survive crashes (issue 6; keylockd-protocol(7), Fencing
+ * tokens): a grant storm from a few pipelining clients, SIGKILL of the daemon
+ * at seeded random moments, a restart on the same --state-dir, and every token
+ * issued after the restart must be greater than every token seen before. Every
+ * other round is killed when its tokens come near the end of the block the
+ * daemon reserved on disk at start, while it may be writing the next mark.
+ * Between rounds the daemon is also killed during its own startup, when it
+ * writes the mark first, and must start cleanly after. TOKEN_CRASH_SEED (1)
+ * picks the moments.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -296,7 +296,7 @@ kt_wait_queue_at(const char *file, int line, struct kt_conn *c,
 		kt_recv_at(file, line, c, kt_ms(KT_REPLY_MS));
 		snprintf(last, sizeof(last), "%s", kt_esc(c->line, c->linelen));
 		o = kt_parse_ok_json(c->line, c->linelen, why, sizeof(why));
-		/* PROTOCOL.md leaves INFO of a key not in the table open:
+		/* keylockd-protocol(7) leaves INFO of a key not in the table open:
 		 * an ERR reply reads as no holders and no waiters. */
 		if (o == NULL && !kt_line_has_prefix(c, "ERR "))
 			kt_fail_at(file, line, "INFO %s: %s: \"%s\"", key, why,

@@ -1,4 +1,4 @@
-# Integration tests: the real keylockd on real sockets (STYLE.md, section 11).
+# Integration tests: the real keylockd on real sockets (HACKING.md, Tests).
 # Each program starts its own daemons from the build tree; KEYLOCKD tells it
 # where the binary is. KEYLOCKD_WRAPPER (e.g. valgrind) and
 # KEYLOCKD_TEST_ADDR (a running daemon) pass through from the environment.

@@ -463,7 +463,7 @@ START_TEST(clients_that_never_read_do_not_stall_the_others)
 	int64_t		 worst = 0, dt;
 	uint64_t	 deadline, t0;
 
-	/* PROTOCOL.md is silent; DESIGN.md: no input from the network can
+	/* keylockd-protocol(7) is silent; keylockd(8), SECURITY: no input from the network can
 	 * make the server stop serving others */
 	kt_start("--max-output", "65536");
 	y = kt_connect();

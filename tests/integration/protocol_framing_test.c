@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The wire protocol's transport against the real daemon (PROTOCOL.md,
+ * The wire protocol's transport against the real daemon (keylockd-protocol(7),
  * Transport): CR and empty lines, case, the line limit, pipelining, a
  * waiting request holding back the lines behind it, half-close, one byte
  * at a time, binary garbage, and the unix socket speaking the same
@@ -35,7 +35,7 @@ rng(void)
 	return (uint32_t)(rng_state >> 11);
 }
 
-/* Counts the replies PROTOCOL.md promises for buf: one per line that is not
+/* Counts the replies keylockd-protocol(7) promises for buf: one per line that is not
  * empty or blank after dropping one CR. */
 static int
 count_requests(const char *buf, size_t len)

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Unit tests of config_load (config.h, DESIGN.md "Command line of keylockd"
+ * Unit tests of config_load (config.h, keylockd(8), OPTIONS
  * and "Config file"): the built-in defaults, each option's range, the
  * config file's grammar, precedence default < file < command line, and
  * errors: usage problems exit EX_KL_USAGE, file problems print every one as

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Unit tests of the lock table against locktable.h and PROTOCOL.md
+ * Unit tests of the lock table against locktable.h and keylockd-protocol(7)
  * ("Semantics"): FIFO, shared mode, semaphores, multi-key grants, the error
  * order, deadlock detection, ttl, cleanup, counters and the read-only views.
  * Time is an explicit now_ms: no sleeps, no clock. locktable_check() runs
@@ -188,7 +188,7 @@ cl_acq(int i, const char *keys, const struct req *r, uint64_t now)
 	ck_assert_msg(cl_ngrants == ng, "granted hook called from acquire");
 	CHECK_TABLE();
 	if (err != KL_OK) {
-		/* a refused request leaves no trace (PROTOCOL.md, Cleanup) */
+		/* a refused request leaves no trace (keylockd-protocol(7), Cleanup) */
 		ck_assert_uint_eq(cl_ctr()->keys, before.keys);
 		ck_assert_uint_eq(cl_ctr()->held, before.held);
 		ck_assert_uint_eq(cl_ctr()->waiting, before.waiting);

@@ -3,12 +3,12 @@
  *
  * Randomized model test of the lock table: thousands of seeded sequences of
  * acquire, release, disconnect, timeout, expiry and refresh run against
- * locktable.c and against a small reference model written from PROTOCOL.md
- * ("Semantics") with plain arrays, a naive grant loop and a naive fixpoint
- * deadlock check. After every step the replies, the deferred grants, every
- * key's holders and waiters, the owners and the counters must agree, and
- * locktable_check() must find nothing. The seed is fixed, so a failure
- * repeats; it prints the seed, the step and the whole sequence so far.
+ * locktable.c and against a small reference model written from
+ * keylockd-protocol(7) ("Semantics") with plain arrays, a naive grant loop and
+ * a naive fixpoint deadlock check. After every step the replies, the deferred
+ * grants, every key's holders and waiters, the owners and the counters must
+ * agree, and locktable_check() must find nothing. The seed is fixed, so a
+ * failure repeats; it prints the seed, the step and the whole sequence so far.
  *
  * Rerun one sequence: LT_MODEL_SEED=s LT_MODEL_FIRST=n LT_MODEL_SEQS=1.
  *

@@ -128,7 +128,7 @@ bool		 lm_chance(int pct);
 bool		 m_exists(int k);
 int		 m_holder_index(int k, int o);
 int		 m_nholds(int o);
-/* PROTOCOL.md, Semantics: may this request join the key's holders? */
+/* keylockd-protocol(7), SEMANTICS: may this request join the key's holders? */
 bool		 m_compatible(int k, enum lt_mode mode);
 /* Does holder i of key k stand in the way of a request in mode? */
 bool		 m_conflicts(int k, int i, enum lt_mode mode);

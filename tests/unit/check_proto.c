@@ -2,7 +2,7 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * Unit tests of proto: tables of {line, expected result} per rule of
- * PROTOCOL.md, edge tests built at run time (the longest key, the most
+ * keylockd-protocol(7), edge tests built at run time (the longest key, the most
  * keys), an exhaustive comparison of the UTF-8 check with a reference
  * decoder, and the case directories in tests/unit/proto-cases, which are
  * also the fuzz seed corpus. Every error text is checked to be printable
@@ -66,7 +66,7 @@ ref_utf8_is_valid(const unsigned char *s, size_t len)
 	return true;
 }
 
-/* The key rules of PROTOCOL.md, checked apart from proto.c's. */
+/* The key rules of keylockd-protocol(7), checked apart from proto.c's. */
 bool
 cp_ref_key_is_valid(const unsigned char *s, size_t len)
 {
@@ -106,7 +106,7 @@ cp_assert_why_is_clean(const char *rule, const struct request *req,
 		ck_abort_msg("%s: why is not UTF-8", rule);
 }
 
-/* STYLE.md, Replies: no trailing period, no capital but a command word. */
+/* HACKING.md, Replies: no trailing period, no capital but a command word. */
 void
 cp_assert_why_has_house_style(const char *rule, const struct request *req)
 {

@@ -34,12 +34,12 @@ struct parse_case {
 	const char	*why;
 };
 
-/* The key rules of PROTOCOL.md, checked apart from proto.c's. */
+/* The key rules of keylockd-protocol(7), checked apart from proto.c's. */
 bool		 cp_ref_key_is_valid(const unsigned char *s, size_t len);
 /* An error text is NUL-terminated and clean: printable, valid UTF-8. */
 void		 cp_assert_why_is_clean(const char *rule,
 		    const struct request *req, enum kl_err err);
-/* STYLE.md, Replies: no trailing period, no capital but a command word. */
+/* HACKING.md, Replies: no trailing period, no capital but a command word. */
 void		 cp_assert_why_has_house_style(const char *rule,
 		    const struct request *req);
 /* Parses a copy of line that is exactly len bytes long, so that the

@@ -1,13 +1,13 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Unit tests of the STATS and INFO JSON (stats.h, PROTOCOL.md "STATS" and
- * "Commands"): a real lock table is driven with explicit now_ms values,
+ * Unit tests of the STATS and INFO JSON (stats.h, keylockd-protocol(7) "STATS"
+ * and "Commands"): a real lock table is driven with explicit now_ms values,
  * then stats_to_json and stats_info_json are parsed with jansson and every
- * member the protocol lists is checked for its type and value. Both are
- * one line: they travel as "OK {json}". The tests live in stats_json.c and
- * stats_info.c; this file holds the fixture and the helpers they share
- * (cs_ prefix, declared in check_stats.h), the suite and main.
+ * member the protocol lists is checked for its type and value. Both are one
+ * line: they travel as "OK {json}". The tests live in stats_json.c and
+ * stats_info.c; this file holds the fixture and the helpers they share (cs_
+ * prefix, declared in check_stats.h), the suite and main.
  */
 #include <check.h>
 #include <inttypes.h>

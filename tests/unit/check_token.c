@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Unit tests of the fencing-token mark (token.h, PROTOCOL.md "Fencing
+ * Unit tests of the fencing-token mark (token.h, keylockd-protocol(7) "Fencing
  * tokens"): tokens rise strictly, also across a restart and a crash (a
  * second token_open on the same directory with or without token_close),
  * the mark on disk stays above every token handed out, and a damaged or

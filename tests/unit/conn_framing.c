@@ -302,7 +302,7 @@ rng(void)
 	return rng_state;
 }
 
-/* Replies PROTOCOL.md promises for buf: one per non-blank line. */
+/* Replies keylockd-protocol(7) promises for buf: one per non-blank line. */
 static size_t
 expected_replies(const unsigned char *buf, size_t len, size_t max)
 {

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Refusals: HELD, NOTHELD, BUSY, LIMIT in the order PROTOCOL.md gives,
+ * Refusals: HELD, NOTHELD, BUSY, LIMIT in the order keylockd-protocol(7) gives,
  * and deadlock detection through holders, queues and semaphores.
  */
 #include <check.h>
@@ -213,7 +213,7 @@ START_TEST(deadlock_counts_every_conflicting_holder)
 	/*
 	 * 3 waits for x behind 2 (shared, itself blocked on z) and for the
 	 * shared holder 1 it conflicts with; 1 asking for m held by 3 closes
-	 * 1 -> 3 -> 1. PROTOCOL.md: a waiting request depends on every
+	 * 1 -> 3 -> 1. keylockd-protocol(7): a waiting request depends on every
 	 * holder it conflicts with and on every request queued ahead.
 	 */
 	ck_assert_int_eq(cl_lock_shared(1, "x", 0), GRANTED);

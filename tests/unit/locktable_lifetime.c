@@ -253,7 +253,7 @@ START_TEST(allocation_failure_leaves_table_whole)
 }
 END_TEST
 
-/* Every exit path leaves no entry behind: PROTOCOL.md, Cleanup. */
+/* Every exit path leaves no entry behind: keylockd-protocol(7), Cleanup. */
 START_TEST(keys_zero_after_every_exit_path)
 {
 	/* unlock */

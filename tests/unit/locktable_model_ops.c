@@ -48,7 +48,7 @@ trace_keys(const int *raw, int n)
 		lm_tracef("%s%s", i > 0 ? " " : "", lm_keyname[raw[i]]);
 }
 
-/* What PROTOCOL.md says a request gets; why masks for HELD/CONFLICT/BUSY. */
+/* What keylockd-protocol(7) says a request gets; why masks for HELD/CONFLICT/BUSY. */
 static int
 m_decide(int o, const struct m_req *r, bool try, int64_t mw,
     size_t max_holds, unsigned *mask)

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The reference model of the lock table, written from PROTOCOL.md
+ * The reference model of the lock table, written from keylockd-protocol(7)
  * ("Semantics") with plain arrays in lm: who holds and who waits for each
  * key, a naive grant loop and a naive fixpoint deadlock check. It never
  * calls the table; the driver compares the two.
@@ -43,7 +43,7 @@ m_nholds(int o)
 	return n;
 }
 
-/* PROTOCOL.md, Semantics: may this request join the key's holders? */
+/* keylockd-protocol(7), SEMANTICS: may this request join the key's holders? */
 bool
 m_compatible(int k, enum lt_mode mode)
 {
@@ -199,11 +199,11 @@ m_enqueue(int o, const struct m_req *r)
 }
 
 /*
- * Can owner w's wait ever end, given which owners can (inp)? PROTOCOL.md:
- * a waiting request depends on every request queued ahead of it on any of
- * its keys and on every holder it conflicts with; a wait on a full
- * semaphore depends on all of its holders together. A new request (at_tail)
- * stands behind everybody queued on its keys.
+ * Can owner w's wait ever end, given which owners can (inp)?
+ * keylockd-protocol(7): a waiting request depends on every request queued
+ * ahead of it on any of its keys and on every holder it conflicts with; a wait
+ * on a full semaphore depends on all of its holders together. A new request
+ * (at_tail) stands behind everybody queued on its keys.
  */
 static bool
 m_can_proceed(int w, const struct m_req *r, bool at_tail, const bool *inp)
