@@ -21,4 +21,5 @@ bench_echo_server_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
 bench_echo_server_LDADD = $(LIBEVENT_LIBS)
 
 TESTS += bench/smoke.sh
-EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/RESULTS.md
+EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/instructions.sh \
+	bench/RESULTS.md
