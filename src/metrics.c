@@ -99,6 +99,46 @@ metrics_hist(struct mbuf *b, const char *name, const char *help,
 	    "\n", name, (double)h->sum_ms / 1000.0, name, h->count);
 }
 
+/* The hot keys of STATS that have waiters (most first; the others would
+ * be any held keys, a new set of series at each scrape) as two gauge
+ * families, one series per key; with none, both are left out. Keys are
+ * UTF-8 with no control byte (keylockd-protocol(7), KEYS): only \ and "
+ * need escaping. */
+static void
+metrics_hot(struct mbuf *b, const struct locktable *lt)
+{
+	static const char *const	 fam[2] = { "waiters", "holders" };
+	const struct lt_key		*hot[KL_HOT_KEYS];
+	struct lt_key_view		 v;
+	char				 key[2 * KL_KEY_MAX + 1];
+	size_t				 n, len;
+
+	n = locktable_hot_keys(lt, hot, KL_HOT_KEYS);
+	for (size_t i = 0; i < n; i++) {
+		locktable_key_view(hot[i], &v);
+		if (v.nwaiters == 0)
+			n = i;
+	}
+	for (int f = 0; f < 2 && n > 0; f++) {
+		mbuf_printf(b, "# HELP keylockd_hot_key_%s %s of the keys with "
+		    "the most waiters.\n# TYPE keylockd_hot_key_%s gauge\n",
+		    fam[f], f ? "Holders" : "Waiters", fam[f]);
+		for (size_t i = 0; i < n; i++) {
+			locktable_key_view(hot[i], &v);
+			len = 0;
+			for (size_t j = 0; j < v.keylen && j < KL_KEY_MAX;
+			    j++) {
+				if (v.key[j] == '"' || v.key[j] == '\\')
+					key[len++] = '\\';
+				key[len++] = v.key[j];
+			}
+			key[len] = '\0';
+			mbuf_printf(b, "keylockd_hot_key_%s{key=\"%s\"} %zu\n",
+			    fam[f], key, f ? v.nholders : v.nwaiters);
+		}
+	}
+}
+
 char *
 metrics_render(struct server *srv)
 {
@@ -114,6 +154,8 @@ metrics_render(struct server *srv)
 	metrics_one(&b, "uptime_seconds", "gauge", "Seconds since start.",
 	    (kl_now_ms() - st->start_ms) / 1000);
 	metrics_one(&b, "clients", "gauge", "Open connections.", st->clients);
+	metrics_one(&b, "max_clients", "gauge", "The max-clients setting.",
+	    (uint64_t)srv->cfg->max_clients);
 	metrics_one(&b, "keys", "gauge", "Entries in the lock table.",
 	    c->keys);
 	metrics_one(&b, "held", "gauge", "Grants held, one per key and "
@@ -155,6 +197,7 @@ metrics_render(struct server *srv)
 	    &c->wait_ms);
 	metrics_hist(&b, "hold_seconds", "Time from grant to release.",
 	    &c->hold_ms);
+	metrics_hot(&b, srv->lt);
 	if (b.failed) {
 		kl_free(b.p);
 		return NULL;
