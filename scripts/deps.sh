@@ -5,6 +5,8 @@ set -eu
 PKGS="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libssl-dev openssl check valgrind netcat-openbsd procps
 systemd curl man-db"
+# promtool, for tests/service/alerts.sh: Debian ships it with the server.
+PKGS="$PKGS prometheus"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

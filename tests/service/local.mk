@@ -21,3 +21,16 @@ SERVICE_TESTS = \
 TESTS += $(SERVICE_TESTS)
 EXTRA_DIST += $(SERVICE_TESTS) tests/service/lib.sh \
 	tests/service/prom-good tests/service/prom-bad
+
+# contrib/: the Grafana dashboard and the Prometheus alerts (issue 13).
+# alerts.sh runs promtool on the rules and their unit tests; queries.sh
+# compares the metric names their queries use (promnames) with /metrics.
+check_PROGRAMS += tests/service/promnames
+tests_service_promnames_SOURCES = tests/service/promnames.c
+tests_service_promnames_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_service_promnames_LDADD = $(JANSSON_LIBS)
+CONTRIB_TESTS = tests/service/alerts.sh tests/service/queries.sh
+TESTS += $(CONTRIB_TESTS)
+EXTRA_DIST += $(CONTRIB_TESTS) tests/service/alerts-test.yml \
+	tests/service/promnames-cases tests/service/promnames-bad \
+	contrib/keylockd-dashboard.json contrib/keylockd-alerts.yml
