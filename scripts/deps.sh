@@ -7,6 +7,8 @@ libjansson-dev libssl-dev openssl check valgrind netcat-openbsd procps
 systemd curl man-db"
 # promtool, for tests/service/alerts.sh: Debian ships it with the server.
 PKGS="$PKGS prometheus"
+# chromium, for tests/service/status_page.sh: a real browser.
+PKGS="$PKGS chromium"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

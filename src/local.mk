@@ -16,7 +16,9 @@ src_libkeylockd_a_SOURCES = \
 	src/server.c src/server.h \
 	src/notify.c src/notify.h \
 	src/metrics.c src/metrics.h \
-	src/tls.c src/tls.h
+	src/tls.c src/tls.h \
+	src/status.c src/status.h
+nodist_src_libkeylockd_a_SOURCES = src/status_html.c
 src_libkeylockd_a_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(OPENSSL_CFLAGS)
 
@@ -28,3 +30,18 @@ src_keylockd_LDADD = $(KEYLOCKD_LIBS)
 # What links the daemon's library: the daemon, unit tests, fuzzers.
 KEYLOCKD_LIBS = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS) \
 	$(OPENSSL_LIBS)
+
+# The status page's HTML as a C array, made with od(1) and awk(1) alone so
+# it builds out of tree and in distcheck; a NUL ends it (status.h).
+EXTRA_DIST += src/status.html
+CLEANFILES += src/status_html.c
+src/status_html.c: src/status.html
+	$(AM_V_GEN)$(MKDIR_P) src && { \
+	echo '/* Generated from status.html by src/local.mk. */'; \
+	echo '#include "status.h"'; \
+	echo 'const unsigned char status_html[] = {'; \
+	od -An -v -tu1 $(srcdir)/src/status.html | \
+	    awk '{ for (i = 1; i <= NF; i++) printf "%s,", $$i; print "" }'; \
+	echo '0 };'; \
+	echo 'const size_t status_html_len = sizeof(status_html) - 1;'; \
+	} >$@-t && mv $@-t $@

@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "server.h"
 #include "stats.h"
+#include "status.h"
 #include "util.h"
 
 struct metrics {
@@ -236,6 +237,8 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 		evhttp_send_error(req, 405, "Method Not Allowed");
 		return;
 	}
+	if (status_serve(req, path, &srv->stats, srv->lt) == 0)
+		return;
 	if (path != NULL && strcmp(path, "/metrics") == 0) {
 		body = metrics_render(srv);
 		if (body != NULL)
@@ -324,8 +327,8 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 		m->port = ntohs(ss.ss_family == AF_INET6 ?
 		    ((struct sockaddr_in6 *)&ss)->sin6_port :
 		    ((struct sockaddr_in *)&ss)->sin_port);
-	log_info("metrics on http %s port %d: /metrics, /stats, /healthz",
-	    host, m->port);
+	log_info("metrics on http %s port %d: /metrics, /stats, /healthz, "
+	    "/ (status page)", host, m->port);
 	return m;
 }
 

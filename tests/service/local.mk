@@ -16,6 +16,7 @@ SERVICE_TESTS = \
 	tests/service/reload.sh \
 	tests/service/auth.sh \
 	tests/service/metrics.sh \
+	tests/service/status_page.sh \
 	tests/service/manpages.sh \
 	tests/service/install.sh
 TESTS += $(SERVICE_TESTS)
@@ -34,3 +35,6 @@ TESTS += $(CONTRIB_TESTS)
 EXTRA_DIST += $(CONTRIB_TESTS) tests/service/alerts-test.yml \
 	tests/service/promnames-cases tests/service/promnames-bad \
 	contrib/keylockd-dashboard.json contrib/keylockd-alerts.yml
+
+# status_page.sh's screenshots, kept for a look after make check.
+CLEANFILES += tests/service/status_page.png tests/service/status_page-phone.png
