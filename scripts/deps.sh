@@ -9,6 +9,9 @@ systemd curl man-db"
 PKGS="$PKGS prometheus"
 # chromium, for tests/service/status_page.sh: a real browser.
 PKGS="$PKGS chromium"
+# python/ (its tests, mypy --strict, pip install) and
+# bench/python_compare.py (redis-py's Lock on redis-server).
+PKGS="$PKGS python3 python3-pytest python3-pip mypy python3-redis redis-server"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

@@ -1,0 +1,33 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""keylock: per-key locks held in keylockd, across threads, tasks,
+processes and hosts.
+
+::
+
+    import keylock
+
+    locks = keylock.KeyedLock()              # $KEYLOCK_SERVER, or :7711
+    with locks.hold(("balance", user_id), timeout=2) as h:
+        ...                                  # h.token fences the writes
+
+``keylock.KeyedLock`` is the threading face; ``keylock.aio.KeyedLock`` the
+asyncio one (``async with locks.lock(key) as h``). Errors are
+:class:`keylock.Error` and its subclasses, one per protocol code.
+"""
+
+from ._errors import (AuthError, Backend, BadKey, BadRequest, Busy,
+                      Cancelled, Conflict, ConnectionFailed, Deadlock, Error,
+                      Held, Limit, Locked, LockLost, NotHeld, ProtocolError,
+                      Shutdown, Timeout)
+from ._sync import Handle, Hold, KeyedLock
+from ._wire import Key, KeyPart, decode_key, encode_key
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KeyedLock", "Hold", "Handle", "Key", "KeyPart", "encode_key",
+    "decode_key", "Error", "Timeout", "Locked", "Busy", "Deadlock", "Held",
+    "NotHeld", "Conflict", "Limit", "AuthError", "Shutdown", "Backend",
+    "Cancelled", "LockLost", "BadRequest", "BadKey", "ConnectionFailed",
+    "ProtocolError",
+]

@@ -1,0 +1,261 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""The threading face: the same engine, run on one private loop thread.
+
+Calls from any thread hand a coroutine to the loop thread and wait for it.
+A KeyboardInterrupt (or any exception a signal handler raises) while a call
+waits cancels the coroutine, which withdraws a waiting LOCK with CANCEL,
+waits for the cleanup (a grant that won the race is released first), and
+then re-raises in the caller. After fork the child starts its own thread
+on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import threading
+from types import TracebackType
+from typing import (Any, Callable, Coroutine, Dict, List, Optional, Tuple,
+                    Type, TypeVar)
+
+from . import _core, _fork
+from ._core import Conn, Core, HandleBase, Owner
+from ._wire import Key, Request, encode_key, prepare, want_refresh
+
+__all__ = ["KeyedLock", "Hold", "Handle"]
+
+T = TypeVar("T")
+
+
+class _Runner:
+    """The loop thread of this process."""
+
+    def __init__(self) -> None:
+        self.generation = _fork.generation
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,),
+                                       name="keylock-io", daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T],
+             undo: Optional[Callable[[T], Coroutine[Any, Any, Any]]] = None
+             ) -> T:
+        """Runs ``coro`` on the loop and returns its result. Interrupted,
+        it cancels the coroutine, waits for it, runs ``undo`` on a result
+        that came anyway, and re-raises."""
+        done = threading.Event()
+        box: List["asyncio.Task[T]"] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda _: done.set())
+            box.append(task)
+
+        self.loop.call_soon_threadsafe(start)
+        try:
+            done.wait()
+        except BaseException:
+            self.loop.call_soon_threadsafe(lambda: box[0].cancel())
+            _wait_through_interrupts(done)
+            task = box[0]
+            if undo is not None and not task.cancelled() and \
+                    task.exception() is None:
+                self.call(undo(task.result()))
+            raise
+        return box[0].result()
+
+
+def _wait_through_interrupts(done: threading.Event) -> None:
+    """Waits for the loop thread's cleanup, which is bounded by the
+    cancel_timeout; another Ctrl-C meanwhile does not abandon it."""
+    while True:
+        try:
+            done.wait()
+            return
+        except BaseException:
+            continue
+
+
+_runner: Optional[_Runner] = None
+_runner_lock = threading.Lock()
+
+
+def _get_runner() -> _Runner:
+    global _runner
+    runner = _runner
+    if runner is not None and runner.generation == _fork.generation:
+        return runner
+    with _runner_lock:
+        if _runner is None or _runner.generation != _fork.generation:
+            if _runner is not None:
+                _fork.orphan(_runner)       # the parent's thread and loop
+            _runner = _Runner()
+        return _runner
+
+
+def _child_reset() -> None:
+    global _runner_lock
+    _runner_lock = threading.Lock()
+
+
+_fork.at_child(_child_reset)
+
+
+class Handle(HandleBase):
+    """A held lock: ``token``, ``keys``, ``lost``, ``lost_reason``.
+
+    ``lost`` is a :class:`threading.Event`, set the moment the lock is known
+    to be gone (its connection dropped, its ttl ran out, a refresh
+    failed); leaving the block of a lost lock raises
+    :class:`keylock.LockLost`.
+    """
+
+    def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
+                 conn: Conn, owner: Owner, ttl_ms: Optional[int]) -> None:
+        super().__init__(token, keys, names, conn, owner, ttl_ms)
+        #: Set when the lock is lost; ``h.lost.wait(timeout)`` to watch.
+        self.lost = threading.Event()
+
+    def _signal_lost(self) -> None:
+        self.lost.set()
+
+
+class Hold:
+    """``with`` this to hold the keys; made by :meth:`KeyedLock.hold`.
+
+    Entering waits for the grant and returns the :class:`Handle`; leaving
+    releases (and raises :class:`keylock.LockLost` if the lock was lost
+    meanwhile). One ``Hold`` is entered once.
+    """
+
+    __slots__ = ("_core", "_keys", "_req", "_refresh", "_handle")
+
+    def __init__(self, core: Core, keys: Tuple[Key, ...], req: Request,
+                 refresh: bool) -> None:
+        self._core = core
+        self._keys = keys
+        self._req = req
+        self._refresh = refresh
+        self._handle: Optional[HandleBase] = None
+
+    def __enter__(self) -> Handle:
+        """Waits for the grant; the handle."""
+        if self._handle is not None:
+            raise RuntimeError("this Hold was entered already; call "
+                               "hold() again")
+        req = self._req
+        handle = _get_runner().call(
+            self._core.acquire(threading.current_thread(), self._keys,
+                               req.names, req.line, req.ttl_ms,
+                               self._refresh, Handle),
+            self._core.release)
+        self._handle = handle
+        assert isinstance(handle, Handle)
+        return handle
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        handle = self._handle
+        assert handle is not None
+        if handle.inherited:
+            return              # the parent's lock: nothing to send
+        _get_runner().call(self._core.release(handle))
+        if handle.lost_reason is not None and \
+                (exc_type is None or issubclass(exc_type, Exception)):
+            raise handle._lost_error()
+
+
+class KeyedLock:
+    """Per-key locks held in keylockd, for the threads of any process.
+
+    The arguments are those of :class:`keylock.aio.KeyedLock`: ``server``
+    as for libkeylock (``host:port``, ``[v6]:port``, a unix socket path,
+    ``tls://host:port``, a comma-separated list tried in order; ``None``:
+    ``$KEYLOCK_SERVER`` or ``127.0.0.1:7711``), ``name``, ``secret`` or
+    ``auth_file``, ``ssl_context``, ``max_idle`` idle connections kept,
+    ``connect_timeout``, ``cancel_timeout`` and the default ``refresh``.
+
+    Each thread that holds locks has a connection of its own; any number
+    of threads may share one KeyedLock. It opens nothing until the first
+    lock.
+    """
+
+    def __init__(self, server: Optional[str] = None, *,
+                 name: Optional[str] = None, secret: Optional[str] = None,
+                 auth_file: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 max_idle: int = _core.MAX_IDLE_DEFAULT,
+                 connect_timeout: float = _core.CONNECT_TIMEOUT_DEFAULT,
+                 cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
+                 refresh: bool = False) -> None:
+        self._core = Core(server, name=name, secret=secret,
+                          auth_file=auth_file, ssl_context=ssl_context,
+                          max_idle=max_idle, connect_timeout=connect_timeout,
+                          cancel_timeout=cancel_timeout)
+        self._refresh = refresh
+
+    def hold(self, *keys: Key, timeout: Optional[float] = None,
+             ttl: Optional[float] = None, shared: bool = False,
+             limit: Optional[int] = None, max_waiters: Optional[int] = None,
+             refresh: Optional[bool] = None) -> Hold:
+        """The keys as one atomic grant: ``with locks.hold(k) as h``.
+
+        The arguments are those of :meth:`keylock.aio.KeyedLock.lock`:
+        ``timeout`` and ``ttl`` in seconds, ``shared``, ``limit``,
+        ``max_waiters``, ``refresh``. A KeyboardInterrupt while waiting
+        withdraws the wait (and releases a grant that won the race) before
+        it propagates.
+        """
+        req = prepare(keys, timeout, ttl, shared, limit, max_waiters)
+        return Hold(self._core, keys, req,
+                    want_refresh(self._refresh, refresh, ttl))
+
+    #: The asyncio face's name for :meth:`hold`.
+    lock = hold
+
+    def stats(self) -> Dict[str, Any]:
+        """The server's ``STATS``, parsed (see keylockd-protocol(7))."""
+        value: Dict[str, Any] = json.loads(
+            _get_runner().call(self._core.command("STATS")))
+        return value
+
+    def info(self, key: Key) -> Dict[str, Any]:
+        """The server's ``INFO`` of one key: its holders and waiters."""
+        line = f"INFO {encode_key(key)}"
+        value: Dict[str, Any] = json.loads(
+            _get_runner().call(self._core.command(line)))
+        return value
+
+    def key_count(self) -> int:
+        """The server's ``keys`` gauge: entries in its lock table now, over
+        every client (0 when nobody holds or waits)."""
+        return int(self.stats()["keys"])
+
+    @property
+    def idle(self) -> int:
+        """Idle connections kept for reuse now (at most ``max_idle``)."""
+        return self._core.idle()
+
+    def close(self) -> None:
+        """Closes every connection; locks still held are released (and
+        their handles lost)."""
+        if self._core.loop is not None:
+            _get_runner().call(self._core.aclose())
+
+    def __enter__(self) -> "KeyedLock":
+        """The KeyedLock itself; leaving closes its connections."""
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()

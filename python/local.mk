@@ -1,0 +1,16 @@
+# The Python package (python/): `pip install ./python`, or import it from
+# the checkout. make check runs its pytest suite against this build's
+# daemon and mypy --strict over it (python/run-tests.sh).
+TESTS += python/run-tests.sh
+PYTHON_PACKAGE = \
+	python/pyproject.toml python/README.md python/local.mk \
+	python/keylock/__init__.py python/keylock/aio.py \
+	python/keylock/_core.py python/keylock/_errors.py \
+	python/keylock/_fork.py python/keylock/_sync.py \
+	python/keylock/_wire.py python/keylock/py.typed
+PYTHON_TESTS = \
+	python/tests/conftest.py python/tests/worker.py \
+	python/tests/test_wire.py python/tests/test_locks.py \
+	python/tests/test_lost.py python/tests/test_fork.py \
+	python/tests/test_seed.py python/tests/test_package.py
+EXTRA_DIST += python/run-tests.sh $(PYTHON_PACKAGE) $(PYTHON_TESTS)

@@ -1,0 +1,221 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""Fixtures: a real keylockd from the build tree on a free port.
+
+``$KEYLOCKD`` names the daemon (``make check`` sets it). Every daemon is
+started with ``--config /dev/null --port 0 --port-file FILE --unix ''
+--state-dir TMP`` and without the caller's ``KEYLOCK_*`` environment; the
+tests run without it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+PYDIR = pathlib.Path(__file__).resolve().parents[1]
+if str(PYDIR) not in sys.path:
+    sys.path.insert(0, str(PYDIR))
+
+READY_S = 10.0
+
+
+def clean_env() -> Dict[str, str]:
+    """The environment without KEYLOCK_*, with the package importable."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KEYLOCK_")}
+    env["PYTHONPATH"] = str(PYDIR) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+class Daemon:
+    """One keylockd process and how to reach it."""
+
+    def __init__(self, tmp: pathlib.Path, *extra: str,
+                 port: int = 0) -> None:
+        self.tmp = tmp
+        self.extra = extra
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.port = port
+        self.start()
+
+    def start(self) -> None:
+        daemon = os.environ.get("KEYLOCKD")
+        if not daemon or not os.access(daemon, os.X_OK):
+            pytest.skip("KEYLOCKD must name the built daemon "
+                        "(make check sets it)")
+        portfile = self.tmp / "port"
+        if portfile.exists():
+            portfile.unlink()
+        self.log = open(self.tmp / "daemon.log", "ab")
+        wrapper = os.environ.get("KEYLOCKD_WRAPPER", "").split()
+        self.proc = subprocess.Popen(
+            [*wrapper, daemon, "--config", "/dev/null", "--bind",
+             "127.0.0.1", "--port", str(self.port), "--port-file",
+             str(portfile), "--unix", "", "--state-dir", str(self.tmp),
+             *self.extra],
+            stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
+            env=clean_env())
+        deadline = time.monotonic() + READY_S
+        while True:
+            try:
+                first = portfile.read_text().split("\n")[0]
+                if first.isdigit():
+                    self.port = int(first)
+                    break
+            except FileNotFoundError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("keylockd did not start: " +
+                                   (self.tmp / "daemon.log").read_text())
+            time.sleep(0.01)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def request(self, line: str) -> str:
+        """One request on a fresh connection, as nc would send it."""
+        with socket.create_connection(("127.0.0.1", self.port), 5) as s:
+            s.sendall(line.encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        return data.decode().rstrip("\r\n")
+
+    def stats(self) -> Dict[str, Any]:
+        reply = self.request("STATS")
+        assert reply.startswith("OK "), reply
+        value: Dict[str, Any] = json.loads(reply[3:])
+        return value
+
+    def info(self, key: str) -> Dict[str, Any]:
+        reply = self.request(f"INFO {key}")
+        assert reply.startswith("OK "), reply
+        value: Dict[str, Any] = json.loads(reply[3:])
+        return value
+
+    def wait_idle(self, seconds: float = 5.0, clients: Optional[int] = None
+                  ) -> Dict[str, Any]:
+        """Polls STATS until nothing is held or waits (and, if given, at
+        most ``clients`` other connections are open); the last STATS."""
+        deadline = time.monotonic() + seconds
+        while True:
+            st = self.stats()
+            if st["keys"] == 0 and st["held"] == 0 and st["waiting"] == 0 \
+                    and (clients is None or st["clients"] - 1 <= clients):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"server not idle: {st}")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_keylock_env() -> Iterator[None]:
+    saved = {k: os.environ.pop(k) for k in list(os.environ)
+             if k.startswith("KEYLOCK_")}
+    yield
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """The shared daemon; each test leaves it idle."""
+    d = Daemon(tmp_path_factory.mktemp("keylockd"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def daemon(tmp_path: pathlib.Path) -> Iterator[Daemon]:
+    """A daemon of this test's own (to kill or restart)."""
+    d = Daemon(tmp_path)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(autouse=True)
+def _leaves_server_idle(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "server" in request.fixturenames:
+        request.getfixturevalue("server").wait_idle()
+
+
+@pytest.fixture
+def report(capsys: pytest.CaptureFixture[str]) -> Any:
+    """Prints past pytest's capture: figures that belong in the log."""
+    def out(line: str) -> None:
+        with capsys.disabled():
+            print(f"\n    {line}", flush=True)
+    return out
+
+
+class Workers:
+    """Worker processes (worker.py) started together: each says "ready"
+    once set up, and all start at :meth:`go`."""
+
+    def __init__(self, mode: str, count: int, *args: str) -> None:
+        worker = pathlib.Path(__file__).with_name("worker.py")
+        self.mode = mode
+        self.procs = [subprocess.Popen(
+            [sys.executable, str(worker), mode, str(i), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=clean_env())
+            for i in range(count)]
+        for p in self.procs:
+            assert p.stdout is not None
+            assert p.stdout.readline() == b"ready\n", f"{mode} worker"
+
+    def go(self) -> float:
+        """Starts them all; the time it did."""
+        now = time.monotonic()
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write(b"go\n")
+            p.stdin.close()
+        return now
+
+    def results(self, timeout: float = 60) -> List[Any]:
+        """Each worker's JSON result, once all have ended."""
+        out = []
+        for p in self.procs:
+            assert p.stdout is not None
+            stdout = p.stdout.read()
+            p.wait(timeout)
+            assert p.returncode == 0, f"{self.mode} worker exited " \
+                f"{p.returncode}"
+            out.append(json.loads(stdout))
+        return out
+
+
+def run_workers(mode: str, count: int, *args: str) -> Tuple[float, List[Any]]:
+    """Runs ``count`` workers together: when they started, their results."""
+    w = Workers(mode, count, *args)
+    go = w.go()
+    return go, w.results()
