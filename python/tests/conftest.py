@@ -47,6 +47,7 @@ class Daemon:
         self.extra = extra
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.port = port
+        self.tls_port = 0
         self.start()
 
     def start(self) -> None:
@@ -69,9 +70,12 @@ class Daemon:
         deadline = time.monotonic() + READY_S
         while True:
             try:
-                first = portfile.read_text().split("\n")[0]
-                if first.isdigit():
-                    self.port = int(first)
+                lines = portfile.read_text().split("\n")
+                if lines[0].isdigit():
+                    self.port = int(lines[0])
+                    for line in lines[1:]:
+                        if line.startswith("tls "):
+                            self.tls_port = int(line[4:])
                     break
             except FileNotFoundError:
                 pass

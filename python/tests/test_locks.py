@@ -363,3 +363,45 @@ def test_a_failed_refresh_is_a_lost_lock(server: Daemon) -> None:
         await locks.aclose()
         await other.aclose()
     run(main())
+
+
+def test_tls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import ssl
+    import subprocess
+    if not shutil.which("openssl"):
+        pytest.skip("no openssl")
+
+    def sh(*args: str) -> None:
+        subprocess.run(args, check=True, capture_output=True, cwd=tmp_path)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+          "-nodes"]
+    sh("openssl", "req", "-x509", *ec, "-keyout", "ca.key", "-out",
+       "ca.pem", "-days", "2", "-subj", "/CN=testca")
+    sh("openssl", "req", *ec, "-keyout", "srv.key", "-out", "srv.csr",
+       "-subj", "/CN=localhost")
+    (tmp_path / "san").write_text("subjectAltName=DNS:localhost\n")
+    sh("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem",
+       "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days",
+       "2", "-extfile", "san")
+    d = Daemon(tmp_path, "--tls-port", "0", "--tls-cert",
+               str(tmp_path / "srv.pem"), "--tls-key",
+               str(tmp_path / "srv.key"))
+    try:
+        assert d.tls_port
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        with keylock.KeyedLock(f"tls://localhost:{d.tls_port}",
+                               ssl_context=ctx) as locks:
+            with locks.hold("tls:k") as h:
+                assert d.info("tls:k")["holders"][0]["token"] == h.token
+        # the default context: $KEYLOCK_TLS_CA, as for libkeylock
+        monkeypatch.setenv("KEYLOCK_TLS_CA", str(tmp_path / "ca.pem"))
+        with keylock.KeyedLock(f"tls://localhost:{d.tls_port}") as locks:
+            assert locks.stats()["keys"] == 0
+        monkeypatch.delenv("KEYLOCK_TLS_CA")
+        # a server the system's CAs do not vouch for: refused
+        with keylock.KeyedLock(f"tls://localhost:{d.tls_port}") as locks:
+            with pytest.raises(keylock.ConnectionFailed):
+                locks.stats()
+    finally:
+        d.stop()
