@@ -12,6 +12,8 @@ PKGS="$PKGS chromium"
 # python/ (its tests, mypy --strict, pip install) and
 # bench/python_compare.py (redis-py's Lock on redis-server).
 PKGS="$PKGS python3 python3-pytest python3-pip mypy python3-redis redis-server"
+# etcd and etcdctl, for tests/etcd (backend etcd's private clusters).
+PKGS="$PKGS etcd-server etcd-client"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

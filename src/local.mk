@@ -45,3 +45,7 @@ src/status_html.c: src/status.html
 	echo '0 };'; \
 	echo 'const size_t status_html_len = sizeof(status_html) - 1;'; \
 	} >$@-t && mv $@-t $@
+
+# backend etcd: the etcd v3 client (JSON gateway over evhttp).
+src_libkeylockd_a_SOURCES += \
+	src/etcd.c src/etcd.h src/etcd_impl.h src/etcd_json.c src/etcd_watch.c

@@ -1,0 +1,807 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The etcd client's endpoints, connection pool and unary calls (etcd.h).
+ * A call waits in e->queue until a connection of the pool is free, goes
+ * out as one POST, and ends in its callback exactly once: with the reply,
+ * at its deadline, or when the client is freed. One endpoint is current;
+ * a failure on it moves every later call to the next, and a connection
+ * still aimed at an old one is remade before its next call, from the kick
+ * event, never from inside an evhttp callback. It never blocks, and never
+ * calls a callback from inside the function that made the call.
+ */
+#include <sys/time.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include <jansson.h>
+
+#include "etcd_impl.h"
+#include "log.h"
+#include "util.h"
+
+static void	call_timer_cb(evutil_socket_t, short, void *);
+static void	call_done_cb(struct evhttp_request *, void *);
+static void	call_error_cb(enum evhttp_request_error, void *);
+static void	dispatch(struct etcd *e, bool safe);
+static void	kick_cb(evutil_socket_t, short, void *);
+
+uint64_t
+etcd_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool
+host_is_numeric(const char *h)
+{
+	struct evutil_addrinfo	 hints, *res = NULL;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_flags = EVUTIL_AI_NUMERICHOST;
+	if (evutil_getaddrinfo(h, NULL, &hints, &res) != 0)
+		return false;
+	evutil_freeaddrinfo(res);
+	return true;
+}
+
+/* "http://host:port" or "host:port" into ep; why names the problem. */
+static int
+endpoint_parse(const char *s, size_t len, struct etcd_endpoint *ep,
+    const char **why)
+{
+	char			 buf[ETCD_URL_MAX];
+	struct evhttp_uri	*u;
+	const char		*scheme, *host, *path;
+	int			 port;
+
+	if (len == 0) {
+		*why = "empty etcd endpoint";
+		return -1;
+	}
+	if (len + sizeof("http://") > sizeof(buf)) {
+		*why = "etcd endpoint too long";
+		return -1;
+	}
+	if (memmem(s, len, "://", 3) == NULL)
+		snprintf(buf, sizeof(buf), "http://%.*s", (int)len, s);
+	else
+		snprintf(buf, sizeof(buf), "%.*s", (int)len, s);
+	if ((u = evhttp_uri_parse(buf)) == NULL) {
+		*why = "etcd endpoint is not a URL";
+		return -1;
+	}
+	scheme = evhttp_uri_get_scheme(u);
+	host = evhttp_uri_get_host(u);
+	port = evhttp_uri_get_port(u);
+	path = evhttp_uri_get_path(u);
+	if (scheme == NULL || strcmp(scheme, "http") != 0)
+		*why = "etcd endpoint: only http:// is supported";
+	else if (host == NULL || host[0] == '\0' ||
+	    strlen(host) >= ETCD_HOST_MAX)
+		*why = "etcd endpoint has no host";
+	else if (port <= 0 || port > 65535)
+		*why = "etcd endpoint needs a port (http://host:2379)";
+	else if (path != NULL && path[0] != '\0' && strcmp(path, "/") != 0)
+		*why = "etcd endpoint has a path";
+	else if (evhttp_uri_get_query(u) != NULL ||
+	    evhttp_uri_get_userinfo(u) != NULL)
+		*why = "etcd endpoint has a query or user";
+	else
+		*why = NULL;
+	if (*why == NULL) {
+		/* evhttp keeps an IPv6 address's brackets; connect wants
+		 * none, the Host header and the URL want them */
+		size_t hl = strlen(host);
+		bool v6 = hl >= 2 && host[0] == '[' && host[hl - 1] == ']';
+
+		snprintf(ep->host, sizeof(ep->host), "%.*s",
+		    (int)(v6 ? hl - 2 : hl), v6 ? host + 1 : host);
+		ep->port = port;
+		snprintf(ep->hosthdr, sizeof(ep->hosthdr), "%s:%d", host, port);
+		snprintf(ep->url, sizeof(ep->url), "http://%s", ep->hosthdr);
+	}
+	evhttp_uri_free(u);
+	return *why == NULL ? 0 : -1;
+}
+
+static int
+endpoints_parse(struct etcd *e, const char *list, const char **why)
+{
+	const char	*p = list, *comma;
+
+	if (list == NULL || list[0] == '\0') {
+		*why = "no etcd endpoints";
+		return -1;
+	}
+	for (;;) {
+		comma = strchr(p, ',');
+		size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+
+		while (len > 0 && (*p == ' ' || *p == '\t')) {
+			p++;
+			len--;
+		}
+		while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		if (e->neps == ETCD_ENDPOINTS_MAX) {
+			*why = "too many etcd endpoints";
+			return -1;
+		}
+		if (endpoint_parse(p, len, &e->eps[e->neps], why) != 0)
+			return -1;
+		e->neps++;
+		if (comma == NULL)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+struct etcd *
+etcd_new(struct event_base *base, const char *endpoints,
+    const struct etcd_opts *opts, const char **why)
+{
+	struct etcd	*e;
+	const char	*dummy;
+	bool		 names = false;
+
+	if (why == NULL)
+		why = &dummy;
+	*why = "out of memory";
+	if ((e = kl_calloc(1, sizeof(*e))) == NULL)
+		return NULL;
+	e->base = base;
+	e->o.conns = ETCD_CONNS_DEFAULT;
+	e->o.timeout_ms = ETCD_TIMEOUT_MS_DEFAULT;
+	e->o.max_queue = ETCD_MAX_QUEUE_DEFAULT;
+	e->o.max_body = ETCD_MAX_BODY_DEFAULT;
+	e->o.max_line = ETCD_MAX_LINE_DEFAULT;
+	if (opts != NULL) {
+		if (opts->conns > 0)
+			e->o.conns = opts->conns < ETCD_CONNS_MAX ?
+			    opts->conns : ETCD_CONNS_MAX;
+		if (opts->timeout_ms > 0)
+			e->o.timeout_ms = opts->timeout_ms;
+		if (opts->max_queue > 0)
+			e->o.max_queue = opts->max_queue;
+		if (opts->max_body > 0)
+			e->o.max_body = opts->max_body;
+		if (opts->max_line > 0)
+			e->o.max_line = opts->max_line;
+	}
+	TAILQ_INIT(&e->queue);
+	TAILQ_INIT(&e->inflight);
+	e->w.ep = -1;
+	if (endpoints_parse(e, endpoints, why) != 0) {
+		kl_free(e);
+		errno = EINVAL;
+		return NULL;
+	}
+	*why = "out of memory";
+	for (int i = 0; i < e->neps; i++)
+		if (!host_is_numeric(e->eps[i].host))
+			names = true;
+	if (names && (e->dns = evdns_base_new(base,
+	    EVDNS_BASE_INITIALIZE_NAMESERVERS)) == NULL) {
+		*why = "cannot set up DNS for the etcd endpoints";
+		goto fail;
+	}
+	if ((e->conns = kl_calloc((size_t)e->o.conns,
+	    sizeof(*e->conns))) == NULL ||
+	    (e->kick = event_new(base, -1, 0, kick_cb, e)) == NULL)
+		goto fail;
+	for (int i = 0; i < e->o.conns; i++) {
+		e->conns[i].e = e;
+		e->conns[i].ep = -1;
+	}
+	*why = NULL;
+	return e;
+fail:
+	if (e->dns != NULL)
+		evdns_base_free(e->dns, 0);
+	kl_free(e->conns);
+	kl_free(e);
+	errno = ENOMEM;
+	return NULL;
+}
+
+size_t
+etcd_nendpoints(const struct etcd *e)
+{
+	return (size_t)e->neps;
+}
+
+const char *
+etcd_endpoint(const struct etcd *e, size_t i)
+{
+	return i < (size_t)e->neps ? e->eps[i].url : NULL;
+}
+
+const char *
+etcd_current_endpoint(const struct etcd *e)
+{
+	return e->eps[e->cur].url;
+}
+
+size_t
+etcd_pending(const struct etcd *e)
+{
+	return e->nqueue + e->ninflight;
+}
+
+void
+etcd_endpoint_failed(struct etcd *e, int ep, const char *why)
+{
+	if (ep != e->cur || e->neps == 1)
+		return;
+	e->cur = (ep + 1) % e->neps;
+	log_debug("etcd: %s: %s; now %s", e->eps[ep].url, why,
+	    e->eps[e->cur].url);
+}
+
+struct evhttp_connection *
+etcd_evcon_new(struct etcd *e, int ep, int timeout_ms)
+{
+	struct evhttp_connection *evcon;
+	struct timeval		  tv;
+
+	evcon = evhttp_connection_base_new(e->base, e->dns, e->eps[ep].host,
+	    (unsigned short)e->eps[ep].port);
+	if (evcon == NULL)
+		return NULL;
+	tv.tv_sec = timeout_ms / 1000;
+	tv.tv_usec = (timeout_ms % 1000) * 1000;
+	evhttp_connection_set_timeout_tv(evcon, &tv);
+	evhttp_connection_set_retries(evcon, 0);
+	return evcon;
+}
+
+/* A POST of body to endpoint ep, with the headers every call has; the
+ * path goes to evhttp_make_request. */
+struct evhttp_request *
+etcd_request_new(struct etcd *e, int ep,
+    void (*cb)(struct evhttp_request *, void *), void *arg,
+    const char *body, size_t bodylen)
+{
+	struct evhttp_request	*req;
+	struct evkeyvalq	*h;
+
+	if ((req = evhttp_request_new(cb, arg)) == NULL)
+		return NULL;
+	h = evhttp_request_get_output_headers(req);
+	/* hasleader: a member cut off from the leader refuses the call
+	 * (and ends a watch) instead of hanging; etcd's WithRequireLeader. */
+	if (evhttp_add_header(h, "Host", e->eps[ep].hosthdr) != 0 ||
+	    evhttp_add_header(h, "Content-Type", "application/json") != 0 ||
+	    evhttp_add_header(h, "Grpc-Metadata-hasleader", "true") != 0 ||
+	    evbuffer_add(evhttp_request_get_output_buffer(req), body,
+	    bodylen) != 0) {
+		evhttp_request_free(req);
+		return NULL;
+	}
+	return req;
+}
+
+/* Unlinks c from whichever list holds it. */
+static void
+call_unlink(struct etcd_call *c)
+{
+	struct etcd *e = c->e;
+
+	if (c->state == CALL_QUEUED) {
+		TAILQ_REMOVE(&e->queue, c, entry);
+		e->nqueue--;
+	} else {
+		TAILQ_REMOVE(&e->inflight, c, entry);
+		e->ninflight--;
+	}
+}
+
+static void
+call_free(struct etcd_call *c)
+{
+	if (c->timer != NULL)
+		event_free(c->timer);
+	kl_free(c->body);
+	kl_free(c);
+}
+
+/* Ends c with r (unlinked already) and frees it. */
+static void
+call_finish(struct etcd_call *c, struct etcd_result *r)
+{
+	if (r->endpoint == NULL)
+		r->endpoint = c->e->eps[c->ep >= 0 ? c->ep : c->e->cur].url;
+	c->cb(c->arg, r);
+	call_free(c);
+}
+
+static void
+call_fail(struct etcd_call *c, enum etcd_status st, const char *msg)
+{
+	struct etcd_result r;
+
+	memset(&r, 0, sizeof(r));
+	r.status = st;
+	r.message = msg;
+	call_finish(c, &r);
+}
+
+/* Ends c from its timer at once with st: for failures found inside the
+ * function that made the call, whose callback must not run yet. */
+static void
+call_fail_later(struct etcd_call *c, enum etcd_status st, const char *msg)
+{
+	struct timeval zero = { 0, 0 };
+
+	c->fail_status = st;
+	snprintf(c->fail_msg, sizeof(c->fail_msg), "%s", msg);
+	if (c->state == CALL_QUEUED) {
+		TAILQ_REMOVE(&c->e->queue, c, entry);
+		c->e->nqueue--;
+		TAILQ_INSERT_TAIL(&c->e->inflight, c, entry);
+		c->e->ninflight++;
+	}
+	c->state = CALL_FAILING;
+	event_add(c->timer, &zero);
+}
+
+struct etcd_call *
+etcd_post(struct etcd *e, const char *path, json_t *body, unsigned flags,
+    etcd_cb *cb, void *arg)
+{
+	struct etcd_call	*c;
+	struct timeval		 tv;
+
+	if (body == NULL) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (e->nqueue >= e->o.max_queue) {
+		json_decref(body);
+		errno = ENOBUFS;
+		return NULL;
+	}
+	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
+		goto nomem;
+	c->e = e;
+	c->flags = flags;
+	c->cb = cb;
+	c->arg = arg;
+	c->ep = -1;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	if ((c->body = json_dumps(body, JSON_COMPACT)) == NULL ||
+	    (c->timer = evtimer_new(e->base, call_timer_cb, c)) == NULL)
+		goto nomem;
+	c->bodylen = strlen(c->body);
+	json_decref(body);
+	c->deadline_ms = etcd_now_ms() + (uint64_t)e->o.timeout_ms;
+	tv.tv_sec = e->o.timeout_ms / 1000;
+	tv.tv_usec = (e->o.timeout_ms % 1000) * 1000;
+	event_add(c->timer, &tv);
+	c->state = CALL_QUEUED;
+	TAILQ_INSERT_TAIL(&e->queue, c, entry);
+	e->nqueue++;
+	dispatch(e, false);
+	return c;
+nomem:
+	json_decref(body);
+	if (c != NULL) {
+		/* json_dumps allocated with malloc: free, not kl_free */
+		free(c->body);
+		c->body = NULL;
+		call_free(c);
+	}
+	errno = ENOMEM;
+	return NULL;
+}
+
+void
+etcd_cancel(struct etcd_call *c)
+{
+	struct etcd *e;
+
+	if (c == NULL)
+		return;
+	e = c->e;
+	call_unlink(c);
+	if (c->state == CALL_INFLIGHT) {
+		struct evhttp_request *req = c->req;
+
+		c->conn->call = NULL;
+		c->req = NULL;
+		/* resets the connection; neither callback may run now */
+		evhttp_request_set_error_cb(req, NULL);
+		evhttp_cancel_request(req);
+	}
+	call_free(c);
+	dispatch(e, false);
+}
+
+/* Sends c on conn (connected to e->cur); false if evhttp refused. */
+static bool
+call_send(struct etcd_conn *conn, struct etcd_call *c)
+{
+	struct etcd		*e = conn->e;
+	struct evhttp_request	*req;
+
+	req = etcd_request_new(e, conn->ep, call_done_cb, c, c->body,
+	    c->bodylen);
+	if (req == NULL)
+		return false;
+	evhttp_request_set_error_cb(req, call_error_cb);
+	c->req = req;
+	c->conn = conn;
+	c->ep = conn->ep;
+	c->tries++;
+	c->got_error_cb = false;
+	conn->call = c;
+	TAILQ_REMOVE(&e->queue, c, entry);
+	e->nqueue--;
+	c->state = CALL_INFLIGHT;
+	TAILQ_INSERT_TAIL(&e->inflight, c, entry);
+	e->ninflight++;
+	if (evhttp_make_request(conn->evcon, req, EVHTTP_REQ_POST,
+	    c->path) != 0) {
+		/* evhttp freed req */
+		conn->call = NULL;
+		c->req = NULL;
+		c->conn = NULL;
+		TAILQ_REMOVE(&e->inflight, c, entry);
+		e->ninflight--;
+		c->state = CALL_QUEUED;
+		TAILQ_INSERT_HEAD(&e->queue, c, entry);
+		e->nqueue++;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Puts queued calls on free connections. A connection aimed at an
+ * endpoint that is no longer current is remade, but only when safe (from
+ * the kick event): freeing an evhttp_connection inside its own callback
+ * is not.
+ */
+static void
+dispatch(struct etcd *e, bool safe)
+{
+	bool need_kick = false;
+
+	if (e == NULL)
+		return;
+	for (int i = 0; i < e->o.conns && e->nqueue > 0; i++) {
+		struct etcd_conn *conn = &e->conns[i];
+
+		if (conn->call != NULL)
+			continue;
+		if (conn->evcon != NULL && conn->ep != e->cur) {
+			if (!safe) {
+				need_kick = true;
+				continue;
+			}
+			evhttp_connection_free(conn->evcon);
+			conn->evcon = NULL;
+		}
+		if (conn->evcon == NULL) {
+			conn->ep = e->cur;
+			conn->evcon = etcd_evcon_new(e, e->cur,
+			    e->o.timeout_ms + 1000);
+			if (conn->evcon == NULL) {
+				call_fail_later(TAILQ_FIRST(&e->queue),
+				    ETCD_ERR_NOMEM, "out of memory");
+				continue;
+			}
+		}
+		if (!call_send(conn, TAILQ_FIRST(&e->queue)))
+			call_fail_later(TAILQ_FIRST(&e->queue),
+			    ETCD_ERR_NOMEM, "cannot make an HTTP request");
+	}
+	if (need_kick)
+		event_active(e->kick, 0, 0);
+}
+
+static void
+kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	dispatch(arg, true);
+}
+
+static void
+call_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct etcd_call	*c = arg;
+	struct etcd		*e = c->e;
+	char			 msg[160];
+
+	if (c->state == CALL_FAILING) {
+		call_unlink(c);
+		call_fail(c, c->fail_status, c->fail_msg);
+		return;
+	}
+	call_unlink(c);
+	if (c->state == CALL_INFLIGHT) {
+		struct evhttp_request *req = c->req;
+
+		c->conn->call = NULL;
+		c->req = NULL;
+		evhttp_request_set_error_cb(req, NULL);
+		evhttp_cancel_request(req);
+		etcd_endpoint_failed(e, c->ep, "no reply in time");
+		snprintf(msg, sizeof(msg), "no reply from %s within %d ms",
+		    e->eps[c->ep].url, e->o.timeout_ms);
+	} else {
+		snprintf(msg, sizeof(msg), "no connection free within %d ms",
+		    e->o.timeout_ms);
+	}
+	call_fail(c, ETCD_ERR_TIMEOUT, msg);
+	dispatch(e, false);
+}
+
+static void
+call_error_cb(enum evhttp_request_error err, void *arg)
+{
+	struct etcd_call *c = arg;
+
+	c->got_error_cb = true;
+	c->http_error = (int)err;
+}
+
+static const char *
+http_error_name(int err)
+{
+	switch (err) {
+	case EVREQ_HTTP_TIMEOUT:
+		return "timed out";
+	case EVREQ_HTTP_EOF:
+		return "connection closed";
+	case EVREQ_HTTP_INVALID_HEADER:
+		return "bad HTTP header";
+	case EVREQ_HTTP_BUFFER_ERROR:
+		return "connection error";
+	case EVREQ_HTTP_DATA_TOO_LONG:
+		return "reply too long";
+	default:
+		return "request failed";
+	}
+}
+
+/* Queues c again, for the next endpoint, if it may (always when nothing
+ * was sent, else only ETCD_RETRY calls) and time is left. */
+static bool
+call_retry(struct etcd_call *c, bool unsent)
+{
+	struct etcd *e = c->e;
+
+	if (!(unsent || (c->flags & ETCD_RETRY)) || c->tries >= e->neps ||
+	    etcd_now_ms() + 10 >= c->deadline_ms)
+		return false;
+	TAILQ_REMOVE(&e->inflight, c, entry);
+	e->ninflight--;
+	c->state = CALL_QUEUED;
+	TAILQ_INSERT_HEAD(&e->queue, c, entry);
+	e->nqueue++;
+	return true;
+}
+
+static void
+call_reply(struct etcd_call *c, struct evhttp_request *req)
+{
+	struct etcd		*e = c->e;
+	struct evbuffer		*in = evhttp_request_get_input_buffer(req);
+	size_t			 len = evbuffer_get_length(in);
+	int			 code = evhttp_request_get_response_code(req);
+	struct etcd_result	 r;
+	json_t			*root;
+	json_error_t		 jerr;
+	void			*arena = NULL;
+	char			 msg[160];
+
+	memset(&r, 0, sizeof(r));
+	r.endpoint = e->eps[c->ep].url;
+	root = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0,
+	    &jerr);
+	if (root == NULL) {
+		snprintf(msg, sizeof(msg), "HTTP %d from %s without JSON",
+		    code, r.endpoint);
+		call_unlink(c);
+		call_fail(c, ETCD_ERR_PROTO, msg);
+		return;
+	}
+	etcd_result_decode(root, &r, &arena);
+	if (r.status == ETCD_ERR_GRPC && r.grpc_code == ETCD_GRPC_UNAVAILABLE) {
+		etcd_endpoint_failed(e, c->ep, r.message);
+		if (call_retry(c, false)) {
+			json_decref(root);
+			kl_free(arena);
+			return;
+		}
+	}
+	call_unlink(c);
+	call_finish(c, &r);
+	json_decref(root);
+	kl_free(arena);
+}
+
+static void
+call_done_cb(struct evhttp_request *req, void *arg)
+{
+	struct etcd_call	*c = arg;
+	struct etcd		*e = c->e;
+	char			 msg[160];
+
+	c->conn->call = NULL;
+	c->conn = NULL;
+	c->req = NULL;
+	if (req != NULL && evhttp_request_get_response_code(req) != 0) {
+		call_reply(c, req);
+	} else {
+		/* without the error callback: the connect failed, nothing
+		 * was sent */
+		bool unsent = !c->got_error_cb;
+		const char *why = unsent ? "cannot connect" :
+		    http_error_name(c->http_error);
+
+		etcd_endpoint_failed(e, c->ep, why);
+		if (!call_retry(c, unsent)) {
+			snprintf(msg, sizeof(msg), "%s: %s",
+			    e->eps[c->ep].url, why);
+			call_unlink(c);
+			call_fail(c, ETCD_ERR_CONNECT, msg);
+		}
+	}
+	dispatch(e, false);
+}
+
+struct etcd_call *
+etcd_range(struct etcd *e, const struct etcd_range *rg, unsigned flags,
+    etcd_cb *cb, void *arg)
+{
+	json_t	*b = json_object();
+	bool	 ok = b != NULL &&
+	    json_object_set_new(b, "key", etcd_json_b64(rg->key,
+	    rg->keylen)) == 0 &&
+	    (rg->end == NULL || json_object_set_new(b, "range_end",
+	    etcd_json_b64(rg->end, rg->endlen)) == 0) &&
+	    (rg->revision == 0 || json_object_set_new(b, "revision",
+	    etcd_json_i64_new(rg->revision)) == 0) &&
+	    (rg->limit == 0 || json_object_set_new(b, "limit",
+	    etcd_json_i64_new(rg->limit)) == 0) &&
+	    (!rg->keys_only || json_object_set_new(b, "keys_only",
+	    json_true()) == 0) &&
+	    (!rg->count_only || json_object_set_new(b, "count_only",
+	    json_true()) == 0);
+
+	if (!ok) {
+		json_decref(b);
+		b = NULL;
+	}
+	return etcd_post(e, "/v3/kv/range", b, flags, cb, arg);
+}
+
+struct etcd_call *
+etcd_put(struct etcd *e, const char *key, size_t keylen, const char *value,
+    size_t valuelen, int64_t lease, unsigned flags, etcd_cb *cb, void *arg)
+{
+	json_t	*b = json_object();
+	bool	 ok = b != NULL &&
+	    json_object_set_new(b, "key", etcd_json_b64(key, keylen)) == 0 &&
+	    json_object_set_new(b, "value", etcd_json_b64(value,
+	    valuelen)) == 0 &&
+	    (lease == 0 || json_object_set_new(b, "lease",
+	    etcd_json_i64_new(lease)) == 0);
+
+	if (!ok) {
+		json_decref(b);
+		b = NULL;
+	}
+	return etcd_post(e, "/v3/kv/put", b, flags, cb, arg);
+}
+
+struct etcd_call *
+etcd_deleterange(struct etcd *e, const char *key, size_t keylen,
+    const char *end, size_t endlen, unsigned flags, etcd_cb *cb, void *arg)
+{
+	json_t	*b = json_object();
+	bool	 ok = b != NULL &&
+	    json_object_set_new(b, "key", etcd_json_b64(key, keylen)) == 0 &&
+	    (end == NULL || json_object_set_new(b, "range_end",
+	    etcd_json_b64(end, endlen)) == 0);
+
+	if (!ok) {
+		json_decref(b);
+		b = NULL;
+	}
+	return etcd_post(e, "/v3/kv/deleterange", b, flags, cb, arg);
+}
+
+static json_t *
+lease_body(const char *name, int64_t v, const char *name2, int64_t v2)
+{
+	json_t	*b = json_object();
+
+	if (b == NULL ||
+	    json_object_set_new(b, name, etcd_json_i64_new(v)) != 0 ||
+	    (name2 != NULL && v2 != 0 &&
+	    json_object_set_new(b, name2, etcd_json_i64_new(v2)) != 0)) {
+		json_decref(b);
+		return NULL;
+	}
+	return b;
+}
+
+struct etcd_call *
+etcd_lease_grant(struct etcd *e, int64_t ttl, int64_t id, unsigned flags,
+    etcd_cb *cb, void *arg)
+{
+	return etcd_post(e, "/v3/lease/grant", lease_body("TTL", ttl, "ID",
+	    id), flags, cb, arg);
+}
+
+struct etcd_call *
+etcd_lease_keepalive(struct etcd *e, int64_t id, unsigned flags,
+    etcd_cb *cb, void *arg)
+{
+	return etcd_post(e, "/v3/lease/keepalive", lease_body("ID", id, NULL,
+	    0), flags, cb, arg);
+}
+
+struct etcd_call *
+etcd_lease_revoke(struct etcd *e, int64_t id, unsigned flags, etcd_cb *cb,
+    void *arg)
+{
+	return etcd_post(e, "/v3/lease/revoke", lease_body("ID", id, NULL, 0),
+	    flags, cb, arg);
+}
+
+struct etcd_call *
+etcd_txn(struct etcd *e, struct etcd_txn *t, unsigned flags, etcd_cb *cb,
+    void *arg)
+{
+	json_t *body = etcd_txn_json(t);
+
+	etcd_txn_free(t);
+	return etcd_post(e, "/v3/kv/txn", body, flags, cb, arg);
+}
+
+void
+etcd_free(struct etcd *e)
+{
+	struct etcd_call *c;
+
+	if (e == NULL)
+		return;
+	etcd_watch_free(e);
+	while ((c = TAILQ_FIRST(&e->inflight)) != NULL ||
+	    (c = TAILQ_FIRST(&e->queue)) != NULL) {
+		call_unlink(c);
+		if (c->state == CALL_INFLIGHT) {
+			c->conn->call = NULL;
+			c->req = NULL;
+		}
+		call_fail(c, ETCD_ERR_CANCELED, "etcd client closed");
+	}
+	for (int i = 0; i < e->o.conns; i++)
+		if (e->conns[i].evcon != NULL)
+			evhttp_connection_free(e->conns[i].evcon);
+	if (e->kick != NULL)
+		event_free(e->kick);
+	if (e->dns != NULL)
+		evdns_base_free(e->dns, 0);
+	kl_free(e->conns);
+	kl_free(e);
+}

@@ -1,0 +1,152 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * What the etcd client's files share (etcd.c: endpoints, the pool and the
+ * calls; etcd_watch.c: the watch; etcd_json.c: base64, request bodies and
+ * the decoding of replies). Nothing outside src/etcd*.c includes it.
+ */
+#ifndef ETCD_IMPL_H
+#define ETCD_IMPL_H
+
+#include <sys/queue.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "etcd.h"
+
+struct evbuffer;
+struct evdns_base;
+struct evhttp_connection;
+struct evhttp_request;
+struct event;
+
+#define ETCD_URL_MAX	300
+#define ETCD_HOST_MAX	256
+#define ETCD_PATH_MAX	48
+
+struct etcd_endpoint {
+	char	url[ETCD_URL_MAX];	/* as given, normalised */
+	char	host[ETCD_HOST_MAX];	/* for connect */
+	char	hosthdr[ETCD_HOST_MAX + 8];	/* Host: header */
+	int	port;
+};
+
+enum etcd_call_state {
+	CALL_QUEUED,
+	CALL_INFLIGHT,
+	CALL_FAILING		/* completes from its timer at once */
+};
+
+struct etcd_conn;
+
+struct etcd_call {
+	struct etcd		*e;
+	TAILQ_ENTRY(etcd_call)	 entry;		/* e->queue or e->inflight */
+	enum etcd_call_state	 state;
+	char			 path[ETCD_PATH_MAX];
+	char			*body;
+	size_t			 bodylen;
+	unsigned		 flags;
+	etcd_cb			*cb;
+	void			*arg;
+	struct event		*timer;		/* the deadline */
+	uint64_t		 deadline_ms;
+	struct etcd_conn	*conn;		/* CALL_INFLIGHT */
+	struct evhttp_request	*req;
+	int			 ep;		/* endpoint of the last try */
+	int			 tries;
+	int			 http_error;	/* from the error callback */
+	bool			 got_error_cb;
+	enum etcd_status	 fail_status;	/* CALL_FAILING */
+	char			 fail_msg[128];
+};
+TAILQ_HEAD(etcd_callq, etcd_call);
+
+struct etcd_conn {
+	struct etcd			*e;
+	struct evhttp_connection	*evcon;
+	int				 ep;	/* of evcon; -1: none */
+	struct etcd_call		*call;	/* in flight, or NULL */
+};
+
+/* The watch's life; every move between these is made by the timer, so
+ * that no evhttp connection is freed inside its own callback. */
+enum etcd_watch_state {
+	WATCH_IDLE,		/* not started, or stopped and closed */
+	WATCH_CLOSING,		/* timer: drop the stream, then pause */
+	WATCH_PAUSED,		/* timer: open the stream */
+	WATCH_OPENING,		/* timer: "created" did not come in time */
+	WATCH_UP
+};
+
+struct etcd_watch {
+	enum etcd_watch_state	 state;
+	bool			 active;	/* started, not stopped */
+	char			*key;		/* the prefix */
+	size_t			 keylen;
+	char			*end;
+	size_t			 endlen;
+	int64_t			 next_rev;
+	struct etcd_watch_cbs	 cbs;
+	void			*arg;
+	struct evhttp_connection *evcon;
+	struct evhttp_request	*req;
+	int			 ep;
+	struct evbuffer		*line;		/* a reply not yet ended */
+	struct event		*timer;
+	int			 pause_ms;	/* before the next open */
+	int			 backoff_ms;	/* the pause after a cut */
+	uint64_t		 gen;		/* bumped by every (re)start */
+};
+
+struct etcd {
+	struct event_base	*base;
+	struct evdns_base	*dns;		/* only for host names */
+	struct etcd_opts	 o;
+	struct etcd_endpoint	 eps[ETCD_ENDPOINTS_MAX];
+	int			 neps;
+	int			 cur;		/* endpoint calls go to */
+	struct etcd_conn	*conns;
+	struct etcd_callq	 queue;
+	size_t			 nqueue;
+	struct etcd_callq	 inflight;
+	size_t			 ninflight;
+	struct event		*kick;		/* dispatch outside callbacks */
+	struct etcd_watch	 w;
+};
+
+/* etcd.c */
+uint64_t	 etcd_now_ms(void);
+void		 etcd_endpoint_failed(struct etcd *e, int ep, const char *why);
+struct evhttp_connection *etcd_evcon_new(struct etcd *e, int ep,
+		    int timeout_ms);
+struct evhttp_request *etcd_request_new(struct etcd *e, int ep,
+		    void (*cb)(struct evhttp_request *, void *), void *arg,
+		    const char *body, size_t bodylen);
+
+/* etcd_json.c */
+int		 etcd_json_i64(const json_t *v, int64_t *out);
+json_t		*etcd_json_b64(const char *p, size_t len);
+json_t		*etcd_json_i64_new(int64_t v);
+/* Decodes a reply into *r; kvs and their bytes go into *arena (freed by
+ * the caller with kl_free). Returns 0, or -1 with r->message set. */
+int		 etcd_result_decode(const json_t *root, struct etcd_result *r,
+		    void **arena);
+/* The kv at v into *kv, its bytes at *p (advanced). */
+int		 etcd_kv_decode(const json_t *v, struct etcd_kv *kv, char **p);
+/* Bytes etcd_kv_decode needs for the kv at v. */
+size_t		 etcd_kv_size(const json_t *v);
+/* An error reply ({"error":...,"code":N}, or the stream form
+ * {"error":{"grpc_code":N,"message":...}}): its code and text. */
+bool		 etcd_json_error(const json_t *root, int *code,
+		    const char **message);
+json_t		*etcd_txn_json(struct etcd_txn *t);
+
+/* etcd_watch.c */
+void		 etcd_watch_free(struct etcd *e);
+
+#endif /* ETCD_IMPL_H */

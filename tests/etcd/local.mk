@@ -1,0 +1,26 @@
+# backend etcd (issue 11): tests against a real, private etcd cluster
+# (Debian's etcd-server, installed by scripts/deps.sh), never a mock.
+# tests/etcd/cluster.sh starts and breaks the cluster for the shell tests
+# (through lib.sh) and the C tests (through ec.c); each test program
+# starts one cluster of its own. Without etcd the tests skip (77).
+check_LIBRARIES += tests/etcd/libec.a
+tests_etcd_libec_a_SOURCES = tests/etcd/ec.c tests/etcd/ec.h
+
+check_PROGRAMS += tests/etcd/etcd_client_test
+tests_etcd_etcd_client_test_SOURCES = \
+	tests/etcd/etcd_client_test.c \
+	tests/etcd/etcd_client_kv.c \
+	tests/etcd/etcd_client_watch.c \
+	tests/etcd/etcd_client_faults.c \
+	tests/etcd/etcd_test.h
+tests_etcd_etcd_client_test_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	$(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
+tests_etcd_etcd_client_test_LDADD = tests/etcd/libec.a $(KEYLOCKD_LIBS) \
+	$(CHECK_LIBS)
+
+ETCD_TESTS = \
+	tests/etcd/cluster_test.sh \
+	tests/etcd/etcd_client_test
+TESTS += $(ETCD_TESTS)
+EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
+	tests/etcd/cluster_test.sh
