@@ -9,6 +9,7 @@ tools_keylock_bench_SOURCES = \
 	tools/keylock-bench-conn.c \
 	tools/keylock-bench-work.c \
 	tools/keylock-bench-report.c \
+	tools/keylock-bench-etcd.c \
 	tools/keylock-bench-hist.c tools/keylock-bench-hist.h
 tools_keylock_bench_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
 	$(JANSSON_CFLAGS)

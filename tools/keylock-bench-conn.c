@@ -5,7 +5,8 @@
  * requests encoded into one output buffer and written with one send() per
  * batch, replies read with one recv() per readable event into a shared
  * scratch buffer and matched, in order, with the requests in flight. It
- * speaks keylockd's line protocol and Redis's RESP; what to send next is
+ * speaks keylockd's line protocol, Redis's RESP and (through
+ * keylock-bench-etcd.c) etcd's JSON gateway; what to send next is
  * the workload's business (keylock-bench-work.c).
  */
 #include <sys/socket.h>
@@ -355,15 +356,20 @@ bconn_put(struct bconn *c, enum bench_rt type, bool last, const char *prefix,
 
 	max = 256 + (size_t)nkeys * (strlen(prefix) + 22) + b->lock_opts_len +
 	    b->hold_opts_len;
+	if (b->o.proto == BENCH_ETCD)
+		max = BETCD_REQ_MAX;
 	if (!bconn_reserve(c, max) || !bconn_push(c, type, last))
 		return;
-	if (b->o.proto == BENCH_REDIS)
+	if (b->o.proto == BENCH_ETCD)
+		c->olen += betcd_encode(c, c->obuf + c->olen, type, prefix,
+		    key);
+	else if (b->o.proto == BENCH_REDIS)
 		c->olen += bconn_encode_resp(c, c->obuf + c->olen, type,
 		    prefix, key);
 	else
 		c->olen += bconn_encode_line(c, c->obuf + c->olen, type,
 		    prefix, key, nkeys);
-	if (c->role == ROLE_WORK) {
+	if (c->role == ROLE_WORK && type != RT_GRANT) {	/* not setup */
 		b->issued++;
 		b->outstanding++;
 	}
@@ -551,7 +557,10 @@ bconn_parse(struct bconn *c, const char *buf, size_t len, uint64_t now)
 	ssize_t		 n;
 
 	while (off < len && c->gen == gen && !b->stopping) {
-		if (b->o.proto == BENCH_REDIS)
+		if (b->o.proto == BENCH_ETCD)
+			n = c->qlen > 0 ? betcd_parse(c, buf + off, len - off,
+			    (enum bench_rt)c->q[c->qhead].type, &rep) : -1;
+		else if (b->o.proto == BENCH_REDIS)
 			n = bconn_parse_resp(buf + off, len - off, &rep);
 		else
 			n = bconn_parse_line(buf + off, len - off, &rep);

@@ -90,7 +90,8 @@ bench_json(const struct bench *b)
 
 	json_object_set_new(root, "server", json_string(o->server));
 	json_object_set_new(root, "protocol", json_string(o->proto ==
-	    BENCH_REDIS ? "redis" : "keylock"));
+	    BENCH_REDIS ? "redis" : o->proto == BENCH_ETCD ? "etcd" :
+	    "keylock"));
 	json_object_set_new(root, "workload", json_string(
 	    bench_work_name(o->work)));
 	if (o->proto == BENCH_REDIS)
@@ -115,6 +116,14 @@ bench_json(const struct bench *b)
 	    round((double)b->cycles / s) : 0));
 	json_object_set_new(root, "requests_per_s", json_real(s > 0 ?
 	    round((double)b->requests / s) : 0));
+	if (o->proto == BENCH_ETCD && b->etcd_rev_after > b->etcd_rev_before) {
+		int64_t w = b->etcd_rev_after - b->etcd_rev_before;
+
+		json_object_set_new(root, "etcd_writes", json_integer(w));
+		json_object_set_new(root, "etcd_writes_per_cycle", json_real(
+		    b->cycles > 0 ? round((double)w / (double)b->cycles *
+		    100) / 100 : 0));
+	}
 	json_object_set_new(root, "lock_failures", json_integer(
 	    (json_int_t)b->lock_failures));
 	json_object_set_new(root, "retries", json_integer(
@@ -211,8 +220,9 @@ bench_print(const struct bench *b)
 	printf("%s on %s at %s: %d connections, pipeline %d, keyspace %"
 	    PRIu64 "\n", bench_work_name(o->work), o->proto == BENCH_REDIS ?
 	    (o->redis_script ? "Redis (SET NX PX + EVALSHA)" :
-	    "Redis (SET NX PX + DEL)") : "keylockd", o->server, o->conns,
-	    o->pipeline, o->keyspace);
+	    "Redis (SET NX PX + DEL)") : o->proto == BENCH_ETCD ?
+	    "etcd (/v3/lock/lock + /v3/lock/unlock)" : "keylockd", o->server,
+	    o->conns, o->pipeline, o->keyspace);
 	if (b->nholders > 0) {
 		hs = b->t_hold_end > b->t_hold_start ? (double)(b->t_hold_end -
 		    b->t_hold_start) / 1e9 : 0;
@@ -234,6 +244,11 @@ bench_print(const struct bench *b)
 		    " requests (%.0f/s)\n", s, b->cycles, s > 0 ?
 		    (double)b->cycles / s : 0, b->requests, s > 0 ?
 		    (double)b->requests / s : 0);
+	if (o->proto == BENCH_ETCD && b->etcd_rev_after > b->etcd_rev_before)
+		printf("  etcd writes: %" PRId64 " revisions, %.2f per cycle\n",
+		    b->etcd_rev_after - b->etcd_rev_before, b->cycles > 0 ?
+		    (double)(b->etcd_rev_after - b->etcd_rev_before) /
+		    (double)b->cycles : 0);
 	if (b->lock_failures > 0 || b->retries > 0 || b->errors > 0)
 		printf("  %" PRIu64 " locks refused, %" PRIu64 " retries, %"
 		    PRIu64 " error replies%s%s\n", b->lock_failures,

@@ -143,6 +143,29 @@ work_info_used(const char *val, size_t vlen, bool *ok)
 	return 0;
 }
 
+/* --etcd: etcd's revision (RT_RANGE) or the end of a lease (RT_REVOKE,
+ * key is the lease) on the control connection. */
+static void
+work_etcd_ctl(struct bench *b, enum bench_rt type, uint64_t key)
+{
+	bconn_put(b->ctl, type, false, "", key, 1);
+	b->pending++;
+}
+
+/* --etcd's end: the revision the run reached, then every lease revoked,
+ * which drops the locks still held or waited for; then the report. */
+static void
+work_etcd_revoke(struct bench *b)
+{
+	b->phase = PH_REVOKE;
+	b->pending = 0;
+	work_etcd_ctl(b, RT_RANGE, 0);
+	for (int i = 0; i < b->nwork; i++)
+		if (b->work[i]->lease != 0)
+			work_etcd_ctl(b, RT_REVOKE, (uint64_t)b->work[i]->lease);
+	bconn_flush(b->ctl);
+}
+
 static void
 work_ctl_reply(struct bconn *c, const struct inflight *r,
     const struct breply *rep)
@@ -151,12 +174,23 @@ work_ctl_reply(struct bconn *c, const struct inflight *r,
 	uint64_t	 used;
 	bool		 ok;
 
+	if (b->phase == PH_REVOKE) {
+		/* a lease that ran out is gone already: no failure */
+		if (r->type == RT_RANGE && rep->ok)
+			b->etcd_rev_after = c->erev;
+		if (--b->pending == 0)
+			work_finish(b);
+		return;
+	}
 	if (!rep->ok) {
 		bench_fail(b, "%s refused: %.*s", bench_rt_name(r->type),
 		    (int)rep->vlen, rep->val);
 		return;
 	}
 	switch (r->type) {
+	case RT_RANGE:
+		b->etcd_rev_before = c->erev;
+		break;
 	case RT_SCRIPT:
 		if (rep->vlen != BENCH_SHA_LEN) {
 			bench_fail(b, "SCRIPT LOAD: odd reply");
@@ -224,10 +258,13 @@ work_hold_fill(struct bconn *c)
 	}
 }
 
+/* A request that needs the previous reply: a Redis client spinning on a
+ * taken key; etcd's unlock, which names the key its lock answered. */
 static bool
 work_is_dependent(const struct bench *b)
 {
-	return b->o.proto == BENCH_REDIS && b->o.work == WORK_CONTENDED;
+	return (b->o.proto == BENCH_REDIS && b->o.work == WORK_CONTENDED) ||
+	    b->o.proto == BENCH_ETCD;
 }
 
 /* May c start a new cycle? Never while draining. */
@@ -362,6 +399,8 @@ work_account(struct bconn *c, const struct inflight *r,
 		return;		/* holding keys is not measured per request */
 	if (t == RT_STATS && b->phase == PH_SETUP)
 		return;		/* only STATS with the keys held is timed */
+	if (t == RT_GRANT || t == RT_REVOKE || t == RT_RANGE)
+		return;		/* --etcd's setup and end */
 	if (r->t_send != 0 && now >= r->t_send) {
 		bhist_record(&b->hist[t], now - r->t_send);
 		if (cycle)
@@ -396,7 +435,12 @@ work_reply(struct bconn *c, const struct inflight *r,
 	if (b->stopping)
 		return;
 	work_account(c, r, rep, now);
-	if (r->type == RT_PING) {
+	if (r->type == RT_GRANT && !rep->ok) {
+		bench_fail(b, "connection %d: lease grant refused: %.*s",
+		    c->id, (int)rep->vlen, rep->val);
+		return;
+	}
+	if (r->type == RT_PING || r->type == RT_GRANT) {
 		if (--b->pending == 0)
 			work_advance(b);
 		return;
@@ -432,6 +476,10 @@ work_reply(struct bconn *c, const struct inflight *r,
 	if (work_is_dependent(b) && !rep->ok && r->type == RT_SET) {
 		b->retries++;
 		c->step = 0;		/* taken: try again */
+		return;
+	}
+	if (b->o.proto == BENCH_ETCD && !rep->ok && r->type == RT_LOCK) {
+		c->step = 0;		/* not held: nothing to unlock */
 		return;
 	}
 	if (!r->last)
@@ -507,6 +555,18 @@ work_setup(struct bench *b)
 {
 	if (b->o.proto == BENCH_REDIS && b->o.redis_script)
 		work_ctl_send(b, RT_SCRIPT);
+	if (b->o.proto == BENCH_ETCD) {
+		/* a lease per connection: the round trip that shows the
+		 * connection is accepted, as PING does */
+		work_etcd_ctl(b, RT_RANGE, 0);
+		for (int i = 0; i < b->nwork; i++) {
+			bconn_put(b->work[i], RT_GRANT, false, "", 0, 1);
+			bconn_flush(b->work[i]);
+			b->pending++;
+		}
+		bconn_flush(b->ctl);
+		return;
+	}
 	if (b->nholders > 0) {
 		work_read_rss(b, &b->mem.rss_before);
 		b->stats_left = 1;
@@ -646,6 +706,7 @@ work_advance(struct bench *b)
 			return;
 		case PH_RUN:
 		case PH_DRAIN:
+		case PH_REVOKE:
 		case PH_DONE:
 			return;
 		}
@@ -678,6 +739,11 @@ work_stop(struct bench *b)
 		return;
 	if (b->phase == PH_RUN)
 		b->t_end = bench_now();
+	if (b->phase == PH_RUN && b->o.proto == BENCH_ETCD) {
+		evtimer_add(b->deadline, &tv);
+		work_etcd_revoke(b);
+		return;
+	}
 	if (b->phase != PH_RUN || b->o.proto != BENCH_REDIS ||
 	    b->outstanding == 0) {
 		work_finish(b);

@@ -35,6 +35,8 @@
 #define EX_BENCH_USAGE		64	/* sysexits.h EX_USAGE */
 #define DEFAULT_SERVER		"127.0.0.1:7711"
 #define DEFAULT_REDIS		"127.0.0.1:6379"
+#define DEFAULT_ETCD		"127.0.0.1:2379"
+#define ETCD_LEASE_SPARE_S	60	/* leases outlive the run by this */
 #define DEFAULT_CONNS		50
 #define DEFAULT_SEED_CONNS	1000
 #define DEFAULT_SECONDS		5.0
@@ -75,6 +77,9 @@ static const char *const bench_rts[RT_MAX] = {
 	[RT_PING] = "PING",
 	[RT_INFO] = "INFO",
 	[RT_SCRIPT] = "SCRIPT",
+	[RT_GRANT] = "grant",
+	[RT_REVOKE] = "revoke",
+	[RT_RANGE] = "range",
 };
 
 enum {
@@ -83,6 +88,7 @@ enum {
 	OPT_TTL,
 	OPT_REDIS,
 	OPT_REDIS_UNLOCK,
+	OPT_ETCD,
 	OPT_HELD,
 	OPT_HELD_CONNS,
 	OPT_HOLD_MS,
@@ -107,6 +113,7 @@ static const struct option bench_long[] = {
 	{ "ttl", required_argument, NULL, OPT_TTL },
 	{ "redis", no_argument, NULL, OPT_REDIS },
 	{ "redis-unlock", required_argument, NULL, OPT_REDIS_UNLOCK },
+	{ "etcd", no_argument, NULL, OPT_ETCD },
 	{ "held", required_argument, NULL, OPT_HELD },
 	{ "held-connections", required_argument, NULL, OPT_HELD_CONNS },
 	{ "hold-ms", required_argument, NULL, OPT_HOLD_MS },
@@ -164,8 +171,9 @@ usage(FILE *f)
 "usage: keylock-bench [-S server] [-c connections] [-n requests | -t seconds]\n"
 "                     [-P pipeline] [-r keyspace] [-w workload] [options]\n"
 "\n"
-"  -S, --server HOST:PORT|PATH  keylockd (default " DEFAULT_SERVER ")\n"
-"                               or Redis (default " DEFAULT_REDIS ")\n"
+"  -S, --server HOST:PORT|PATH  keylockd (default " DEFAULT_SERVER "),\n"
+"                               Redis (default " DEFAULT_REDIS ")\n"
+"                               or etcd (default " DEFAULT_ETCD ")\n"
 "  -c, --connections N          connections (default %d; seed: %d)\n"
 "  -n, --requests N             stop after N requests (hold: keys to hold)\n"
 "  -t, --time SECONDS           stop after SECONDS (default %.0f)\n"
@@ -180,6 +188,8 @@ usage(FILE *f)
 "      --redis                  drive Redis: SET key token NX PX ttl + DEL\n"
 "      --redis-unlock del|script  unlock with DEL or the compare-and-delete\n"
 "                               script (EVALSHA)\n"
+"      --etcd                   drive etcd's lock API: /v3/lock/lock +\n"
+"                               /v3/lock/unlock, a lease per connection\n"
 "      --held N                 hold N other keys while the workload runs\n"
 "      --held-connections N     connections that hold them (default N/%d)\n"
 "      --hold-ms MS             seed: how long each lock is held (default %d)\n"
@@ -321,6 +331,9 @@ bench_parse_one(struct bench_opts *o, int ch, const char *arg)
 	case OPT_REDIS:
 		o->proto = BENCH_REDIS;
 		break;
+	case OPT_ETCD:
+		o->proto = BENCH_ETCD;
+		break;
 	case OPT_REDIS_UNLOCK:
 		if (strcmp(arg, "del") != 0 && strcmp(arg, "script") != 0)
 			bench_usage_error("--redis-unlock: del or script");
@@ -352,9 +365,11 @@ static void
 bench_settle_opts(struct bench_opts *o)
 {
 	bool	redis = o->proto == BENCH_REDIS;
+	bool	etcd = o->proto == BENCH_ETCD;
 
 	if (o->server == NULL)
-		o->server = redis ? DEFAULT_REDIS : DEFAULT_SERVER;
+		o->server = redis ? DEFAULT_REDIS : etcd ? DEFAULT_ETCD :
+		    DEFAULT_SERVER;
 	if (o->conns == 0)
 		o->conns = o->work == WORK_SEED ? DEFAULT_SEED_CONNS :
 		    DEFAULT_CONNS;
@@ -377,6 +392,15 @@ bench_settle_opts(struct bench_opts *o)
 		    bench_works[o->work]);
 	if (redis && o->keys_per_lock > 1)
 		bench_usage_error("--redis: one key per lock only");
+	if (etcd && o->work != WORK_LOCK_UNLOCK && o->work != WORK_CONTENDED)
+		bench_usage_error("--etcd: lock-unlock and contended only, "
+		    "not -w %s", bench_works[o->work]);
+	if (etcd && (o->keys_per_lock > 1 || o->pipeline > 1 ||
+	    o->held > 0 || o->ttl_ms > 0))
+		bench_usage_error("--etcd: one key per lock, -P 1, no --held "
+		    "or --ttl (the lock call waits; its lease is the ttl)");
+	if (etcd && strchr(o->server, '/') != NULL)
+		bench_usage_error("--etcd: -S is host:port");
 	if ((uint64_t)o->keys_per_lock > o->keyspace)
 		bench_usage_error("--keys-per-lock %d is more than the "
 		    "keyspace", o->keys_per_lock);
@@ -427,6 +451,8 @@ bench_resolve(struct bench *b)
 	}
 	if (b->o.proto == BENCH_REDIS)
 		snprintf(port, sizeof(port), "6379");
+	else if (b->o.proto == BENCH_ETCD)
+		snprintf(port, sizeof(port), "2379");
 	if (*s == '[' && (colon = strstr(s, "]:")) != NULL) {
 		hl = (size_t)(colon - s - 1);
 		s++;
@@ -518,7 +544,7 @@ bench_make_conns(struct bench *b)
 	if ((uint64_t)nhold > b->held_total)
 		nhold = (int)b->held_total;
 	ctl = (o->proto == BENCH_REDIS && o->redis_script) || nhold > 0 ||
-	    o->work == WORK_IDLE;
+	    o->work == WORK_IDLE || o->proto == BENCH_ETCD;
 	b->all = calloc((size_t)(nwork + nhold + 1), sizeof(*b->all));
 	b->work = calloc((size_t)nwork + 1, sizeof(*b->work));
 	b->holders = calloc((size_t)nhold + 1, sizeof(*b->holders));
@@ -582,7 +608,7 @@ bench_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct bench	*b = arg;
 
-	if (b->phase == PH_DRAIN)
+	if (b->phase == PH_DRAIN || b->phase == PH_REVOKE)
 		work_finish(b);
 	else
 		work_stop(b);
@@ -593,7 +619,8 @@ bench_signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct bench	*b = arg;
 
-	if (b->phase != PH_RUN && b->phase != PH_DRAIN)
+	if (b->phase != PH_RUN && b->phase != PH_DRAIN &&
+	    b->phase != PH_REVOKE)
 		bench_fail(b, "interrupted");
 	work_finish(b);
 }
@@ -637,6 +664,8 @@ bench_init(struct bench *b)
 	const struct bench_opts	*o = &b->o;
 
 	b->rng = o->seed | 1;
+	b->etcd_ttl_s = (int64_t)(o->requests > 0 ? 3600 : o->seconds) +
+	    ETCD_LEASE_SPARE_S;
 	for (int t = 0; t < RT_MAX; t++)
 		bhist_init(&b->hist[t]);
 	bhist_init(&b->all_hist);
@@ -680,6 +709,7 @@ bench_cleanup(struct bench *b)
 	free(b->work);
 	free(b->holders);
 	free(b->scratch);
+	free(b->ebody);
 	free(b->seed_holder);
 	free(b->seed_token);
 	if (b->tick != NULL)

@@ -25,10 +25,12 @@
 #define BENCH_CONNECT_WINDOW	64	/* connects in flight at setup */
 #define BENCH_STATS_SAMPLES	9	/* STATS timed after holding */
 #define BENCH_FD_SPARE		32	/* descriptors besides connections */
+#define BETCD_REQ_MAX		1024	/* one etcd gateway request */
 
 enum bench_proto {
 	BENCH_KEYLOCK,
-	BENCH_REDIS
+	BENCH_REDIS,
+	BENCH_ETCD	/* etcd's lock API (keylock-bench-etcd.c) */
 };
 
 enum bench_work {
@@ -57,6 +59,9 @@ enum bench_rt {
 	RT_PING,
 	RT_INFO,
 	RT_SCRIPT,
+	RT_GRANT,	/* etcd: a lease per connection */
+	RT_REVOKE,
+	RT_RANGE,	/* etcd: its revision */
 	RT_MAX
 };
 
@@ -67,6 +72,7 @@ enum bench_phase {
 	PH_MEASURE,	/* memory and STATS with the keys held */
 	PH_RUN,		/* the measured workload */
 	PH_DRAIN,	/* Redis: finish the cycles begun, unmeasured */
+	PH_REVOKE,	/* etcd: revision, then revoke the leases */
 	PH_DONE
 };
 
@@ -143,6 +149,10 @@ struct bconn {
 	uint64_t		 hold_end;
 	struct event		*timer;		/* seed: the hold time */
 	bool			 seed_done;
+	int64_t			 lease;		/* etcd: this connection's */
+	int64_t			 erev;		/* etcd: revision of a range */
+	char			 ekey[256];	/* etcd: the lock held */
+	char			 eerr[160];	/* etcd: an error's text */
 };
 
 struct bench_mem {
@@ -211,6 +221,10 @@ struct bench {
 	int			 seed_left;	/* operations not yet done */
 	int			 seed_next;	/* next connection to LOCK */
 
+	int64_t			 etcd_ttl_s;	/* of the leases */
+	int64_t			 etcd_rev_before, etcd_rev_after;
+	char			*ebody;		/* a chunked body, joined */
+
 	uint64_t		 rng;
 	char			*scratch;
 	struct event		*deadline;
@@ -241,6 +255,12 @@ void		 bconn_put(struct bconn *c, enum bench_rt type, bool last,
 		    const char *prefix, uint64_t key, int nkeys);
 void		 bconn_put_raw(struct bconn *c, enum bench_rt type,
 		    const char *req, size_t len);
+
+/* keylock-bench-etcd.c: etcd's gateway, for --etcd */
+size_t		 betcd_encode(struct bconn *c, char *p, enum bench_rt type,
+		    const char *prefix, uint64_t key);
+ssize_t		 betcd_parse(struct bconn *c, const char *p, size_t len,
+		    enum bench_rt type, struct breply *rep);
 
 /* keylock-bench-work.c: phases and workloads */
 void		 work_connected(struct bconn *c);

@@ -20,7 +20,8 @@ tests_etcd_etcd_client_test_LDADD = tests/etcd/libec.a $(KEYLOCKD_LIBS) \
 
 ETCD_TESTS = \
 	tests/etcd/cluster_test.sh \
-	tests/etcd/etcd_client_test
+	tests/etcd/etcd_client_test \
+	tests/etcd/bench_etcd.sh
 TESTS += $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
-	tests/etcd/cluster_test.sh
+	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh
