@@ -14,6 +14,8 @@ PKGS="$PKGS chromium"
 PKGS="$PKGS python3 python3-pytest python3-pip mypy python3-redis redis-server"
 # etcd and etcdctl, for tests/etcd (backend etcd's private clusters).
 PKGS="$PKGS etcd-server etcd-client"
+# The Debian packages (tests/package/debs.sh): dpkg-buildpackage, lintian.
+PKGS="$PKGS debhelper devscripts dpkg-dev lintian"
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo

@@ -26,4 +26,7 @@ KEYLOCKD_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full \
 export KEYLOCKD_WRAPPER
 make -j"$jobs" check TESTS="$(cd "$top" && echo tests/integration/*_test.c |
     sed 's/\.c//g')" || { cat test-suite.log; exit 1; }
+# The Debian packages: built in a scratch copy, linted, installed, used,
+# purged (tests/package/debs.sh says what it checks).
+"$top/tests/package/debs.sh"
 echo "all tests passed"
