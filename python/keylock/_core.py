@@ -42,8 +42,27 @@ CANCEL_TIMEOUT_DEFAULT = 10.0
 Reply = Optional[str]
 
 
+class Pending:
+    """A request whose reply is to come. ``fut`` is what the caller
+    awaits; the reply is kept in ``line`` even if that future was
+    cancelled with its task, for whoever settles the request then."""
+
+    __slots__ = ("fut", "line", "done")
+
+    def __init__(self, fut: "asyncio.Future[Reply]") -> None:
+        self.fut = fut
+        self.line: Reply = None
+        self.done = False
+
+    def answer(self, line: Reply) -> None:
+        self.line = line
+        self.done = True
+        if not self.fut.done():
+            self.fut.set_result(line)
+
+
 class Conn(asyncio.Protocol):
-    """One connection: a FIFO of reply futures over one transport."""
+    """One connection: a FIFO of pending replies over one transport."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, addr: Address,
                  sock: socket.socket,
@@ -52,7 +71,7 @@ class Conn(asyncio.Protocol):
         self.addr = addr
         self.sock = sock
         self.transport: Optional[asyncio.Transport] = None
-        self.waiters: Deque["asyncio.Future[Reply]"] = deque()
+        self.waiters: Deque[Pending] = deque()
         self.grants: Set[HandleBase] = set()
         self.closed = False
         self.reason = ""
@@ -78,9 +97,7 @@ class Conn(asyncio.Protocol):
                 self.abort("the server sent a line nobody asked for: "
                            f"{line[:60]!r}")
                 return
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(line)
+            self.waiters.popleft().answer(line)
         self._buf = buf[start:]
         if len(self._buf) > REPLY_MAX:
             self.abort(f"a reply line over {REPLY_MAX} bytes")
@@ -92,15 +109,21 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._closed(f"{exc}" if exc else "the connection closed")
 
-    def request(self, line: str) -> "asyncio.Future[Reply]":
-        """Sends one request; the future gets its reply line, or None."""
-        fut: "asyncio.Future[Reply]" = self.loop.create_future()
+    def send(self, line: str) -> Pending:
+        """Sends one request; its reply line (None: the connection closed
+        first) comes in the Pending."""
+        pending = Pending(self.loop.create_future())
         if self.closed or self.transport is None:
-            fut.set_result(None)
-            return fut
-        self.waiters.append(fut)
+            pending.answer(None)
+            return pending
+        self.waiters.append(pending)
         self.transport.write(line.encode("utf-8") + b"\n")
-        return fut
+        return pending
+
+    def request(self, line: str) -> "asyncio.Future[Reply]":
+        """Sends one request; the future gets its reply line, or None. A
+        cancelled awaiter drops the reply; the order stays intact."""
+        return self.send(line).fut
 
     def abort(self, reason: str) -> None:
         """Drops the connection now (the server releases its locks)."""
@@ -120,9 +143,7 @@ class Conn(asyncio.Protocol):
         self.closed = True
         self.reason = reason
         while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
+            self.waiters.popleft().answer(None)
         for grant in list(self.grants):
             grant._set_lost(f"the connection to {self.addr.text} is gone "
                             f"({reason}): the server has released it")
@@ -420,18 +441,23 @@ class Core:
         return handle
 
     async def _lock(self, conn: Conn, line: str, names: List[str]) -> Reply:
-        fut = conn.request(line)
+        pending = conn.send(line)
         try:
-            return await asyncio.shield(fut)
+            return await pending.fut
         except asyncio.CancelledError:
-            await self._settle(conn, self._withdraw(conn, fut, names))
+            await self._settle(conn, self._withdraw(conn, pending, names))
             raise
 
-    async def _withdraw(self, conn: Conn, lock: "asyncio.Future[Reply]",
+    async def _withdraw(self, conn: Conn, lock: Pending,
                         names: List[str]) -> None:
         """CANCEL; the two replies say whether the grant won the race."""
         cancel = conn.request("CANCEL")
-        reply = await lock
+        if lock.done:
+            reply = lock.line           # granted before the cancellation
+        else:
+            if lock.fut.done():         # cancelled with the task
+                lock.fut = conn.loop.create_future()
+            reply = await lock.fut
         await cancel
         if reply is not None and reply.startswith("OK"):
             await conn.request("UNLOCK " + " ".join(unique(names)))
@@ -458,8 +484,11 @@ class Core:
             task.exception()
 
     async def release(self, handle: HandleBase) -> None:
-        """UNLOCK the handle's keys; written before the first await, so a
-        cancelled release still releases."""
+        """UNLOCK the handle's keys, and wait for the reply: once the block
+        is left, the server has let go (another process told so at once
+        finds the key free), and a ttl that ran out is a LockLost. The
+        request is written before the first await, so a cancelled release
+        still releases."""
         if handle.inherited or handle._released:
             return
         self._enter()
@@ -470,8 +499,10 @@ class Core:
         try:
             if conn.closed:
                 return
-            fut = conn.request("UNLOCK " + " ".join(unique(handle._names)))
-            reply = await asyncio.shield(fut)
+            names = handle._names
+            fut = conn.request("UNLOCK " + (names[0] if len(names) == 1
+                                            else " ".join(unique(names))))
+            reply = await fut       # cancelled: the reply is dropped
             if reply is not None and reply.startswith("ERR NOTHELD"):
                 handle._set_lost("its ttl ran out before the release "
                                  f"({reply[12:]})", released=True)
@@ -496,8 +527,7 @@ class Core:
             sent = loop.time()
             fut = conn.request(line)
             try:
-                reply = await asyncio.wait_for(asyncio.shield(fut),
-                                               good_until - sent)
+                reply = await asyncio.wait_for(fut, good_until - sent)
             except asyncio.TimeoutError:
                 handle._set_lost("REFRESH was not answered before the ttl "
                                  "ran out")
@@ -522,7 +552,7 @@ class Core:
         loop = self._enter()
         conn = await self._checkout(loop)
         try:
-            reply = await asyncio.shield(conn.request(line))
+            reply = await conn.request(line)
         finally:
             self._checkin(conn)
         if reply is None:

@@ -81,8 +81,9 @@ def credit(server: str, n: int, path: str) -> Any:
 
 
 async def timeouts(server: str, n: int) -> Any:
-    """n tasks wait for a held key with timeout=2."""
-    locks = keylock.aio.KeyedLock(server)
+    """n tasks wait for a held key with timeout=2, on connections opened
+    beforehand."""
+    locks = keylock.aio.KeyedLock(server, max_idle=n)
 
     async def one() -> Any:
         t0 = time.monotonic()
@@ -91,6 +92,7 @@ async def timeouts(server: str, n: int) -> Any:
                 return ["granted", time.monotonic() - t0, ""]
         except keylock.Timeout as e:
             return ["timeout", time.monotonic() - t0, str(e)]
+    await warm(locks, n)
     ready()
     out = await asyncio.gather(*(one() for _ in range(n)))
     await locks.aclose()
