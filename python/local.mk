@@ -14,3 +14,6 @@ PYTHON_TESTS = \
 	python/tests/test_lost.py python/tests/test_fork.py \
 	python/tests/test_seed.py python/tests/test_package.py
 EXTRA_DIST += python/run-tests.sh $(PYTHON_PACKAGE) $(PYTHON_TESTS)
+
+# The side-by-side benchmark against redis-py (not run by make check).
+EXTRA_DIST += bench/python_compare.py
