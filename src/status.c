@@ -169,6 +169,9 @@ status_send(struct evhttp_request *req, const char *type,
 	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
 	struct evbuffer		*out = evbuffer_new();
 
+	/* libevent 2.1 would send a body after HEAD's headers. */
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+		len = 0;
 	if (out == NULL || (copy ? evbuffer_add(out, body, len) :
 	    evbuffer_add_reference(out, body, len, NULL, NULL)) == -1) {
 		if (out != NULL)

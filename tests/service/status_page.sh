@@ -104,6 +104,13 @@ sed 's|http://www.w3.org/2000/svg||' "$TMP/page.html" >"$TMP/page-nons.html"
 expect_nogrep 'https?:|//[a-z]' "$TMP/page-nons.html" "an external address"
 expect_nogrep 'innerHTML|outerHTML|insertAdjacentHTML|document\.write' \
     "$TMP/page.html" "HTML built from strings"
+# HEAD: the headers alone (libevent 2.1 by itself would add the body).
+printf 'HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
+    timeout "$REPLY_S" nc 127.0.0.1 "${URL##*:}" >"$TMP/head" ||
+    fail "HEAD /"
+expect_grep '^HTTP/1\.1 200' "$TMP/head" "HEAD / status"
+expect_eq 0d0a0d0a "$(tail -c 4 "$TMP/head" | od -An -tx1 | tr -d ' \n')" \
+    "HEAD / ends with its headers"
 size=$(wc -c <"$TMP/page.html")
 [ "$size" -lt 16384 ] || fail "the page is $size bytes"
 pass "/ is the $size-byte page, its own inline script and style alone"
