@@ -39,9 +39,9 @@
 START_TEST(connect_by_tcp_unix_and_bracketed_address)
 {
 	char		 bracketed[40];
-	const char	*servers[3] = { lk_d.tcp, lk_d.sock, bracketed };
+	const char	*servers[3] = { kt_d->addr, kt_d->sock, bracketed };
 
-	snprintf(bracketed, sizeof(bracketed), "[127.0.0.1]:%d", lk_d.port);
+	snprintf(bracketed, sizeof(bracketed), "[127.0.0.1]:%d", kt_d->port);
 	for (int i = 0; i < 3; i++) {
 		struct keylock	*kl = lk_client_at(servers[i], NULL);
 
@@ -57,10 +57,10 @@ START_TEST(connect_without_server_uses_keylock_server)
 {
 	struct keylock	*kl = keylock_new();
 
-	setenv("KEYLOCK_SERVER", lk_d.sock, 1);
+	setenv("KEYLOCK_SERVER", kt_d->sock, 1);
 	ck_assert_st(kl, keylock_connect(kl, NULL, NULL), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
-	setenv("KEYLOCK_SERVER", lk_d.tcp, 1);
+	setenv("KEYLOCK_SERVER", kt_d->addr, 1);
 	ck_assert_st(kl, keylock_connect(kl, "", NULL), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
 	unsetenv("KEYLOCK_SERVER");
@@ -106,7 +106,7 @@ START_TEST(connect_deadline_bounds_a_handshake_that_hangs)
 	struct keylock	*fill[2], *kl = keylock_new();
 	char		 server[32];
 	int		 lfd = lk_fake_listen(server, sizeof(server));
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	/* A full accept queue drops SYNs: connect() hangs. */
 	ck_assert_int_eq(listen(lfd, 0), 0);
@@ -116,10 +116,10 @@ START_TEST(connect_deadline_bounds_a_handshake_that_hangs)
 		keylock_connect(fill[i], server, NULL);
 	}
 	keylock_set_timeout(kl, 300);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_connect(kl, server, NULL),
 	    KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(250, 2000, lk_now_ms() - t0);
+	ck_assert_window(250, 2000, kt_now_ms() - t0);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
 	for (int i = 0; i < 2; i++)
 		keylock_free(fill[i]);
@@ -131,31 +131,31 @@ END_TEST
 START_TEST(auth_secret_is_sent_on_connect)
 {
 	const char	*args[3] = { "--auth-file", NULL, NULL };
-	struct lk_daemon	 ad;
+	struct kt_daemon *ad;
 	struct keylock	*kl = keylock_new();
-	char		 path[128];
+	char		 path[sizeof(kt_d->dir) + 8];
 	FILE		*f;
 
-	snprintf(path, sizeof(path), "%s/secret", lk_d.dir);
+	snprintf(path, sizeof(path), "%s/secret", kt_d->dir);
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fprintf(f, "s3cret\n");
 	fclose(f);
 	args[1] = path;
-	lk_daemon_start(&ad, args);
+	ad = kt_daemon_start_at(KT_AT, NULL, args);
 
-	ck_assert_st(kl, keylock_connect(kl, ad.tcp, "s3cret"), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, ad->addr, "s3cret"), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_stats(kl, &(const char *){ NULL }),
 	    KEYLOCK_OK);
-	ck_assert_st(kl, keylock_connect(kl, ad.tcp, "wrong"),
+	ck_assert_st(kl, keylock_connect(kl, ad->addr, "wrong"),
 	    KEYLOCK_ERR_AUTH);
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	ck_assert_str_ne(keylock_message(kl), "");
-	ck_assert_st(kl, keylock_connect(kl, ad.tcp, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, ad->addr, NULL), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_trylock(kl, &(const char *){ "k" }, 1,
 	    NULL, NULL), KEYLOCK_ERR_AUTH);
 	keylock_free(kl);
-	lk_daemon_stop(&ad, SIGTERM);
+	kt_daemon_stop(ad);
 }
 END_TEST
 
@@ -199,7 +199,7 @@ START_TEST(tls_files_are_checked_when_set)
 	o.key_file = "key.pem";
 	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_ERR_INVAL);
 	ck_assert_st(kl, keylock_set_tls(kl, NULL), KEYLOCK_OK);
-	ck_assert_st(kl, keylock_connect(kl, lk_d.tcp, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_connect(kl, kt_d->addr, NULL), KEYLOCK_OK);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
 	keylock_free(kl);
 }
@@ -208,9 +208,9 @@ END_TEST
 START_TEST(tls_prefix_takes_no_unix_socket)
 {
 	struct keylock	*kl = keylock_new();
-	char		 server[160];
+	char		 server[sizeof(kt_d->sock) + 8];
 
-	snprintf(server, sizeof(server), "tls://%s", lk_d.sock);
+	snprintf(server, sizeof(server), "tls://%s", kt_d->sock);
 	ck_assert_st(kl, keylock_connect(kl, server, NULL),
 	    KEYLOCK_ERR_INVAL);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "unix socket"));
@@ -225,7 +225,7 @@ START_TEST(tls_to_a_plain_server_fails_in_the_handshake)
 
 	keylock_set_timeout(kl, 5000);
 	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_OK);
-	ck_assert_st(kl, keylock_connect(kl, lk_d.tcp, NULL), KEYLOCK_ERR_TLS);
+	ck_assert_st(kl, keylock_connect(kl, kt_d->addr, NULL), KEYLOCK_ERR_TLS);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "TLS handshake"));
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);
@@ -237,15 +237,15 @@ START_TEST(tls_handshake_is_bounded_by_the_connect_deadline)
 	struct keylock	*kl = keylock_new();
 	char		 server[40], tls[48];
 	int		 lfd = lk_fake_listen(server, sizeof(server));
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	/* Accepted by the kernel, never answered. */
 	snprintf(tls, sizeof(tls), "tls://%s", server);
 	keylock_set_timeout(kl, 300);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_connect(kl, tls, NULL),
 	    KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(250, 2000, lk_now_ms() - t0);
+	ck_assert_window(250, 2000, kt_now_ms() - t0);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);

@@ -82,13 +82,13 @@ START_TEST(server_timeout_keeps_the_connection)
 {
 	struct keylock	*a = lk_client(NULL), *b = lk_client(NULL);
 	const char	*key = "k";
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	ck_assert_st(a, keylock_lock(a, &key, 1, NULL, 0, NULL), KEYLOCK_OK);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(b, keylock_lock(b, &key, 1, NULL, 300, NULL),
 	    KEYLOCK_ERR_TIMEOUT);
-	ck_assert_window(250, 1500, lk_now_ms() - t0);
+	ck_assert_window(250, 1500, kt_now_ms() - t0);
 	ck_assert_int_eq(keylock_is_connected(b), 1);
 	ck_assert_st(b, keylock_ping(b), KEYLOCK_OK);
 	/* timeout 0 does not wait: LOCKED, as TRYLOCK */
@@ -145,10 +145,10 @@ START_TEST(refresh_restarts_a_ttl)
 
 	ck_assert_st(a, keylock_lock(a, &key, 1, &lease, 1000, NULL),
 	    KEYLOCK_OK);
-	lk_sleep_ms(250);
+	kt_sleep_ms(250);
 	ck_assert_st(a, keylock_refresh(a, &key, 1, 400, &n), KEYLOCK_OK);
 	ck_assert_uint_eq(n, 1);
-	lk_sleep_ms(250);	/* 500 ms after the grant, 250 after REFRESH */
+	kt_sleep_ms(250);	/* 500 ms after the grant, 250 after REFRESH */
 	ck_assert_st(b, keylock_trylock(b, &key, 1, NULL, NULL),
 	    KEYLOCK_ERR_LOCKED);
 	/* it runs out if nobody refreshes it */
@@ -304,15 +304,15 @@ START_TEST(lock_recv_is_pending_until_the_grant)
 	const char	*key = "k";
 	struct pollfd	 pfd;
 	uint64_t	 ta = 0, tb = 0;
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	ck_assert_st(a, keylock_lock(a, &key, 1, NULL, 0, &ta), KEYLOCK_OK);
 	ck_assert_st(b, keylock_lock_send(b, &key, 1, NULL,
 	    KEYLOCK_WAIT_FOREVER), KEYLOCK_OK);
 	ck_assert_st(b, keylock_lock_recv(b, 0, &tb), KEYLOCK_PENDING);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(b, keylock_lock_recv(b, 200, &tb), KEYLOCK_PENDING);
-	ck_assert_window(150, 1000, lk_now_ms() - t0);
+	ck_assert_window(150, 1000, kt_now_ms() - t0);
 	ck_assert_uint_eq(tb, 0);
 
 	/* the fd turns readable when the grant arrives */
@@ -354,7 +354,7 @@ START_TEST(close_withdraws_a_pending_wait)
 	struct keylock	*a = lk_client(NULL), *b = lk_client(NULL),
 			*c = lk_client(NULL);
 	const char	*key = "k";
-	int64_t		 deadline;
+	uint64_t		 deadline;
 
 	ck_assert_st(a, keylock_lock(a, &key, 1, NULL, 0, NULL), KEYLOCK_OK);
 	ck_assert_st(b, keylock_lock_send(b, &key, 1, NULL, 5000),
@@ -364,9 +364,9 @@ START_TEST(close_withdraws_a_pending_wait)
 	ck_assert_st(b, keylock_lock_recv(b, 0, NULL), KEYLOCK_ERR_INVAL);
 	ck_assert_st(b, keylock_ping(b), KEYLOCK_ERR_CLOSED);
 	/* the server withdraws it: nobody stands in c's way */
-	deadline = lk_now_ms() + 2000;
+	deadline = kt_now_ms() + 2000;
 	while (lk_stats_int(c, "waiting") != 0)
-		ck_assert_msg(lk_now_ms() < deadline, "the wait stayed");
+		ck_assert_msg(kt_now_ms() < deadline, "the wait stayed");
 	ck_assert_st(a, keylock_unlockall(a, NULL), KEYLOCK_OK);
 	ck_assert_st(c, keylock_trylock(c, &key, 1, NULL, NULL), KEYLOCK_OK);
 	keylock_free(a);
@@ -382,7 +382,7 @@ START_TEST(lock_forever_outlasts_the_reply_timeout)
 	int		 p[2];
 	char		 ch;
 	pid_t		 pid;
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	/* A holder in another process lets go after 600 ms. */
 	ck_assert_int_eq(pipe(p), 0);
@@ -390,11 +390,11 @@ START_TEST(lock_forever_outlasts_the_reply_timeout)
 	if (pid == 0) {
 		struct keylock	*a = keylock_new();
 
-		if (keylock_connect(a, lk_d.tcp, NULL) != KEYLOCK_OK ||
+		if (keylock_connect(a, kt_d->addr, NULL) != KEYLOCK_OK ||
 		    keylock_lock(a, &key, 1, NULL, 0, NULL) != KEYLOCK_OK ||
 		    write(p[1], "x", 1) != 1)
 			_exit(1);
-		lk_sleep_ms(600);
+		kt_sleep_ms(600);
 		keylock_free(a);
 		_exit(0);
 	}
@@ -402,10 +402,10 @@ START_TEST(lock_forever_outlasts_the_reply_timeout)
 	ck_assert_int_eq(read(p[0], &ch, 1), 1);
 	b = lk_client(NULL);
 	keylock_set_timeout(b, 200);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(b, keylock_lock(b, &key, 1, NULL, KEYLOCK_WAIT_FOREVER,
 	    NULL), KEYLOCK_OK);
-	ck_assert_window(400, 3000, lk_now_ms() - t0);
+	ck_assert_window(400, 3000, kt_now_ms() - t0);
 	waitpid(pid, NULL, 0);
 	close(p[0]);
 	keylock_free(b);

@@ -40,12 +40,12 @@ START_TEST(silent_server_hits_the_deadline_and_closes)
 {
 	struct keylock	*kl = keylock_new();
 	int		 lfd, sfd = lk_fake_pair(kl, &lfd);
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	keylock_set_timeout(kl, 200);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(150, 1500, lk_now_ms() - t0);
+	ck_assert_window(150, 1500, kt_now_ms() - t0);
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_ERR_CLOSED);
 	keylock_free(kl);
@@ -61,13 +61,13 @@ START_TEST(lock_deadline_is_its_timeout_plus_the_reply_timeout)
 	const char	*key = "k";
 	char		 buf[128];
 	ssize_t		 n;
-	int64_t		 t0;
+	uint64_t		 t0;
 
 	keylock_set_timeout(kl, 200);
-	t0 = lk_now_ms();
+	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_lock(kl, &key, 1, NULL, 300, NULL),
 	    KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(450, 2000, lk_now_ms() - t0);
+	ck_assert_window(450, 2000, kt_now_ms() - t0);
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	/* the request asked the server for the timeout itself */
 	ck_assert_int_gt(n = read(sfd, buf, sizeof(buf) - 1), 0);
@@ -99,7 +99,7 @@ START_TEST(options_are_sent_as_the_protocol_spells_them)
 	ck_assert_uint_eq(t, 8);
 	ck_assert_st(kl, keylock_refresh(kl, keys, 2, 900, NULL),
 	    KEYLOCK_OK);
-	lk_sleep_ms(50);
+	kt_sleep_ms(50);
 	ck_assert_int_gt(n = read(sfd, buf, sizeof(buf) - 1), 0);
 	buf[n] = '\0';
 	ck_assert_str_eq(buf, "LOCK a b mode=shared max_waiters=0 ttl=1500\n"
@@ -203,7 +203,8 @@ START_TEST(check_reports_the_server_going_away)
 	pfd.events = POLLIN;
 	ck_assert_int_eq(poll(&pfd, 1, 100), 0);
 	ck_assert_st(kl, keylock_check(kl), KEYLOCK_OK);
-	lk_daemon_stop(&lk_d, SIGKILL);
+	kt_daemon_signal(kt_d, SIGKILL);
+	kt_daemon_wait_at(KT_AT, kt_d, false);
 	ck_assert_int_eq(poll(&pfd, 1, 3000), 1);
 	ck_assert_st(kl, keylock_check(kl), KEYLOCK_ERR_CLOSED);
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
@@ -218,7 +219,7 @@ START_TEST(check_reports_unasked_bytes)
 
 	ck_assert_st(kl, keylock_check(kl), KEYLOCK_OK);
 	ck_assert_int_eq(write(sfd, "OK 1\n", 5), 5);
-	lk_sleep_ms(50);
+	kt_sleep_ms(50);
 	ck_assert_st(kl, keylock_check(kl), KEYLOCK_ERR_PROTO);
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);

@@ -215,51 +215,13 @@ hu_close_rst(int fd)
 	close(fd);
 }
 
-int
-hu_write_all(int fd, const void *buf, size_t len, int64_t timeout_ms)
-{
-	const char	*p = buf;
-	uint64_t	 deadline = kt_now_ms() + (uint64_t)timeout_ms;
-
-	while (len > 0) {
-		struct pollfd	pfd = { fd, POLLOUT, 0 };
-		ssize_t		n = send(fd, p, len, MSG_NOSIGNAL |
-				    MSG_DONTWAIT);
-		int64_t		left;
-
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
-		    errno != EINTR)
-			return -1;
-		if ((left = (int64_t)(deadline - kt_now_ms())) <= 0) {
-			errno = ETIMEDOUT;
-			return -1;
-		}
-		poll(&pfd, 1, (int)left);
-	}
-	return 0;
-}
-
 /* The probe */
-
-static uint64_t
-hu_now_us(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 /* One round trip; false (p->err set) on a wrong or missing reply. */
 static bool
 hu_probe_rt(struct hu_probe *p, const char *req, const char *want_prefix)
 {
-	uint64_t	t0 = hu_now_us(), dt;
+	uint64_t	t0 = kt_now_us(), dt;
 	enum kt_read	r;
 
 	if (kt_conn_sendf(p->c, "%s", req) != 0) {
@@ -268,7 +230,7 @@ hu_probe_rt(struct hu_probe *p, const char *req, const char *want_prefix)
 		return false;
 	}
 	r = kt_conn_readline(p->c, p->reply_ms);
-	dt = hu_now_us() - t0;
+	dt = kt_now_us() - t0;
 	if (r != KT_LINE) {
 		snprintf(p->err, sizeof(p->err), "probe: \"%s\": %s after "
 		    "%llu ms", req, r == KT_TIMEOUT ? "no reply" :

@@ -46,9 +46,6 @@ int		 hu_socket(const struct kt_daemon *d, enum kt_transport t,
 bool		 hu_connected(int fd, int64_t timeout_ms);
 /* Closes with an RST instead of a FIN (SO_LINGER 0). */
 void		 hu_close_rst(int fd);
-/* Writes all of buf, polling; never reads. 0, or -1 with errno. */
-int		 hu_write_all(int fd, const void *buf, size_t len,
-		    int64_t timeout_ms);
 
 /* The probe: round trips of a normal client, in microseconds. */
 struct hu_probe {

@@ -15,11 +15,9 @@
 #define _GNU_SOURCE
 #endif
 
-#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -164,53 +162,19 @@ storm_close(struct storm *s)
 		kt_conn_close(s->c[i]);
 }
 
-/* Starts keylockd on statedir the plain way and kills it after delay_us:
- * during startup, maybe while it writes the token mark. */
+/* Starts keylockd on statedir and kills it after delay_us: during
+ * startup, maybe while it writes the token mark. */
 static void
 kill_during_startup(const char *statedir, uint64_t delay_us)
 {
-	const char	*argv[48];
-	char		*wrap = NULL, *save = NULL, *tok;
-	const char	*bin = getenv("KEYLOCKD");
-	int		 argc = 0, st;
-	pid_t		 pid, parent = getpid();
+	struct kt_daemon *d;
 
-	ck_assert_ptr_nonnull(bin);
-	if (getenv("KEYLOCKD_WRAPPER") != NULL &&
-	    (wrap = strdup(getenv("KEYLOCKD_WRAPPER"))) != NULL)
-		for (tok = strtok_r(wrap, " \t", &save); tok != NULL &&
-		    argc < 32; tok = strtok_r(NULL, " \t", &save))
-			argv[argc++] = tok;
-	argv[argc++] = bin;
-	argv[argc++] = "--bind";
-	argv[argc++] = "127.0.0.1";
-	argv[argc++] = "--port";
-	argv[argc++] = "0";
-	argv[argc++] = "--unix";
-	argv[argc++] = "";
-	argv[argc++] = "--state-dir";
-	argv[argc++] = statedir;
-	argv[argc++] = "--log-level";
-	argv[argc++] = "error";
-	argv[argc] = NULL;
-	pid = fork();
-	ck_assert(pid != -1);
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		dup2(null, 0);
-		dup2(null, 1);
-		dup2(null, 2);
-		execvp(argv[0], (char *const *)(uintptr_t)argv);
-		_exit(127);
-	}
-	usleep((useconds_t)delay_us);
-	kill(pid, SIGKILL);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	free(wrap);
+	d = kt_daemon_launch_at(KT_AT, statedir, KT_ARGS("--log-level",
+	    "error"));
+	kt_sleep_us(delay_us);
+	kt_daemon_signal(d, SIGKILL);
+	kt_daemon_wait_at(KT_AT, d, false);
+	kt_daemon_free(d);
 }
 
 START_TEST(tokens_after_a_crash_are_above_every_token_before)

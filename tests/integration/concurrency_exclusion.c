@@ -56,9 +56,9 @@ op_worker(void *arg)
 		    kt_esc(op->c->line, op->c->linelen));
 		return NULL;
 	}
-	op->start = cu_now_us();
-	cu_sleep_us(1000);
-	op->end = cu_now_us();
+	op->start = kt_now_us();
+	kt_sleep_us(1000);
+	op->end = kt_now_us();
 	if (!cu_w_request(op->c, kt_ms(60000), "UNLOCK cc:key%d", op->key))
 		return NULL;
 	if (!kt_line_is(op->c, "OK 1")) {
@@ -193,7 +193,7 @@ inc_worker(void *arg)
 		return NULL;
 	}
 	v = counter;
-	cu_sleep_us(1000);		/* widen the read-modify-write window */
+	kt_sleep_us(1000);		/* widen the read-modify-write window */
 	counter = v + 1;
 	if (cu_w_request(w->c, kt_ms(60000), "UNLOCK counter") &&
 	    !kt_line_is(w->c, "OK 1"))
@@ -259,7 +259,7 @@ xfer_worker(void *arg)
 	bs = balance[x->src];
 	sched_yield();
 	bd = balance[x->dst];
-	cu_sleep_us(50);
+	kt_sleep_us(50);
 	balance[x->src] = bs - x->amount;
 	sched_yield();
 	balance[x->dst] = bd + x->amount;

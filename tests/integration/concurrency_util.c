@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -60,25 +59,6 @@ cu_reset_errors(void)
 {
 	atomic_store(&cu_nerrs, 0);
 	cu_first_err[0] = '\0';
-}
-
-uint64_t
-cu_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-void
-cu_sleep_us(uint64_t us)
-{
-	struct timespec ts = { (time_t)(us / 1000000),
-	    (long)(us % 1000000) * 1000 };
-
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
 }
 
 /* One request, one reply line, from a worker: false (error recorded) if

@@ -34,8 +34,6 @@ void		 cu_reset_errors(void);
 	    "%d worker errors; first: %s", atomic_load(&cu_nerrs),	\
 	    cu_first_err)
 
-uint64_t	 cu_now_us(void);
-void		 cu_sleep_us(uint64_t us);
 /* One request, one reply line, from a worker: false (error recorded) if
  * the send fails or no line comes within timeout_ms. */
 bool		 cu_w_request(struct kt_conn *c, int64_t timeout_ms,

@@ -63,22 +63,40 @@ static int	 kt_rm_cb(const char *path, const struct stat *st, int flag,
 /* Time */
 
 uint64_t
-kt_now_ms(void)
+kt_now_ns(void)
 {
 	struct timespec	ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t
+kt_now_us(void)
+{
+	return kt_now_ns() / 1000;
+}
+
+uint64_t
+kt_now_ms(void)
+{
+	return kt_now_ns() / 1000000;
+}
+
+void
+kt_sleep_us(uint64_t us)
+{
+	struct timespec	ts = { (time_t)(us / 1000000),
+	    (long)(us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
 }
 
 void
 kt_sleep_ms(uint64_t ms)
 {
-	struct timespec	ts = { (time_t)(ms / 1000),
-	    (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
+	kt_sleep_us(ms * 1000);
 }
 
 unsigned
@@ -141,21 +159,55 @@ kt_esc(const void *p, size_t len)
 
 /* A number from the environment: digits only, no sign or spaces, within
  * [min, max]; anything else ends the run with a message naming what. */
-static long
-kt_parse_setting(const char *what, const char *s, long min, long max)
+static int64_t
+kt_parse_setting(const char *what, const char *s, int64_t min, int64_t max)
 {
-	char	*end;
-	long	 v;
+	char		*end;
+	long long	 v;
 
 	errno = 0;
-	v = strtol(s, &end, 10);
+	v = strtoll(s, &end, 10);
 	if (!isdigit((unsigned char)s[0]) || *end != '\0' || errno != 0 ||
 	    v < min || v > max) {
 		fprintf(stderr, "%s: %s: \"%s\" is not a whole number from "
-		    "%ld to %ld\n", kt_prog, what, s, min, max);
+		    "%lld to %lld\n", kt_prog, what, s, (long long)min,
+		    (long long)max);
 		exit(1);
 	}
 	return v;
+}
+
+int64_t
+kt_env_int(const char *name, int64_t def, int64_t min, int64_t max)
+{
+	const char	*e = getenv(name);
+
+	return e == NULL || *e == '\0' ? def : kt_parse_setting(name, e, min,
+	    max);
+}
+
+/* Removes every KEYLOCK_* variable (KEYLOCK_SERVER, KEYLOCK_AUTH_FILE,
+ * KEYLOCK_TLS_*, ...): a test's clients and daemons see only what the
+ * test sets. KEYLOCKD* (the harness's own settings) stay. */
+static void
+kt_clear_client_env(void)
+{
+	char		name[256];
+	size_t		i = 0;
+
+	while (environ[i] != NULL) {
+		const char *eq = strchr(environ[i], '=');
+		size_t	    n = eq != NULL ? (size_t)(eq - environ[i]) : 0;
+
+		if (strncmp(environ[i], "KEYLOCK_", 8) != 0 || n == 0 ||
+		    n >= sizeof(name)) {
+			i++;
+			continue;
+		}
+		memcpy(name, environ[i], n);
+		name[n] = '\0';
+		unsetenv(name);		/* environ[i] is the next one now */
+	}
 }
 
 /* KEYLOCKD_TEST_ADDR=host:port (and KEYLOCKD_TEST_UNIX): a running daemon
@@ -179,6 +231,7 @@ kt_init_external(const char *prog, const char *addr)
 		memcpy(kt_extd.host, addr, (size_t)(colon - addr));
 	kt_extd.port = (int)kt_parse_setting("KEYLOCKD_TEST_ADDR port",
 	    colon + 1, 1, 65535);
+	snprintf(kt_extd.addr, sizeof(kt_extd.addr), "%s", addr);
 	kt_extd.external = true;
 	kt_extd.running = true;
 	if (un != NULL && *un != '\0' && strlen(un) < sizeof(kt_extd.sock)) {
@@ -255,6 +308,7 @@ kt_init(const char *prog)
 		rl.rlim_cur = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	kt_clear_client_env();
 	kt_keep = getenv("KEYLOCKD_KEEP_TMP") != NULL;
 	addr = getenv("KEYLOCKD_TEST_ADDR");
 	if (addr != NULL && *addr != '\0')

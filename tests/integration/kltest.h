@@ -1,11 +1,18 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The integration harness: starts a private keylockd from the build tree in
- * a mkdtemp directory (or aims at KEYLOCKD_TEST_ADDR), connects to it over
- * TCP or the unix socket, and reads replies with deadlines. It never sleeps
- * to synchronise: readiness is "the port file exists and connect succeeds",
- * and conditions on the server are polled with a deadline.
+ * The harness of every C test that talks to a real keylockd (integration,
+ * hostile, soak, libkeylock): starts a private keylockd from the build tree
+ * in a mkdtemp directory (or aims at KEYLOCKD_TEST_ADDR), connects to it
+ * over TCP or the unix socket, and reads replies with deadlines. It never
+ * sleeps to synchronise: readiness is "the port file exists and connect
+ * succeeds", and conditions on the server are polled with a deadline.
+ *
+ * Hermetic: every daemon gets --config /dev/null ahead of the test's own
+ * arguments (a test's --config comes later and wins), so the operator's
+ * keylockd.conf never reaches it, and kt_init() removes every KEYLOCK_*
+ * variable from the environment, so neither a daemon nor a client in the
+ * test sees the caller's.
  *
  * Two layers. kt_conn_*() never assert and are safe in worker threads (one
  * connection per thread). The kt_*() macros below assert through Check and
@@ -52,6 +59,7 @@ struct kt_daemon {
 	int		 status;	/* wait status once reaped */
 	int		 port;
 	char		 host[256];
+	char		 addr[264];	/* "host:port", for clients */
 	char		 dir[128];	/* port file, socket, log */
 	char		 portfile[192];
 	char		 sock[192];
@@ -75,8 +83,13 @@ struct kt_conn {
 	struct kt_conn	*next;		/* closed at teardown */
 };
 
-/* main(): environment, fd limit, SIGPIPE; exits 77 if KEYLOCKD is unset. */
+/* main(): environment (KEYLOCK_* removed), fd limit, SIGPIPE; exits 77
+ * if KEYLOCKD is unset. */
 void		 kt_init(const char *prog);
+/* A whole number from the environment variable name, def when it is unset
+ * or empty; anything but digits within [min, max] ends the run. */
+int64_t		 kt_env_int(const char *name, int64_t def, int64_t min,
+		    int64_t max);
 bool		 kt_external(void);
 /* Whether a test can reach a unix socket (private daemon, or
  * KEYLOCKD_TEST_UNIX with KEYLOCKD_TEST_ADDR). */
@@ -90,7 +103,11 @@ int64_t		 kt_ms(int64_t ms);
 int64_t		 kt_cpu_ms(int64_t ms);
 /* Upper bound of a window: nominal + (upper - nominal) * kt_slow(). */
 int64_t		 kt_upper(int64_t nominal, int64_t upper);
+/* CLOCK_MONOTONIC, the same clock in every process. */
+uint64_t	 kt_now_ns(void);
+uint64_t	 kt_now_us(void);
 uint64_t	 kt_now_ms(void);
+void		 kt_sleep_us(uint64_t us);
 void		 kt_sleep_ms(uint64_t ms);
 /* Escapes bytes for messages (thread-local rotating buffers). */
 const char	*kt_esc(const void *p, size_t len);
@@ -121,6 +138,9 @@ void		 kt_conn_close(struct kt_conn *c);
  * the socket is not writable. 0, or -1 with errno. */
 int		 kt_conn_send(struct kt_conn *c, const void *buf, size_t len,
 		    int64_t timeout_ms);
+/* kt_conn_send on a bare socket, never reading. */
+int		 kt_fd_write_all(int fd, const void *buf, size_t len,
+		    int64_t timeout_ms);
 /* Formats one request and appends LF. */
 int		 kt_conn_sendf(struct kt_conn *c, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
@@ -143,6 +163,12 @@ json_t		*kt_parse_ok_json(const char *line, size_t len, char *why,
  * the instance's own directory), signal, wait, stop. */
 struct kt_daemon *kt_daemon_start_at(const char *file, int line,
 		    const char *statedir, const char *const *extra);
+/* As kt_daemon_start_at, but returns at once: not yet ready, or never. */
+struct kt_daemon *kt_daemon_launch_at(const char *file, int line,
+		    const char *statedir, const char *const *extra);
+/* Forgets a daemon that has exited (kt_daemon_wait) and removes its
+ * directory; teardown does this for the rest. */
+void		 kt_daemon_free(struct kt_daemon *d);
 void		 kt_daemon_signal(struct kt_daemon *d, int sig);
 /* Waits for the daemon to exit (deadline) and returns its wait status;
  * asserts exit status 0 if check_zero. */

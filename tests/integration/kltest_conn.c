@@ -268,20 +268,21 @@ kt_note_sent(struct kt_conn *c, const char *buf, size_t len)
 		    kt_esc(buf, len > 120 ? 120 : len));
 }
 
-int
-kt_conn_send(struct kt_conn *c, const void *buf, size_t len,
+/* Writes all of buf to fd within timeout_ms. While fd is not writable,
+ * what arrives is read into keep, or left unread if keep is NULL. */
+static int
+kt_write_all(int fd, struct kt_conn *keep, const void *buf, size_t len,
     int64_t timeout_ms)
 {
 	const char	*p = buf;
 	uint64_t	 deadline = kt_now_ms() + (uint64_t)timeout_ms;
 
-	kt_note_sent(c, buf, len);
 	while (len > 0) {
-		struct pollfd	pfd = { c->fd, POLLOUT | POLLIN, 0 };
+		struct pollfd	pfd = { fd, POLLOUT, 0 };
 		int64_t		left;
 		ssize_t		n;
 
-		n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			p += n;
 			len -= (size_t)n;
@@ -295,12 +296,26 @@ kt_conn_send(struct kt_conn *c, const void *buf, size_t len,
 			errno = ETIMEDOUT;
 			return -1;
 		}
-		if (c->eof)
-			pfd.events = POLLOUT;
+		if (keep != NULL && !keep->eof)
+			pfd.events |= POLLIN;
 		if (poll(&pfd, 1, (int)left) > 0 && (pfd.revents & POLLIN))
-			kt_conn_fill(c);	/* keep replies, never block */
+			kt_conn_fill(keep);	/* keep replies, never block */
 	}
 	return 0;
+}
+
+int
+kt_conn_send(struct kt_conn *c, const void *buf, size_t len,
+    int64_t timeout_ms)
+{
+	kt_note_sent(c, buf, len);
+	return kt_write_all(c->fd, c, buf, len, timeout_ms);
+}
+
+int
+kt_fd_write_all(int fd, const void *buf, size_t len, int64_t timeout_ms)
+{
+	return kt_write_all(fd, NULL, buf, len, timeout_ms);
 }
 
 int

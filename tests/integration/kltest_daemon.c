@@ -1,10 +1,10 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The harness's daemons (kltest.h): each keylockd starts from the build
- * tree (or under KEYLOCKD_WRAPPER) in its own mkdtemp directory under the
- * run's, with fork/exec and PR_SET_PDEATHSIG so a killed test cannot leave
- * one behind. Ready means the port file holds a port and both the TCP
+ * The harness's daemons (kltest.h), the one launcher of the C tests: each
+ * keylockd starts from the build tree (or under KEYLOCKD_WRAPPER) in its
+ * own mkdtemp directory under the run's, with --config /dev/null, and with
+ * fork/exec and PR_SET_PDEATHSIG so a killed test cannot leave one behind. Ready means the port file holds a port and both the TCP
  * port and the unix socket accept a connection; nothing sleeps to
  * synchronise. Stopping is SIGTERM and a reap with a deadline.
  */
@@ -161,6 +161,10 @@ kt_daemon_argv(const struct kt_daemon *d, const char **argv)
 	for (int i = 0; i < kt_nwrap; i++)
 		argv[argc++] = kt_wrap[i];
 	argv[argc++] = kt_bin;
+	/* first, so that a test's own --config (the last one wins) can
+	 * replace it; never the operator's file */
+	argv[argc++] = "--config";
+	argv[argc++] = "/dev/null";
 	argv[argc++] = "--bind";
 	argv[argc++] = "127.0.0.1";
 	argv[argc++] = "--port";
@@ -252,6 +256,9 @@ kt_daemon_wait_ready_at(const char *file, int line, struct kt_daemon *d)
 		    bad, sizeof(bad)) && bad[0] != '\0')
 			kt_fail_at(file, line, "port file %s holds \"%s\", not "
 			    "a port number and LF", d->portfile, bad);
+		if (d->port != 0)
+			snprintf(d->addr, sizeof(d->addr), "%s:%d", d->host,
+			    d->port);
 		if (d->port != 0 && !tcp_ok)
 			tcp_ok = kt_try_connect(d, KT_TCP) == 0;
 		if (tcp_ok && kt_try_connect(d, KT_UNIX) == 0)
@@ -269,7 +276,7 @@ kt_daemon_wait_ready_at(const char *file, int line, struct kt_daemon *d)
 }
 
 struct kt_daemon *
-kt_daemon_start_at(const char *file, int line, const char *statedir,
+kt_daemon_launch_at(const char *file, int line, const char *statedir,
     const char *const *extra)
 {
 	struct kt_daemon *d;
@@ -288,6 +295,15 @@ kt_daemon_start_at(const char *file, int line, const char *statedir,
 	d->owner = getpid();
 	d->running = true;
 	kt_daemons[slot] = d;
+	return d;
+}
+
+struct kt_daemon *
+kt_daemon_start_at(const char *file, int line, const char *statedir,
+    const char *const *extra)
+{
+	struct kt_daemon *d = kt_daemon_launch_at(file, line, statedir, extra);
+
 	kt_daemon_wait_ready_at(file, line, d);
 	return d;
 }
@@ -355,9 +371,15 @@ kt_daemon_stop_at(const char *file, int line, struct kt_daemon *d,
 	return kt_daemon_wait_at(file, line, d, check_zero);
 }
 
-static void
-kt_daemon_forget(struct kt_daemon *d)
+void
+kt_daemon_free(struct kt_daemon *d)
 {
+	if (d == NULL || d->external)
+		return;
+	if (d->running && d->owner == getpid()) {
+		kill(d->pid, SIGKILL);
+		kt_reap(d, 10000);
+	}
 	for (int i = 0; i < KT_MAX_DAEMONS; i++)
 		if (kt_daemons[i] == d)
 			kt_daemons[i] = NULL;
@@ -369,7 +391,6 @@ kt_daemon_forget(struct kt_daemon *d)
 	free(d);
 }
 
-
 void
 kt_daemons_stop(void)
 {
@@ -380,7 +401,7 @@ kt_daemons_stop(void)
 			continue;
 		if (d->running)
 			kt_daemon_stop_at(__FILE__, __LINE__, d, true);
-		kt_daemon_forget(d);
+		kt_daemon_free(d);
 	}
 }
 
@@ -399,6 +420,6 @@ kt_daemons_kill(void)
 				kt_reap(d, 10000);
 			}
 		}
-		kt_daemon_forget(d);
+		kt_daemon_free(d);
 	}
 }

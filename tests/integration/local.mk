@@ -7,7 +7,8 @@
 # tests in concurrency_*.c by theme; only programs' main files end in
 # _test.c (scripts/test.sh runs tests/integration/*_test under valgrind).
 
-# The harness (kltest.h), also linked by tests/hostile and tests/soak.
+# The harness (kltest.h): the one daemon launcher of the C tests, also
+# linked by tests/hostile, tests/soak and tests/cli (check_libkeylock).
 check_LIBRARIES += tests/integration/libkltest.a
 tests_integration_libkltest_a_SOURCES = \
 	tests/integration/kltest.c \
@@ -34,7 +35,8 @@ PROTOCOL_UTIL = \
 	tests/integration/protocol_util.c \
 	tests/integration/protocol_util.h
 
-check_PROGRAMS += $(PROTOCOL_TESTS) tests/integration/concurrency_test
+check_PROGRAMS += $(PROTOCOL_TESTS) tests/integration/concurrency_test \
+	tests/integration/harness_test
 
 tests_integration_protocol_commands_test_SOURCES = \
 	tests/integration/protocol_commands_test.c $(PROTOCOL_UTIL)
@@ -71,4 +73,10 @@ tests_integration_concurrency_test_SOURCES = \
 tests_integration_concurrency_test_CFLAGS = $(KLTEST_CFLAGS)
 tests_integration_concurrency_test_LDADD = $(KLTEST_LDADD)
 
-TESTS += $(PROTOCOL_TESTS) tests/integration/concurrency_test
+# The harness itself: hermetic daemons and clients.
+tests_integration_harness_test_SOURCES = tests/integration/harness_test.c
+tests_integration_harness_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_harness_test_LDADD = $(KLTEST_LDADD)
+
+TESTS += $(PROTOCOL_TESTS) tests/integration/concurrency_test \
+	tests/integration/harness_test

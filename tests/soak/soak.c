@@ -77,25 +77,6 @@ run_rnd(struct run *r, uint32_t n)
 	return (uint32_t)(r->rng % n);
 }
 
-static int64_t
-env_int(const char *name, int64_t def, int64_t lo, int64_t hi)
-{
-	const char	*e = getenv(name);
-	char		*end;
-	long long	 v;
-
-	if (e == NULL || *e == '\0')
-		return def;
-	errno = 0;
-	v = strtoll(e, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi) {
-		fprintf(stderr, "soak: %s=%s: want %lld to %lld\n", name, e,
-		    (long long)lo, (long long)hi);
-		exit(1);
-	}
-	return v;
-}
-
 /* Starts a worker in slot i. */
 static void
 run_spawn(struct run *r, int i)
@@ -118,13 +99,13 @@ run_start(struct run *r)
 	const char	*asan = getenv("ASAN_OPTIONS");
 	char		 clients[16];
 
-	r->secs = env_int("SOAK_SECONDS", 60, 1, 86400);
-	r->nworkers = env_int("SOAK_WORKERS", kt_slow() > 1 ? 4 : 16, 1, 256);
-	r->per = (int)(env_int("SOAK_CLIENTS", kt_slow() > 1 ? 48 : 320, 1,
+	r->secs = kt_env_int("SOAK_SECONDS", 60, 1, 86400);
+	r->nworkers = kt_env_int("SOAK_WORKERS", kt_slow() > 1 ? 4 : 16, 1, 256);
+	r->per = (int)(kt_env_int("SOAK_CLIENTS", kt_slow() > 1 ? 48 : 320, 1,
 	    5000) / r->nworkers);
 	if (r->per == 0)
 		r->per = 1;
-	r->seed = (uint64_t)env_int("SOAK_SEED", 1, 0, INT64_MAX);
+	r->seed = (uint64_t)kt_env_int("SOAK_SEED", 1, 0, INT64_MAX);
 	r->rng = mix64(r->seed);
 	r->slack_ms = kt_ms(SLACK_MS);
 	r->rss_warm = -1;
@@ -164,7 +145,7 @@ run_start(struct run *r)
 	    (long long)r->slack_ms, (int)kt_d->pid, r->rss0);
 	for (int i = 0; i < r->nworkers; i++)
 		run_spawn(r, i);
-	r->t0 = now_ns();
+	r->t0 = kt_now_ns();
 	r->t_end = r->t0 + (uint64_t)r->secs * 1000000000ULL;
 }
 
@@ -176,7 +157,7 @@ run_kill_one(struct run *r)
 	struct inc *w = &r->s->incs[r->slot[i]];
 	int	    status;
 
-	w->killed = now_ns();
+	w->killed = kt_now_ns();
 	kill(w->pid, SIGKILL);
 	waitpid(w->pid, &status, 0);
 	r->s->kills++;
@@ -194,7 +175,7 @@ run_reap(struct run *r)
 
 		if (waitpid(w->pid, &status, WNOHANG) != w->pid)
 			continue;
-		w->killed = now_ns();	/* its holds end no later */
+		w->killed = kt_now_ns();	/* its holds end no later */
 		soak_error(r->s, "worker %u died by itself, status 0x%x",
 		    r->slot[i], status);
 		run_spawn(r, i);
@@ -206,7 +187,7 @@ run_sample(struct run *r)
 {
 	json_t	*st;
 
-	if (r->rss_warm < 0 && now_ns() > r->t0 + (r->t_end - r->t0) / 3)
+	if (r->rss_warm < 0 && kt_now_ns() > r->t0 + (r->t_end - r->t0) / 3)
 		r->rss_warm = hu_rss_kib(kt_d->pid);
 	st = kt_stats(r->m);
 	if (kt_jint(st, "waiting") > r->max_waiting) {
@@ -233,25 +214,25 @@ run_loop(struct run *r)
 	uint64_t next_stats = r->t0;
 	uint64_t next_check = r->t0 + LAG_NS + CHECK_EVERY_NS;
 
-	while (now_ns() < r->t_end && r->s->nerrors == 0) {
+	while (kt_now_ns() < r->t_end && r->s->nerrors == 0) {
 		struct pollfd pfd = { r->pipe[0], POLLIN, 0 };
 
 		poll(&pfd, 1, 20);
 		soak_drain(r->s, r->pipe[0]);
-		if (now_ns() >= next_kill) {
+		if (kt_now_ns() >= next_kill) {
 			run_kill_one(r);
-			next_kill = now_ns() + (200 + run_rnd(r, 800)) *
+			next_kill = kt_now_ns() + (200 + run_rnd(r, 800)) *
 			    1000000ULL;
 		}
 		run_reap(r);
-		if (now_ns() >= next_check) {
+		if (kt_now_ns() >= next_check) {
 			/* check, and forget what is over */
-			soak_check(r->s, false, now_ns() - LAG_NS);
-			next_check = now_ns() + CHECK_EVERY_NS;
+			soak_check(r->s, false, kt_now_ns() - LAG_NS);
+			next_check = kt_now_ns() + CHECK_EVERY_NS;
 		}
-		if (now_ns() >= next_stats) {
+		if (kt_now_ns() >= next_stats) {
 			run_sample(r);
-			next_stats = now_ns() + STATS_EVERY_NS;
+			next_stats = kt_now_ns() + STATS_EVERY_NS;
 		}
 	}
 }
@@ -261,7 +242,7 @@ run_loop(struct run *r)
 static void
 run_stop(struct run *r)
 {
-	r->s->term_ns = now_ns();
+	r->s->term_ns = kt_now_ns();
 	for (int i = 0; i < r->nworkers; i++)
 		kill(r->s->incs[r->slot[i]].pid, SIGTERM);
 	close(r->pipe[1]);
@@ -288,7 +269,7 @@ run_report(struct run *r, json_t *st, const uint64_t *tot)
 	const struct verdict *v = &r->s->v;
 
 	fprintf(stderr, "soak: %.1f s, %zu worker incarnations, %llu workers "
-	    "SIGKILLed (%llu clients)\n", (double)(now_ns() - r->t0) / 1e9,
+	    "SIGKILLed (%llu clients)\n", (double)(kt_now_ns() - r->t0) / 1e9,
 	    r->s->nincs, (unsigned long long)r->s->kills,
 	    (unsigned long long)r->s->killed_clients);
 	fprintf(stderr, "soak: client side:");
@@ -382,7 +363,7 @@ main(int argc, char **argv)
 	(void)argc;
 	(void)argv;
 	kt_init("soak");
-	tc = kt_tcase(s, "chaos", KT_PRIVATE, (double)env_int("SOAK_SECONDS",
+	tc = kt_tcase(s, "chaos", KT_PRIVATE, (double)kt_env_int("SOAK_SECONDS",
 	    60, 1, 86400) + 60, kt_setup_none);
 	if (tc != NULL)
 		tcase_add_test(tc, chaos_soak_keeps_every_invariant);

@@ -88,9 +88,6 @@ struct rec {
 	char		 msg[240];	/* REC_ERROR */
 };
 
-/* CLOCK_MONOTONIC in ns: the same clock in every process. */
-uint64_t	 now_ns(void);
-
 /* soak_worker.c: plays nclients clients until SIGTERM; never returns. */
 void		 worker_main(int pipefd, uint32_t inc, uint64_t seed,
 		    int nclients, int64_t slack_ms)

@@ -157,7 +157,7 @@ w_counts(struct worker *w)
 	r.type = REC_COUNT;
 	memcpy(r.cnt, w->cnt, sizeof(r.cnt));
 	w_send_rec(w, &r);
-	w->last_count = now_ns();
+	w->last_count = kt_now_ns();
 }
 
 static void
@@ -199,13 +199,13 @@ w_go_off(struct worker *w, struct client *c, uint64_t delay_ms)
 	c->st = ST_OFF;
 	c->inlen = c->outlen = 0;
 	c->nheld = 0;
-	c->wake = now_ns() + delay_ms * 1000000ULL;
+	c->wake = kt_now_ns() + delay_ms * 1000000ULL;
 }
 
 static void
 w_close(struct worker *w, struct client *c, bool rst)
 {
-	w_end_all(w, c, now_ns());
+	w_end_all(w, c, kt_now_ns());
 	if (rst)
 		hu_close_rst(c->fd);
 	else
@@ -229,7 +229,7 @@ w_connect(struct worker *w, struct client *c)
 	}
 	w->cnt[C_CONNECTS]++;
 	c->st = t == KT_TCP ? ST_CONNECTING : ST_IDLE;
-	c->wake = now_ns();
+	c->wake = kt_now_ns();
 }
 
 static bool
@@ -340,7 +340,7 @@ w_sent(struct worker *w, struct client *c, enum req rq, int64_t timeout_ms)
 {
 	c->rq = rq;
 	c->timeout_ms = timeout_ms;
-	c->sent = now_ns();
+	c->sent = kt_now_ns();
 	c->lenient = false;
 	c->holding = c->nheld > 0;
 	c->deadline = c->sent + (uint64_t)((timeout_ms > 0 ? timeout_ms : 0) +
@@ -394,7 +394,7 @@ w_request_release(struct worker *w, struct client *c)
 	int		 i = (int)rnd((uint32_t)c->nheld);
 	struct grant	*h = &c->held[i];
 	uint32_t	 r = rnd(100);
-	uint64_t	 t = now_ns();
+	uint64_t	 t = kt_now_ns();
 
 	if (r < 10) {
 		/* a hold with a ttl may be gone already */
@@ -457,7 +457,7 @@ w_chaos(struct worker *w, struct client *c)
 			if (c->fd == -1)
 				return true;
 		}
-		c->shut = now_ns();
+		c->shut = kt_now_ns();
 		w_end_all(w, c, c->shut);
 		shutdown(c->fd, SHUT_WR);
 		c->st = ST_HALF;
@@ -473,11 +473,11 @@ w_chaos(struct worker *w, struct client *c)
 			c->lenient = true;
 		}
 		c->st = ST_STALL;
-		c->wake = now_ns() + (100 + rnd(1400)) * 1000000ULL;
+		c->wake = kt_now_ns() + (100 + rnd(1400)) * 1000000ULL;
 	} else if (r < 14 && w->nflood == 0) {
 		w->cnt[C_FLOODS]++;
 		w->nflood++;
-		c->flood_start = now_ns();
+		c->flood_start = kt_now_ns();
 		w_end_all(w, c, c->flood_start);
 		c->st = ST_FLOOD;
 		c->deadline = c->flood_start + (uint64_t)(20000 +
@@ -700,7 +700,7 @@ w_read(struct worker *w, struct client *c)
 	char		*lf;
 
 	n = recv(c->fd, c->in + c->inlen, IN_CAP - c->inlen, MSG_DONTWAIT);
-	t = now_ns();
+	t = kt_now_ns();
 	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
 	    errno == EINTR))
 		return true;
@@ -754,9 +754,9 @@ w_flood(struct worker *w, struct client *c)
 		w_go_off(w, c, rnd(50));
 		return;
 	}
-	if (now_ns() > c->deadline) {
+	if (kt_now_ns() > c->deadline) {
 		w_error(w, c, "flooding without reading for %.0f s and not "
-		    "cut off at max-output", (double)(now_ns() -
+		    "cut off at max-output", (double)(kt_now_ns() -
 		    c->flood_start) / 1e9);
 		close(c->fd);
 		w_go_off(w, c, 0);
@@ -854,10 +854,10 @@ worker_main(int pipefd, uint32_t inc, uint64_t seed, int nclients,
 	for (int i = 0; i < nclients; i++) {
 		w.cl[i].st = ST_OFF;
 		w.cl[i].fd = -1;
-		w.cl[i].wake = now_ns() + rnd(200) * 1000000ULL;
+		w.cl[i].wake = kt_now_ns() + rnd(200) * 1000000ULL;
 	}
 	while (!worker_stop) {
-		uint64_t t = now_ns(), next = t + 100000000ULL;
+		uint64_t t = kt_now_ns(), next = t + 100000000ULL;
 		int	 np = 0;
 
 		for (int i = 0; i < nclients; i++) {
@@ -868,19 +868,19 @@ worker_main(int pipefd, uint32_t inc, uint64_t seed, int nclients,
 			pfd[np] = (struct pollfd){ w.cl[i].fd, ev, 0 };
 			map[np++] = i;
 		}
-		t = now_ns();
+		t = kt_now_ns();
 		if (poll(pfd, (nfds_t)np, next > t ? (int)((next - t) /
 		    1000000) : 0) == -1 && errno != EINTR)
 			_exit(5);
 		for (int j = 0; j < np; j++)
 			if (pfd[j].revents != 0 && w.cl[map[j]].fd == pfd[j].fd)
 				w_events(&w, &w.cl[map[j]], pfd[j].revents);
-		if (now_ns() - w.last_count > 500000000ULL)
+		if (kt_now_ns() - w.last_count > 500000000ULL)
 			w_counts(&w);
 	}
 	for (int i = 0; i < nclients; i++)
 		if (w.cl[i].fd != -1) {
-			w_end_all(&w, &w.cl[i], now_ns());
+			w_end_all(&w, &w.cl[i], kt_now_ns());
 			close(w.cl[i].fd);
 		}
 	w_counts(&w);
