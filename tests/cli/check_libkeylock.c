@@ -12,9 +12,11 @@
  * the suite and main.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <check.h>
 
+#include "check_main.h"
 #include "kltest.h"
 #include "libkeylock_util.h"
 
@@ -32,14 +34,19 @@ libkeylock_suite(void)
 	return s;
 }
 
-int
-main(void)
+static void
+libkeylock_init(const char *name)
 {
-	kt_init("check_libkeylock");
+	kt_init(name);
 	if (kt_external()) {
-		fprintf(stderr, "check_libkeylock: SKIP: every test needs a "
-		    "private daemon, not KEYLOCKD_TEST_ADDR\n");
-		return 77;
+		fprintf(stderr, "%s: SKIP: every test needs a private daemon, "
+		    "not KEYLOCKD_TEST_ADDR\n", name);
+		exit(77);
 	}
-	return kt_run(libkeylock_suite());
 }
+
+const struct check_program check_program = {
+	.name = "check_libkeylock",
+	.init = libkeylock_init,
+	.suites = { libkeylock_suite, NULL }
+};

@@ -1,5 +1,7 @@
 # check_libkeylock (defined with the client in tools/local.mk) starts its
-# daemons through the C tests' harness, tests/integration/libkltest.a.
-tests_cli_check_libkeylock_CPPFLAGS += -I$(top_srcdir)/tests/integration
-tests_cli_check_libkeylock_LDADD += tests/integration/libkltest.a \
-	$(CHECK_LIBS) -lpthread
+# daemons through the C tests' harness, tests/integration/libkltest.a, and
+# has the Check programs' one main().
+tests_cli_check_libkeylock_CPPFLAGS += -I$(top_srcdir)/tests/integration \
+	$(CHECK_MAIN_CFLAGS)
+tests_cli_check_libkeylock_LDADD += $(CHECK_MAIN_LDADD) \
+	tests/integration/libkltest.a $(CHECK_LIBS) -lpthread

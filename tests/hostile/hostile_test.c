@@ -17,6 +17,7 @@
 
 #include <check.h>
 
+#include "check_main.h"
 #include "hostile_test.h"
 #include "hostile_util.h"
 #include "kltest.h"
@@ -73,11 +74,8 @@ hostile_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("hostile_test");
-	return kt_run(hostile_suite());
-}
+const struct check_program check_program = {
+	.name = "hostile_test",
+	.init = kt_init,
+	.suites = { hostile_suite, NULL }
+};

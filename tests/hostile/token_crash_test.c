@@ -30,6 +30,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "hostile_util.h"
 #include "kltest.h"
 #include "token.h"
@@ -255,18 +256,21 @@ START_TEST(tokens_after_a_crash_are_above_every_token_before)
 }
 END_TEST
 
-int
-main(int argc, char **argv)
+static Suite *
+token_crash_suite(void)
 {
 	Suite	*s = suite_create("token_crash");
 	TCase	*tc;
 
-	(void)argc;
-	(void)argv;
-	kt_init("token_crash_test");
 	tc = kt_tcase(s, "crash", KT_PRIVATE, 90, kt_setup_none);
 	if (tc != NULL)
 		tcase_add_test(tc,
 		    tokens_after_a_crash_are_above_every_token_before);
-	return kt_run(s);
+	return s;
 }
+
+const struct check_program check_program = {
+	.name = "token_crash_test",
+	.init = kt_init,
+	.suites = { token_crash_suite, NULL }
+};

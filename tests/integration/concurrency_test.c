@@ -11,6 +11,7 @@
  */
 #include <check.h>
 
+#include "check_main.h"
 #include "concurrency_util.h"
 #include "kltest.h"
 
@@ -25,11 +26,8 @@ concurrency_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("concurrency_test");
-	return kt_run(concurrency_suite());
-}
+const struct check_program check_program = {
+	.name = "concurrency_test",
+	.init = kt_init,
+	.suites = { concurrency_suite, NULL }
+};

@@ -22,6 +22,7 @@
 
 #include <check.h>
 
+#include "check_main.h"
 #include "kltest.h"
 
 #ifndef KL_SYSCONFDIR
@@ -141,15 +142,19 @@ harness_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
+/* Plants what a caller's environment might hold, then starts the harness. */
+static void
+harness_init(const char *name)
 {
-	(void)argc;
-	(void)argv;
 	for (int i = 0; planted[i] != NULL; i++)
 		setenv(planted[i], "/nonexistent/planted-by-harness_test", 1);
 	setenv("KEYLOCKD_HARNESS_KEPT", "yes", 1);
 	setenv("KEYLOCK_AFTER_A_KEPT_ONE", "1", 1);
-	kt_init("harness_test");
-	return kt_run(harness_suite());
+	kt_init(name);
 }
+
+const struct check_program check_program = {
+	.name = "harness_test",
+	.init = harness_init,
+	.suites = { harness_suite, NULL }
+};

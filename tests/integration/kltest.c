@@ -350,18 +350,6 @@ kt_tcase(Suite *s, const char *name, int needs, double secs,
 	return tc;
 }
 
-int
-kt_run(Suite *s)
-{
-	SRunner	*sr = srunner_create(s);
-	int	 nfailed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? 0 : 1;
-}
-
 /* Failures */
 
 void

@@ -83,8 +83,9 @@ struct kt_conn {
 	struct kt_conn	*next;		/* closed at teardown */
 };
 
-/* main(): environment (KEYLOCK_* removed), fd limit, SIGPIPE; exits 77
- * if KEYLOCKD is unset. */
+/* Before the suites (check_program.init, tests/lib/check_main.h):
+ * environment (KEYLOCK_* removed), fd limit, SIGPIPE; exits 77 if
+ * KEYLOCKD is unset. */
 void		 kt_init(const char *prog);
 /* A whole number from the environment variable name, def when it is unset
  * or empty; anything but digits within [min, max] ends the run. */
@@ -128,7 +129,6 @@ void		 kt_teardown(void);
 #define KT_PRIVATE	1
 TCase		*kt_tcase(Suite *s, const char *name, int needs,
 		    double secs, void (*setup)(void));
-int		 kt_run(Suite *s);
 
 /* Non-asserting layer (worker threads). */
 struct kt_conn	*kt_conn_open(const struct kt_daemon *d,

@@ -21,9 +21,9 @@ tests_integration_libkltest_a_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	$(JANSSON_CFLAGS)
 
 KLTEST_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/integration \
-	$(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-KLTEST_LDADD = tests/integration/libkltest.a $(CHECK_LIBS) $(JANSSON_LIBS) \
-	-lpthread
+	$(CHECK_MAIN_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+KLTEST_LDADD = $(CHECK_MAIN_LDADD) tests/integration/libkltest.a \
+	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
 
 PROTOCOL_TESTS = \
 	tests/integration/protocol_commands_test \

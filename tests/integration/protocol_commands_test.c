@@ -22,6 +22,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "protocol_util.h"
 
 static void
@@ -499,11 +500,8 @@ protocol_commands_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("protocol_commands_test");
-	return kt_run(protocol_commands_suite());
-}
+const struct check_program check_program = {
+	.name = "protocol_commands_test",
+	.init = kt_init,
+	.suites = { protocol_commands_suite, NULL }
+};

@@ -20,6 +20,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "protocol_util.h"
 
 /* error codes */
@@ -536,11 +537,8 @@ protocol_errors_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("protocol_errors_test");
-	return kt_run(protocol_errors_suite());
-}
+const struct check_program check_program = {
+	.name = "protocol_errors_test",
+	.init = kt_init,
+	.suites = { protocol_errors_suite, NULL }
+};

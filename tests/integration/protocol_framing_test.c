@@ -22,6 +22,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "protocol_util.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -512,11 +513,8 @@ protocol_framing_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("protocol_framing_test");
-	return kt_run(protocol_framing_suite());
-}
+const struct check_program check_program = {
+	.name = "protocol_framing_test",
+	.init = kt_init,
+	.suites = { protocol_framing_suite, NULL }
+};

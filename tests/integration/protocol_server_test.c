@@ -18,6 +18,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "protocol_util.h"
 
 /* counters (private daemon: absolute values) */
@@ -258,11 +259,8 @@ protocol_server_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("protocol_server_test");
-	return kt_run(protocol_server_suite());
-}
+const struct check_program check_program = {
+	.name = "protocol_server_test",
+	.init = kt_init,
+	.suites = { protocol_server_suite, NULL }
+};

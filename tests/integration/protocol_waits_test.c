@@ -17,6 +17,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "protocol_util.h"
 
 /* deadlock */
@@ -387,11 +388,8 @@ protocol_waits_suite(void)
 	return s;
 }
 
-int
-main(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	kt_init("protocol_waits_test");
-	return kt_run(protocol_waits_suite());
-}
+const struct check_program check_program = {
+	.name = "protocol_waits_test",
+	.init = kt_init,
+	.suites = { protocol_waits_suite, NULL }
+};

@@ -38,6 +38,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check_main.h"
 #include "hostile_util.h"
 #include "kltest.h"
 #include "soak.h"
@@ -354,18 +355,21 @@ START_TEST(chaos_soak_keeps_every_invariant)
 }
 END_TEST
 
-int
-main(int argc, char **argv)
+static Suite *
+soak_suite(void)
 {
 	Suite	*s = suite_create("soak");
 	TCase	*tc;
 
-	(void)argc;
-	(void)argv;
-	kt_init("soak");
 	tc = kt_tcase(s, "chaos", KT_PRIVATE, (double)kt_env_int("SOAK_SECONDS",
 	    60, 1, 86400) + 60, kt_setup_none);
 	if (tc != NULL)
 		tcase_add_test(tc, chaos_soak_keeps_every_invariant);
-	return kt_run(s);
+	return s;
 }
+
+const struct check_program check_program = {
+	.name = "soak",
+	.init = kt_init,
+	.suites = { soak_suite, NULL }
+};

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "check_config.h"
+#include "check_main.h"
 #include "config.h"
 #include "kl.h"
 #include "log.h"
@@ -255,14 +256,7 @@ config_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	SRunner	*sr = srunner_create(config_suite());
-	int	 nfailed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_config",
+	.suites = { config_suite, NULL }
+};

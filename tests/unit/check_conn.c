@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "check_conn.h"
+#include "check_main.h"
 #include "config.h"
 #include "conn.h"
 #include "kl.h"
@@ -543,14 +544,8 @@ conn_suite(void)
 	cc_add_commands(s);
 	return s;
 }
-int
-main(void)
-{
-	SRunner	*sr = srunner_create(conn_suite());
-	int	 nfailed;
 
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_conn",
+	.suites = { conn_suite, NULL }
+};

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check_locktable.h"
+#include "check_main.h"
 #include "hist.h"
 #include "kl.h"
 #include "locktable.h"
@@ -444,15 +445,7 @@ locktable_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	SRunner	*sr;
-	int	 nfailed;
-
-	sr = srunner_create(locktable_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_locktable",
+	.suites = { locktable_suite, NULL }
+};

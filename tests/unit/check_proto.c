@@ -21,6 +21,7 @@
 
 #include <check.h>
 
+#include "check_main.h"
 #include "check_proto.h"
 #include "proto.h"
 
@@ -221,17 +222,16 @@ proto_suite(void)
 	return s;
 }
 
-int
-main(void)
+static void
+proto_init(const char *name)
 {
-	SRunner	*sr;
-	int	 failed;
-
+	(void)name;
 	cp_load_cases();
-	sr = srunner_create(proto_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	cp_free_cases();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+const struct check_program check_program = {
+	.name = "check_proto",
+	.init = proto_init,
+	.done = cp_free_cases,
+	.suites = { proto_suite, NULL }
+};

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "check_main.h"
 #include "check_stats.h"
 #include "hist.h"
 #include "kl.h"
@@ -412,14 +413,7 @@ stats_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	SRunner	*sr = srunner_create(stats_suite());
-	int	 nfailed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_stats",
+	.suites = { stats_suite, NULL }
+};

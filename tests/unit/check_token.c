@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "token.h"
 #include "util.h"
 
@@ -526,14 +527,7 @@ token_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	SRunner	*sr = srunner_create(token_suite());
-	int	 nfailed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_token",
+	.suites = { token_suite, NULL }
+};

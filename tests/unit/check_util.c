@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_main.h"
 #include "util.h"
 
 static void
@@ -182,14 +183,7 @@ util_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	SRunner	*sr = srunner_create(util_suite());
-	int	 nfailed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+const struct check_program check_program = {
+	.name = "check_util",
+	.suites = { util_suite, NULL }
+};

@@ -1,0 +1,36 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * main() for every Check program (check_main.h): the program's own part
+ * is its check_program.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <check.h>
+
+#include "check_main.h"
+
+int
+main(void)
+{
+	const struct check_program *p = &check_program;
+	SRunner	*sr;
+	int	 nfailed;
+
+	if (p->suites[0] == NULL) {
+		fprintf(stderr, "%s: no suites\n", p->name);
+		return EXIT_FAILURE;
+	}
+	if (p->init != NULL)
+		p->init(p->name);
+	sr = srunner_create(p->suites[0]());
+	for (int i = 1; p->suites[i] != NULL; i++)
+		srunner_add_suite(sr, p->suites[i]());
+	srunner_run_all(sr, CK_ENV);
+	nfailed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	if (p->done != NULL)
+		p->done();
+	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
