@@ -376,11 +376,18 @@ def test_tls(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         subprocess.run(args, check=True, capture_output=True, cwd=tmp_path)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
           "-nodes"]
+    # extensions that Python 3.13's strict verification wants
     sh("openssl", "req", "-x509", *ec, "-keyout", "ca.key", "-out",
-       "ca.pem", "-days", "2", "-subj", "/CN=testca")
+       "ca.pem", "-days", "2", "-subj", "/CN=testca", "-addext",
+       "basicConstraints=critical,CA:TRUE", "-addext",
+       "keyUsage=critical,keyCertSign,cRLSign")
     sh("openssl", "req", *ec, "-keyout", "srv.key", "-out", "srv.csr",
        "-subj", "/CN=localhost")
-    (tmp_path / "san").write_text("subjectAltName=DNS:localhost\n")
+    (tmp_path / "san").write_text(
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n"
+        "authorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n")
     sh("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem",
        "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days",
        "2", "-extfile", "san")
