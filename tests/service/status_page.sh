@@ -147,6 +147,8 @@ browser --virtual-time-budget=4000 --dump-dom "$URL/" >"$TMP/dom.html" ||
     fail "chromium --dump-dom: $(tail -n 5 "$TMP/chromium.log")"
 tr -d '\n' <"$TMP/dom.html" >"$TMP/dom1"
 expect_grep 'id="state" class="dim">updated ' "$TMP/dom1" "the page's state"
+expect_grep '<title>keylockd: 3 held, 23 waiting</title>' "$TMP/dom1" \
+    "the page's title"
 expect_grep '<p class="key">jobs:nightly</p>' "$TMP/dom1" "the held key"
 expect_grep '<p class="key">jobs:nightly</p><div class="dim">1 holding, 2 waiting[^<]*</div><ul class="holders"><li class="holder"><span>#[0-9]+ <span class="name">alice</span></span> exclusive, held [0-9.]+ m?s' \
     "$TMP/dom1" "alice holding jobs:nightly"
