@@ -40,6 +40,8 @@ static const char *const status_words[] = {
 	[KEYLOCK_ERR_LIMIT] = "LIMIT",
 	[KEYLOCK_ERR_AUTH] = "AUTH",
 	[KEYLOCK_ERR_SHUTDOWN] = "SHUTDOWN",
+	[KEYLOCK_ERR_CANCELLED] = "CANCELLED",
+	[KEYLOCK_ERR_BACKEND] = "BACKEND",
 };
 #define NSERVER_CODES	(sizeof(status_words) / sizeof(status_words[0]))
 
@@ -58,8 +60,11 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_LIMIT] = "a server limit was reached",
 	[KEYLOCK_ERR_AUTH] = "authentication is required or failed",
 	[KEYLOCK_ERR_SHUTDOWN] = "the server is shutting down",
+	[KEYLOCK_ERR_CANCELLED] = "the lock request was cancelled",
+	[KEYLOCK_ERR_BACKEND] = "the server cannot reach its lock store",
 };
 
+static enum keylock_status	 lock_cancel_reply(struct keylock *);
 static enum keylock_status	 lock_build(struct keylock *, const char *,
 				    const char *const *, size_t,
 				    const struct keylock_lock_opts *, long);
@@ -203,6 +208,53 @@ keylock_lock_send(struct keylock *kl, const char *const *keys, size_t nkeys,
 }
 
 enum keylock_status
+keylock_lock_cancel(struct keylock *kl)
+{
+	enum keylock_status	st;
+
+	if (!kl->pending)
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, "no LOCK is in flight");
+	if (kl->cancelling)
+		return kli_status(kl, KEYLOCK_OK);
+	kl->out.len = 0;
+	if ((st = kli_buf_add(kl, "CANCEL\n", 7)) != KEYLOCK_OK ||
+	    (st = kli_send(kl, kli_deadline(kl, kli_now_ms()))) != KEYLOCK_OK)
+		return st;
+	kl->cancelling = 1;
+	return kli_status(kl, KEYLOCK_OK);
+}
+
+/*
+ * The LOCK's reply is in kl->reply and the CANCEL's comes next ("OK 0"
+ * after a grant, "OK 1" after ERR CANCELLED): read it, and keep the LOCK's
+ * line as the reply keylock_reply() and keylock_message() show.
+ */
+static enum keylock_status
+lock_cancel_reply(struct keylock *kl)
+{
+	char			line[KEYLOCK_MSG_MAX];
+	enum keylock_status	st;
+
+	snprintf(line, sizeof(line), "%s", kl->reply);
+	st = kli_recv(kl, kli_deadline(kl, kli_now_ms()));
+	if (st == KEYLOCK_PENDING) {
+		keylock_close(kl);
+		return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "no reply to CANCEL "
+		    "in time; connection closed, its locks are released");
+	}
+	if (st != KEYLOCK_OK)
+		return st;
+	if (strcmp(kl->reply, "OK 0") != 0 && strcmp(kl->reply, "OK 1") != 0) {
+		keylock_close(kl);
+		return kli_fail(kl, KEYLOCK_ERR_PROTO, "CANCEL answered \"%.64s"
+		    "\"; connection closed", kl->reply);
+	}
+	memcpy(kl->msgbuf, line, sizeof(line));
+	kl->reply = kl->msgbuf;
+	return KEYLOCK_OK;
+}
+
+enum keylock_status
 keylock_lock_recv(struct keylock *kl, long wait_ms, uint64_t *token)
 {
 	enum keylock_status	st;
@@ -230,6 +282,9 @@ keylock_lock_recv(struct keylock *kl, long wait_ms, uint64_t *token)
 		    "in time; connection closed, its locks are released");
 	}
 	kl->pending = 0;
+	if (st == KEYLOCK_OK && kl->cancelling)
+		st = lock_cancel_reply(kl);
+	kl->cancelling = 0;
 	if (st != KEYLOCK_OK || (st = reply_parse(kl, &value)) != KEYLOCK_OK)
 		return st;
 	if ((st = parse_u64(kl, value, KEYLOCK_TOKEN_MAX, &t)) == KEYLOCK_OK &&

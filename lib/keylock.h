@@ -43,6 +43,8 @@ enum keylock_status {
 	KEYLOCK_ERR_LIMIT = 11,
 	KEYLOCK_ERR_AUTH = 12,
 	KEYLOCK_ERR_SHUTDOWN = 13,
+	KEYLOCK_ERR_CANCELLED = 14,	/* the LOCK was withdrawn by CANCEL */
+	KEYLOCK_ERR_BACKEND = 15,	/* the server's store is unreachable */
 	KEYLOCK_ERR_UNKNOWN = 99,	/* an ERR code this library predates */
 
 	KEYLOCK_ERR_IO = 100,		/* a system call failed (see errno) */
@@ -158,6 +160,15 @@ enum keylock_status keylock_lock_send(struct keylock *kl,
 		    const struct keylock_lock_opts *opts, long timeout_ms);
 enum keylock_status keylock_lock_recv(struct keylock *kl, long wait_ms,
 		    uint64_t *token);
+/*
+ * Gives up the LOCK of keylock_lock_send() and keeps the connection, with
+ * every lock it holds (CANCEL, keylockd-protocol(7)). Then keep calling
+ * keylock_lock_recv(): it returns KEYLOCK_ERR_CANCELLED when the wait was
+ * withdrawn, or KEYLOCK_OK with the token when the grant came first (the
+ * lock is then held and must be released); it reads the CANCEL's own reply
+ * too. KEYLOCK_ERR_INVAL when no LOCK is in flight.
+ */
+enum keylock_status keylock_lock_cancel(struct keylock *kl);
 
 /* UNLOCK; *count (if not NULL) is the number of keys released. */
 enum keylock_status keylock_unlock(struct keylock *kl, const char *const *keys,

@@ -39,6 +39,7 @@ struct keylock {
 	int			 fd;
 	long			 timeout_ms;	/* < 0: none */
 	int			 pending;	/* a LOCK awaits its reply */
+	int			 cancelling;	/* and a CANCEL was sent after it */
 	int64_t			 lock_deadline;	/* monotonic ms, -1: none */
 	enum keylock_status	 last;
 	struct keylock_buf	 out, in;

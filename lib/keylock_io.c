@@ -160,6 +160,7 @@ keylock_close(struct keylock *kl)
 		close(kl->fd);
 	kl->fd = -1;
 	kl->pending = 0;
+	kl->cancelling = 0;
 	kl->in.off = kl->in.scan = kl->in.len;
 }
 

@@ -4,37 +4,193 @@
  * The commands of keylockd-protocol(7): the shared checks run once in
  * commands_execute(), in the protocol's order (the parser already did
  * SYNTAX and BADKEY: then AUTH, then LIMIT), and each handler makes one
- * lock-table call and one reply. Handlers never write a socket, and the
- * lock table's hooks never call back into the table.
+ * backend call and one reply, now or, when the backend completes the
+ * request later, from commands_done(). Handlers never write a socket, and
+ * what a backend hook calls never calls back into the backend.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "clock.h"
 #include "commands.h"
+#include "config.h"
 #include "conn.h"
 #include "locktable.h"
 #include "log.h"
-#include "server.h"
 #include "stats.h"
-#include "token.h"
 #include "util.h"
 
 #define CMD_NO_AUTH	0x01	/* allowed before AUTH succeeds */
 #define CMD_KEYS	0x02	/* arguments are keys: max-keys applies */
+#define CMD_ADMIN	0x04	/* the operator's: unix socket or admin AUTH */
+
+#define BLOCKER_MAX	(KL_KEY_MAX + KL_NAME_MAX + 160)
+
+/* An AUTH secret: the clients' or the operator's. */
+struct cmd_secret {
+	char		*s;		/* NULL: none configured */
+	size_t		 len;
+};
+
+struct commands {
+	const struct config	*cfg;
+	struct stats		*st;
+	struct backend		*be;
+	struct cmd_secret	 client;	/* auth-file */
+	struct cmd_secret	 admin;		/* admin-auth-file */
+	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
+};
 
 struct cmd_entry {
-	void		(*fn)(struct conn *, const struct request *);
+	void		(*fn)(struct commands *, struct conn *,
+			    const struct request *);
 	unsigned	flags;
 };
 
-#define BLOCKER_MAX	(KL_KEY_MAX + KL_NAME_MAX + 160)
+/* ---- the secret ---- */
+
+/* Reads an AUTH secret: the file's first line, without its line end.
+ * false with a message in err. */
+static bool
+cmd_read_secret(const char *setting, const char *path,
+    struct cmd_secret *sec, char *err, size_t errlen)
+{
+	char	 buf[KL_SECRET_MAX + 2];
+	FILE	*f;
+	size_t	 n;
+
+	sec->s = NULL;
+	sec->len = 0;
+	if (path == NULL)
+		return true;
+	if ((f = fopen(path, "r")) == NULL) {
+		snprintf(err, errlen, "%s %s: %s", setting, path,
+		    strerror(errno));
+		return false;
+	}
+	if (fgets(buf, sizeof(buf), f) == NULL)
+		buf[0] = '\0';
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = '\0';
+	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL) {
+		snprintf(err, errlen, "%s %s: the secret must be one line of "
+		    "1 to %d bytes without spaces", setting, path,
+		    KL_SECRET_MAX);
+		return false;
+	}
+	if ((sec->s = kl_strndup(buf, n)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	sec->len = n;
+	return true;
+}
+
+/* Both secrets of cfg, or neither (false, with a message). */
+static bool
+cmd_read_secrets(const struct config *cfg, struct cmd_secret *client,
+    struct cmd_secret *admin, char *err, size_t errlen)
+{
+	if (!cmd_read_secret("auth-file", cfg->auth_file, client, err,
+	    errlen))
+		return false;
+	if (!cmd_read_secret("admin-auth-file", cfg->admin_auth_file, admin,
+	    err, errlen)) {
+		kl_free(client->s);
+		client->s = NULL;
+		return false;
+	}
+	return true;
+}
+
+int
+commands_check(const struct config *cfg, char *err, size_t errlen)
+{
+	struct cmd_secret	client, admin;
+
+	if (!cmd_read_secrets(cfg, &client, &admin, err, errlen))
+		return -1;
+	kl_free(client.s);
+	kl_free(admin.s);
+	return 0;
+}
+
+struct commands *
+commands_new(const struct config *cfg, struct stats *st, struct backend *be,
+    char *err, size_t errlen)
+{
+	struct commands	*cmds;
+
+	if ((cmds = kl_calloc(1, sizeof(*cmds))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	cmds->cfg = cfg;
+	cmds->st = st;
+	cmds->be = be;
+	if (!cmd_read_secrets(cfg, &cmds->client, &cmds->admin, err,
+	    errlen)) {
+		kl_free(cmds);
+		return NULL;
+	}
+	return cmds;
+}
+
+void
+commands_free(struct commands *cmds)
+{
+	if (cmds == NULL)
+		return;
+	kl_free(cmds->client.s);
+	kl_free(cmds->admin.s);
+	kl_free(cmds);
+}
+
+static void
+cmd_log_secret_change(const char *what, const struct cmd_secret *old,
+    const struct cmd_secret *new)
+{
+	if (old->s != NULL || new->s != NULL)
+		log_info("reload: %s %s", what, new->s == NULL ? "off" :
+		    "secret read");
+}
+
+bool
+commands_reload(struct commands *cmds, const struct config *next, char *err,
+    size_t errlen)
+{
+	struct cmd_secret	client, admin;
+
+	if (!cmd_read_secrets(next, &client, &admin, err, errlen))
+		return false;
+	cmd_log_secret_change("AUTH", &cmds->client, &client);
+	cmd_log_secret_change("operator AUTH", &cmds->admin, &admin);
+	kl_free(cmds->client.s);
+	kl_free(cmds->admin.s);
+	cmds->client = client;
+	cmds->admin = admin;
+	return true;
+}
+
+bool
+commands_need_auth(const struct commands *cmds)
+{
+	return cmds->client.s != NULL;
+}
+
+/* ---- the texts ---- */
 
 static const char *
 cmd_owner_name(const struct lt_owner *o)
 {
-	return conn_name(locktable_owner_udata(o));
+	const struct conn	*c = locktable_owner_udata(o);
+
+	return c != NULL ? conn_name(c) : NULL;
 }
 
 /* "KEY held by client 3 (backup) for 812 ms, 2 waiting": who blocks. */
@@ -65,11 +221,93 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 	return buf;
 }
 
+/* A refused or ended LOCK, UNLOCK or REFRESH: its ERR line. */
+static void
+cmd_reply_refusal(struct commands *cmds, struct conn *c,
+    const struct be_result *r)
+{
+	const struct lt_blocker	*why = &r->why;
+	char			 b[BLOCKER_MAX];
+
+	switch (r->err) {
+	case KL_ERR_LIMIT:
+		conn_reply_err(c, r->err, "this connection would hold more "
+		    "than %" PRId64 " locks (max-locks)", cmds->cfg->max_locks);
+		break;
+	case KL_ERR_HELD:
+		conn_reply_err(c, r->err, "this connection already holds %.*s",
+		    (int)why->keylen, why->key);
+		break;
+	case KL_ERR_NOTHELD:
+		conn_reply_err(c, r->err, "%.*s is not held by this "
+		    "connection", (int)why->keylen, why->key);
+		break;
+	case KL_ERR_CONFLICT:
+		conn_reply_err(c, r->err, "%.*s is in use with limit=%" PRIu32
+		    ", not %" PRIu32, (int)why->keylen, why->key, r->key_limit,
+		    r->limit);
+		break;
+	case KL_ERR_BUSY:
+		conn_reply_err(c, r->err, "max_waiters=%" PRId64 " reached: "
+		    "%s", r->max_waiters, cmd_blocker(b, sizeof(b), why));
+		break;
+	case KL_ERR_DEADLOCK:
+		conn_reply_err(c, r->err, "waiting would close a cycle: %s",
+		    cmd_blocker(b, sizeof(b), why));
+		break;
+	case KL_ERR_TIMEOUT:
+		conn_reply_err(c, r->err, "not granted in time: %s",
+		    cmd_blocker(b, sizeof(b), why));
+		break;
+	case KL_ERR_CANCELLED:
+		conn_reply_err(c, r->err, "the wait was withdrawn by CANCEL");
+		break;
+	case KL_ERR_SHUTDOWN:
+		conn_reply_err(c, r->err, "the server is stopping");
+		break;
+	case KL_ERR_BACKEND:
+		conn_reply_err(c, r->err, "%s", r->text != NULL ? r->text :
+		    "the backend cannot be reached");
+		break;
+	default:
+		conn_reply_err(c, r->err, "%s", cmd_blocker(b, sizeof(b),
+		    why));
+		break;
+	}
+}
+
+/* Every lock operation's reply, now or when the backend completes it. */
+static void
+cmd_reply(struct commands *cmds, struct conn *c, const struct be_result *r)
+{
+	if (r->err == KL_OK)
+		conn_reply_u64(c, r->value);
+	else if (r->err == KL_ERR_NOMEM)
+		conn_close_nomem(c, r->op == BE_LOCK ? "a lock request" :
+		    "a lock operation");
+	else
+		cmd_reply_refusal(cmds, c, r);
+}
+
+/* BE_PENDING keeps c's request open until commands_done(). */
+static void
+cmd_finish(struct commands *cmds, struct conn *c, enum be_status st,
+    const struct be_result *r)
+{
+	if (st == BE_PENDING)
+		conn_pend(c, false, -1, 0);
+	else
+		cmd_reply(cmds, c, r);
+}
+
+/* ---- lock handlers ---- */
+
 /* The effective timeout of a LOCK: < 0 waits forever, 0 does not wait. */
 static bool
-cmd_timeout(struct conn *c, const struct request *req, int64_t *timeout)
+cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
+    int64_t *timeout)
 {
-	const struct config	*cfg = conn_server(c)->cfg;
+	const struct config	*cfg = cmds->cfg;
 
 	if (req->cmd == CMD_TRYLOCK)
 		*timeout = 0;
@@ -91,57 +329,16 @@ cmd_timeout(struct conn *c, const struct request *req, int64_t *timeout)
 }
 
 static void
-cmd_lock_failed(struct conn *c, enum kl_err err, const struct lt_acquire *a,
-    const struct lt_blocker *why)
+cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server		*srv = conn_server(c);
-	const struct lt_key	*k;
-	struct lt_key_view	 v;
-	char			 b[BLOCKER_MAX];
-
-	switch (err) {
-	case KL_ERR_LIMIT:
-		conn_reply_err(c, err, "this connection would hold more than "
-		    "%" PRId64 " locks (max-locks)", srv->cfg->max_locks);
-		break;
-	case KL_ERR_HELD:
-		conn_reply_err(c, err, "this connection already holds %.*s",
-		    (int)why->keylen, why->key);
-		break;
-	case KL_ERR_CONFLICT:
-		k = locktable_find(srv->lt, why->key, why->keylen);
-		locktable_key_view(k, &v);
-		conn_reply_err(c, err, "%.*s is in use with limit=%" PRIu32
-		    ", not %" PRIu32, (int)why->keylen, why->key, v.limit,
-		    a->limit);
-		break;
-	case KL_ERR_BUSY:
-		conn_reply_err(c, err, "max_waiters=%" PRId64 " reached: %s",
-		    a->max_waiters, cmd_blocker(b, sizeof(b), why));
-		break;
-	case KL_ERR_DEADLOCK:
-		conn_reply_err(c, err, "waiting would close a cycle: %s",
-		    cmd_blocker(b, sizeof(b), why));
-		break;
-	default:
-		conn_reply_err(c, err, "%s", cmd_blocker(b, sizeof(b), why));
-		break;
-	}
-}
-
-static void
-cmd_lock(struct conn *c, const struct request *req)
-{
-	struct server		*srv = conn_server(c);
-	const struct config	*cfg = srv->cfg;
+	const struct config	*cfg = cmds->cfg;
+	struct backend		*be = cmds->be;
 	struct lt_acquire	 a;
-	struct lt_blocker	 why;
-	uint64_t		 now = kl_now_ms(), token = 0;
+	struct be_result	 r;
+	uint64_t		 now = kl_now_ms();
 	int64_t			 timeout;
-	bool			 granted = false;
-	enum kl_err		 err;
 
-	if (!cmd_timeout(c, req, &timeout))
+	if (!cmd_timeout(cmds, c, req, &timeout))
 		return;
 	memset(&a, 0, sizeof(a));
 	a.keys = req->args;
@@ -154,60 +351,58 @@ cmd_lock(struct conn *c, const struct request *req)
 	    (int64_t)req->max_waiters : cfg->default_max_waiters;
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
-	err = locktable_acquire(srv->lt, conn_owner(c), &a, now, &granted,
-	    &token, &why);
-	if (err != KL_OK)
-		cmd_lock_failed(c, err, &a, &why);
-	else if (granted)
-		conn_reply_u64(c, token);
+	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
+		conn_pend(c, true, timeout, now);
 	else
-		conn_wait(c, timeout, now);
+		cmd_reply(cmds, c, &r);
 }
 
 static void
-cmd_unlock(struct conn *c, const struct request *req)
+cmd_unlock(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server	*srv = conn_server(c);
-	size_t		 n, bad;
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
 
-	if (locktable_release(srv->lt, conn_owner(c), req->args, req->arglens,
-	    req->nargs, kl_now_ms(), &n, &bad) != KL_OK)
-		conn_reply_err(c, KL_ERR_NOTHELD, "%.*s is not held by this "
-		    "connection", (int)req->arglens[bad], req->args[bad]);
-	else
-		conn_reply_u64(c, n);
+	cmd_finish(cmds, c, be->ops->release(be, conn_owner(c), req->args,
+	    req->arglens, req->nargs, kl_now_ms(), &r), &r);
 }
 
 static void
-cmd_unlockall(struct conn *c, const struct request *req)
+cmd_unlockall(struct commands *cmds, struct conn *c,
+    const struct request *req)
 {
-	struct server	*srv = conn_server(c);
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
 
-	conn_reply_u64(c, locktable_release_owner(srv->lt, conn_owner(c),
-	    kl_now_ms(), LT_WHY_UNLOCK));
+	cmd_finish(cmds, c, be->ops->release_owner(be, conn_owner(c),
+	    kl_now_ms(), &r), &r);
 }
 
 static void
-cmd_refresh(struct conn *c, const struct request *req)
+cmd_refresh(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server	*srv = conn_server(c);
-	size_t		 n, bad;
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
 
-	if (locktable_refresh(srv->lt, conn_owner(c), req->args, req->arglens,
-	    req->nargs, req->ttl_ms, kl_now_ms(), &n, &bad) != KL_OK)
-		conn_reply_err(c, KL_ERR_NOTHELD, "%.*s is not held by this "
-		    "connection", (int)req->arglens[bad], req->args[bad]);
-	else
-		conn_reply_u64(c, n);
+	cmd_finish(cmds, c, be->ops->refresh(be, conn_owner(c), req->args,
+	    req->arglens, req->nargs, req->ttl_ms, kl_now_ms(), &r), &r);
 }
+
+/* In its turn: 1 if it was read ahead and withdrew the waiting LOCK
+ * (keylockd-protocol(7), CANCEL), else 0. */
+static void
+cmd_cancel(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	conn_reply_u64(c, conn_cancel_result(c));
+}
+
+/* ---- other handlers ---- */
 
 static void
 cmd_json_reply(struct conn *c, char *json)
 {
 	if (json == NULL) {
-		log_warnx("client %" PRIu64 ": out of memory for JSON",
-		    conn_id(c));
-		conn_close(c, "out of memory");
+		conn_close_nomem(c, "JSON");
 		return;
 	}
 	conn_reply_ok_str(c, json);
@@ -215,28 +410,24 @@ cmd_json_reply(struct conn *c, char *json)
 }
 
 static void
-cmd_stats(struct conn *c, const struct request *req)
+cmd_stats(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server	*srv = conn_server(c);
-
-	cmd_json_reply(c, stats_to_json(&srv->stats, srv->lt, kl_now_ms(),
-	    PACKAGE_VERSION));
+	cmd_json_reply(c, stats_to_json(cmds->st, backend_table(cmds->be),
+	    kl_now_ms(), PACKAGE_VERSION, backend_name(cmds->be)));
 }
 
 static void
-cmd_info(struct conn *c, const struct request *req)
+cmd_info(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server	*srv = conn_server(c);
-
-	cmd_json_reply(c, stats_info_json(srv->lt, req->args[0],
-	    req->arglens[0], kl_now_ms(), cmd_owner_name));
+	cmd_json_reply(c, stats_info_json(backend_table(cmds->be),
+	    req->args[0], req->arglens[0], kl_now_ms(), cmd_owner_name));
 }
 
 static void
-cmd_name(struct conn *c, const struct request *req)
+cmd_name(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	if (!conn_set_name(c, req->args[0], req->arglens[0])) {
-		conn_close(c, "out of memory");
+		conn_close_nomem(c, "a name");
 		return;
 	}
 	conn_reply_ok(c, "%s", "");
@@ -244,52 +435,132 @@ cmd_name(struct conn *c, const struct request *req)
 
 /* Compares in time that depends only on the secret's length. */
 static bool
-cmd_secret_matches(const char *secret, size_t slen, const char *given,
+cmd_secret_matches(const struct cmd_secret *sec, const char *given,
     size_t glen)
 {
-	unsigned char	diff = (unsigned char)(slen != glen);
+	unsigned char	diff;
 
-	for (size_t i = 0; i < slen; i++)
-		diff |= (unsigned char)(secret[i] ^ (i < glen ? given[i] : 0));
+	if (sec->s == NULL)
+		return false;
+	diff = (unsigned char)(sec->len != glen);
+	for (size_t i = 0; i < sec->len; i++)
+		diff |= (unsigned char)(sec->s[i] ^ (i < glen ? given[i] : 0));
 	return diff == 0;
 }
 
+/* The operator's secret also counts as AUTH for every other command
+ * (keylockd-protocol(7), Operator commands). */
 static void
-cmd_auth(struct conn *c, const struct request *req)
+cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct server	*srv = conn_server(c);
+	const char	*given = req->args[0];
+	size_t		 glen = req->arglens[0];
+	bool		 client, admin;
 	uint64_t	 now;
 
-	if (srv->secret != NULL && cmd_secret_matches(srv->secret,
-	    srv->secret_len, req->args[0], req->arglens[0])) {
-		conn_set_authed(c, true);
+	client = cmd_secret_matches(&cmds->client, given, glen);
+	admin = cmd_secret_matches(&cmds->admin, given, glen);
+	if (client || admin) {
+		conn_set_auth(c, true, admin || conn_is_admin(c));
+		if (admin)
+			log_info("client %" PRIu64 " from %s: AUTH as the "
+			    "operator", conn_id(c), conn_peer(c));
 		conn_reply_ok(c, "%s", "");
 		return;
 	}
-	srv->stats.auth_failures++;
+	cmds->st->auth_failures++;
 	now = kl_now_ms();
-	if (now - srv->auth_log_ms >= KL_WARN_INTERVAL_MS) {
+	if (now - cmds->auth_log_ms >= KL_WARN_INTERVAL_MS) {
 		log_warnx("client %" PRIu64 " from %s: AUTH failed (%" PRIu64
 		    " failures so far)", conn_id(c), conn_peer(c),
-		    srv->stats.auth_failures);
-		srv->auth_log_ms = now;
+		    cmds->st->auth_failures);
+		cmds->auth_log_ms = now;
 	} else
 		log_debug("client %" PRIu64 " from %s: AUTH failed",
 		    conn_id(c), conn_peer(c));
-	if (srv->secret == NULL)
+	if (cmds->client.s == NULL && cmds->admin.s == NULL)
 		conn_reply_err(c, KL_ERR_AUTH, "no secret is configured");
 	else
 		conn_reply_err(c, KL_ERR_AUTH, "wrong secret");
 }
 
+/* ---- operator commands ---- */
+
+static const char *
+cmd_transport_name(enum conn_transport t)
+{
+	return t == CONN_UNIX ? "unix" : t == CONN_TLS ? "tls" : "tcp";
+}
+
+struct cmd_clients {
+	struct stats_clients	*list;
+	uint64_t		 now;
+};
+
+static bool
+cmd_clients_add(void *arg, struct conn *c)
+{
+	struct cmd_clients	*cl = arg;
+	struct stats_client	 sc;
+
+	sc.id = conn_id(c);
+	sc.name = conn_name(c);
+	sc.transport = cmd_transport_name(conn_transport(c));
+	sc.peer = conn_peer(c);
+	sc.age_ms = cl->now - conn_since_ms(c);
+	sc.owner = conn_owner(c);
+	stats_clients_add(cl->list, &sc, cl->now);
+	return true;
+}
+
 static void
-cmd_ping(struct conn *c, const struct request *req)
+cmd_clients(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	struct cmd_clients	cl;
+
+	cl.now = kl_now_ms();
+	if ((cl.list = stats_clients_new(KL_INFO_LIST_MAX)) == NULL) {
+		conn_close_nomem(c, "CLIENTS");
+		return;
+	}
+	conns_walk(conn_set(c), cmd_clients_add, &cl);
+	cmd_json_reply(c, stats_clients_json(cl.list));
+}
+
+static void
+cmd_kill(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	struct conn	*target;
+	uint64_t	 id;
+	char		 why[KL_NAME_MAX + 64];
+	const char	*name = conn_name(c);
+
+	if (!kl_parse_u64(req->args[0], req->arglens[0], 0, UINT64_MAX, &id) ||
+	    (target = conns_find(conn_set(c), id)) == NULL) {
+		conn_reply_u64(c, 0);
+		return;
+	}
+	snprintf(why, sizeof(why), "killed by client %" PRIu64 "%s%s%s",
+	    conn_id(c), name != NULL ? " (" : "", name != NULL ? name : "",
+	    name != NULL ? ")" : "");
+	log_info("client %" PRIu64 " (%s) from %s: KILL by client %" PRIu64
+	    " from %s", id, conn_name(target) != NULL ? conn_name(target) :
+	    "-", conn_peer(target), conn_id(c), conn_peer(c));
+	conn_reply_u64(c, 1);
+	if (target == c)
+		conn_quit(c);	/* after its OK 1 */
+	else
+		conn_close(target, why);
+}
+
+static void
+cmd_ping(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	conn_reply_ok(c, "PONG");
 }
 
 static void
-cmd_quit(struct conn *c, const struct request *req)
+cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	conn_reply_ok(c, "%s", "");
 	conn_quit(c);
@@ -297,7 +568,10 @@ cmd_quit(struct conn *c, const struct request *req)
 
 static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_AUTH]	= { cmd_auth,		CMD_NO_AUTH },
+	[CMD_CANCEL]	= { cmd_cancel,		0 },
+	[CMD_CLIENTS]	= { cmd_clients,	CMD_ADMIN },
 	[CMD_INFO]	= { cmd_info,		0 },
+	[CMD_KILL]	= { cmd_kill,		CMD_ADMIN },
 	[CMD_LOCK]	= { cmd_lock,		CMD_KEYS },
 	[CMD_NAME]	= { cmd_name,		0 },
 	[CMD_PING]	= { cmd_ping,		CMD_NO_AUTH },
@@ -310,74 +584,73 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 };
 
 void
-commands_execute(struct conn *c, const struct request *req)
+commands_execute(struct commands *cmds, struct conn *c,
+    const struct request *req)
 {
 	const struct cmd_entry	*e = &cmd_table[req->cmd];
-	const struct config	*cfg = conn_server(c)->cfg;
 
-	if (!(e->flags & CMD_NO_AUTH) && !conn_is_authed(c)) {
+	if (!(e->flags & CMD_NO_AUTH) && cmds->client.s != NULL &&
+	    !conn_is_authed(c)) {
 		conn_reply_err(c, KL_ERR_AUTH, "authentication required");
 		return;
 	}
-	if ((e->flags & CMD_KEYS) && req->nargs > (size_t)cfg->max_keys) {
-		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
-		    "max-keys is %" PRId64, req->nargs, cfg->max_keys);
+	if ((e->flags & CMD_ADMIN) && conn_transport(c) != CONN_UNIX &&
+	    !conn_is_admin(c)) {
+		conn_reply_err(c, KL_ERR_AUTH, "%s is an operator command: "
+		    "connect over the unix socket or AUTH with the operator's "
+		    "secret", proto_cmd_name(req->cmd));
 		return;
 	}
-	e->fn(c, req);
+	if ((e->flags & CMD_KEYS) && req->nargs > (size_t)cmds->cfg->max_keys) {
+		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
+		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
+		return;
+	}
+	e->fn(cmds, c, req);
 }
 
-static void
-cmd_granted_hook(void *arg, struct lt_owner *o, uint64_t token,
-    uint64_t waited_ms)
+/* ---- later completions ---- */
+
+void
+commands_done(struct commands *cmds, struct lt_owner *o,
+    const struct be_result *r)
 {
 	struct conn	*c = locktable_owner_udata(o);
 
-	conn_reply_u64(c, token);
-	conn_wait_done(c);
-}
-
-static uint64_t
-cmd_token_hook(void *arg)
-{
-	struct server	*srv = arg;
-
-	return token_next(srv->tokens);
-}
-
-void
-commands_hooks(struct server *srv, struct lt_hooks *hooks)
-{
-	hooks->granted = cmd_granted_hook;
-	hooks->next_token = cmd_token_hook;
-	hooks->arg = srv;
-}
-
-void
-commands_timeout(struct conn *c)
-{
-	struct server		*srv = conn_server(c);
-	struct lt_blocker	 why;
-	char			 b[BLOCKER_MAX];
-	uint64_t		 now = kl_now_ms();
-
-	if (!locktable_wait_blocker(srv->lt, conn_owner(c), now, &why))
+	if (c == NULL)
 		return;
-	if (why.nwaiters > 0)
-		why.nwaiters--;		/* not counting the one timing out */
-	cmd_blocker(b, sizeof(b), &why);
-	locktable_withdraw(srv->lt, conn_owner(c), now, LT_WHY_TIMEOUT);
-	conn_reply_err(c, KL_ERR_TIMEOUT, "not granted in time: %s", b);
-	conn_wait_done(c);
+	cmd_reply(cmds, c, r);
+	conn_complete(c, r->err);
+}
+
+/* Withdraws c's waiting LOCK for why; replies once it is gone. */
+static void
+cmd_withdraw(struct commands *cmds, struct conn *c, enum lt_why why)
+{
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
+
+	if (be->ops->withdraw(be, conn_owner(c), why, kl_now_ms(), &r) ==
+	    BE_DONE && r.value > 0) {
+		cmd_reply(cmds, c, &r);
+		conn_complete(c, r.err);
+	}
 }
 
 void
-commands_shutdown_wait(struct conn *c)
+commands_deadline(struct commands *cmds, struct conn *c)
 {
-	struct server	*srv = conn_server(c);
+	cmd_withdraw(cmds, c, LT_WHY_TIMEOUT);
+}
 
-	locktable_withdraw(srv->lt, conn_owner(c), kl_now_ms(),
-	    LT_WHY_SHUTDOWN);
-	conn_reply_err(c, KL_ERR_SHUTDOWN, "the server is stopping");
-	conn_wait_done(c);
+void
+commands_cancel(struct commands *cmds, struct conn *c)
+{
+	cmd_withdraw(cmds, c, LT_WHY_CANCEL);
+}
+
+void
+commands_shutdown_wait(struct commands *cmds, struct conn *c)
+{
+	cmd_withdraw(cmds, c, LT_WHY_SHUTDOWN);
 }

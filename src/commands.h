@@ -1,28 +1,52 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * One handler per command of keylockd-protocol(7), in a table indexed by enum
- * cmd_id; the lock table's hooks; the texts that name who blocks a key.
- * Handlers reply through conn_reply_*; they never write a socket.
+ * One handler per command of keylockd-protocol(7), in a table indexed by
+ * enum cmd_id; the AUTH secret; the texts that name who blocks a key. The
+ * lock operations go to the backend (backend.h), and a result the backend
+ * brings later comes back through commands_done(). Handlers reply through
+ * conn_reply_*; they never write a socket.
  */
 #ifndef COMMANDS_H
 #define COMMANDS_H
 
-#include "locktable.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
 #include "proto.h"
 
+struct commands;
+struct config;
 struct conn;
-struct server;
+struct stats;
 
-/* The lock table's hooks: deferred grants go to the waiting connection. */
-void	commands_hooks(struct server *srv, struct lt_hooks *hooks);
+/* Whether the AUTH secret cfg names can be read; -1 with a message. */
+int		 commands_check(const struct config *cfg, char *err,
+		    size_t errlen);
+/* The commands over be, with cfg's secret. cfg, st and be stay the
+ * caller's. NULL with a message in err. */
+struct commands	*commands_new(const struct config *cfg, struct stats *st,
+		    struct backend *be, char *err, size_t errlen);
+void		 commands_free(struct commands *cmds);
+/* SIGHUP: the secret next names replaces the running one; false with a
+ * message in err, and the running one kept, if it cannot be read. Logs
+ * what changed. */
+bool		 commands_reload(struct commands *cmds,
+		    const struct config *next, char *err, size_t errlen);
+bool		 commands_need_auth(const struct commands *cmds);
 
 /* Runs the shared checks (auth, key count), then the handler. */
-void	commands_execute(struct conn *c, const struct request *req);
-
-/* c's wait ran out: withdraw it and reply ERR TIMEOUT naming the blocker. */
-void	commands_timeout(struct conn *c);
-/* The server stops: withdraw c's wait and reply ERR SHUTDOWN. */
-void	commands_shutdown_wait(struct conn *c);
+void		 commands_execute(struct commands *cmds, struct conn *c,
+		    const struct request *req);
+/* The backend completed o's open request: reply, resume its connection. */
+void		 commands_done(struct commands *cmds, struct lt_owner *o,
+		    const struct be_result *r);
+/* c's open LOCK ran out of time, was cancelled (a CANCEL line read
+ * ahead), or the server stops: withdraw it and reply TIMEOUT, CANCELLED
+ * or SHUTDOWN, now or when the backend completes it. */
+void		 commands_deadline(struct commands *cmds, struct conn *c);
+void		 commands_cancel(struct commands *cmds, struct conn *c);
+void		 commands_shutdown_wait(struct commands *cmds, struct conn *c);
 
 #endif /* COMMANDS_H */

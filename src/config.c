@@ -44,6 +44,7 @@ enum setting_kind {
 
 struct setting {
 	const char		*name;
+	const char		*arg;	/* --help's name of the value */
 	enum setting_kind	 kind;
 	size_t			 off;
 	int64_t			 min, max;
@@ -53,57 +54,59 @@ struct setting {
 
 #define OFF(f)	offsetof(struct config, f)
 static const struct setting settings[] = {
-	{ "bind", SET_BIND, OFF(binds), 0, 0,
+	{ "bind", "ADDR", SET_BIND, OFF(binds), 0, 0,
 	    "address to listen on (repeatable)", false },
-	{ "port", SET_INT, OFF(port), 0, 65535,
+	{ "port", "N", SET_INT, OFF(port), 0, 65535,
 	    "TCP port (0: any free port)", false },
-	{ "no-tcp", SET_FLAG, OFF(no_tcp), 0, 0,
+	{ "no-tcp", NULL, SET_FLAG, OFF(no_tcp), 0, 0,
 	    "do not listen on TCP", false },
-	{ "unix", SET_PATH_OR_EMPTY, OFF(unix_path), 0, 0,
+	{ "unix", "PATH", SET_PATH_OR_EMPTY, OFF(unix_path), 0, 0,
 	    "unix socket path (empty: none)", false },
-	{ "unix-mode", SET_MODE, OFF(unix_mode), 0, 0777,
+	{ "unix-mode", "MODE", SET_MODE, OFF(unix_mode), 0, 0777,
 	    "unix socket file mode (octal)", false },
-	{ "unix-group", SET_STRING, OFF(unix_group), 0, 0,
+	{ "unix-group", "GROUP", SET_STRING, OFF(unix_group), 0, 0,
 	    "unix socket group", false },
-	{ "state-dir", SET_STRING, OFF(state_dir), 0, 0,
+	{ "state-dir", "DIR", SET_STRING, OFF(state_dir), 0, 0,
 	    "directory for the fencing-token mark", false },
-	{ "port-file", SET_STRING, OFF(port_file), 0, 0,
+	{ "port-file", "FILE", SET_STRING, OFF(port_file), 0, 0,
 	    "write the bound TCP port here", false },
-	{ "max-clients", SET_INT, OFF(max_clients), 1, 10000000,
+	{ "max-clients", "N", SET_INT, OFF(max_clients), 1, 10000000,
 	    "open connections", true },
-	{ "max-keys", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
+	{ "max-keys", "N", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
 	    "keys per request", true },
-	{ "max-locks", SET_INT, OFF(max_locks), 1, 100000000,
+	{ "max-locks", "N", SET_INT, OFF(max_locks), 1, 100000000,
 	    "keys held per connection", true },
-	{ "max-line", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
+	{ "max-line", "BYTES", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
 	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
-	{ "max-output", SET_INT, OFF(max_output), 4096, 1073741824,
+	{ "max-output", "BYTES", SET_INT, OFF(max_output), 4096, 1073741824,
 	    "unread reply bytes per client", true },
-	{ "default-timeout", SET_INT_NONE, OFF(default_timeout), 0,
+	{ "default-timeout", "MS|none", SET_INT_NONE, OFF(default_timeout), 0,
 	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)", true },
-	{ "max-timeout", SET_INT_NONE, OFF(max_timeout), 0,
+	{ "max-timeout", "MS|none", SET_INT_NONE, OFF(max_timeout), 0,
 	    (int64_t)KL_MS_MAX, "largest timeout= accepted (ms)", true },
-	{ "default-max-waiters", SET_INT_NONE, OFF(default_max_waiters), 0,
+	{ "default-max-waiters", "N|none", SET_INT_NONE, OFF(default_max_waiters), 0,
 	    KL_LIMIT_MAX, "max_waiters when none is given", true },
-	{ "tcp-keepalive-idle", SET_INT, OFF(keepalive_idle), 0, 32767,
+	{ "tcp-keepalive-idle", "S", SET_INT, OFF(keepalive_idle), 0, 32767,
 	    "s before probing an idle peer (0: off)", true },
-	{ "tcp-keepalive-interval", SET_INT, OFF(keepalive_interval), 1,
+	{ "tcp-keepalive-interval", "S", SET_INT, OFF(keepalive_interval), 1,
 	    32767, "s between probes", true },
-	{ "tcp-keepalive-count", SET_INT, OFF(keepalive_count), 1, 127,
+	{ "tcp-keepalive-count", "N", SET_INT, OFF(keepalive_count), 1, 127,
 	    "unanswered probes before the peer is dead", true },
-	{ "auth-file", SET_STRING, OFF(auth_file), 0, 0,
+	{ "auth-file", "FILE", SET_STRING, OFF(auth_file), 0, 0,
 	    "file holding the AUTH secret", true },
-	{ "metrics", SET_STRING, OFF(metrics), 0, 0,
+	{ "admin-auth-file", "FILE", SET_STRING, OFF(admin_auth_file), 0, 0,
+	    "file holding the operator's AUTH secret (CLIENTS, KILL)", true },
+	{ "metrics", "ADDR:PORT", SET_STRING, OFF(metrics), 0, 0,
 	    "ADDR:PORT of the metrics HTTP listener", false },
-	{ "tls-cert", SET_STRING, OFF(tls_cert), 0, 0,
+	{ "tls-cert", "FILE", SET_STRING, OFF(tls_cert), 0, 0,
 	    "TLS certificate chain (PEM): enables the TLS listener", false },
-	{ "tls-key", SET_STRING, OFF(tls_key), 0, 0,
+	{ "tls-key", "FILE", SET_STRING, OFF(tls_key), 0, 0,
 	    "TLS private key (PEM)", false },
-	{ "tls-client-ca", SET_STRING, OFF(tls_client_ca), 0, 0,
+	{ "tls-client-ca", "FILE", SET_STRING, OFF(tls_client_ca), 0, 0,
 	    "CA (PEM) that client certificates must chain to", false },
-	{ "tls-port", SET_INT, OFF(tls_port), 0, 65535,
+	{ "tls-port", "N", SET_INT, OFF(tls_port), 0, 65535,
 	    "TLS port on every bind address (0: any free port)", false },
-	{ "log-level", SET_LEVEL, OFF(log_level), 0, 0,
+	{ "log-level", "LEVEL", SET_LEVEL, OFF(log_level), 0, 0,
 	    "error, warn, info or debug", true },
 };
 #undef OFF
@@ -335,13 +338,18 @@ static void
 config_usage(FILE *out)
 {
 	fprintf(out, "usage: keylockd [options]\n\n"
-	    "  --config FILE          config file (default "
+	    "  --config FILE                  config file (default "
 	    CONFIG_DEFAULT_FILE ", if present)\n"
-	    "  --check-config         check the settings and exit\n"
+	    "  --check-config                 check the settings and exit\n"
 	    "  --version, --help\n");
-	for (size_t i = 0; i < NSETTINGS; i++)
-		fprintf(out, "  --%-22s %s\n", settings[i].name,
-		    settings[i].help);
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char	opt[64];
+
+		snprintf(opt, sizeof(opt), "%s%s%s", settings[i].name,
+		    settings[i].arg != NULL ? " " : "",
+		    settings[i].arg != NULL ? settings[i].arg : "");
+		fprintf(out, "  --%-28s %s\n", opt, settings[i].help);
+	}
 	fprintf(out, "\nSee keylockd(8) and keylockd.conf(5).\n");
 }
 
@@ -563,6 +571,7 @@ config_cleanup(struct config *cfg)
 	free(cfg->state_dir);
 	free(cfg->port_file);
 	free(cfg->auth_file);
+	free(cfg->admin_auth_file);
 	free(cfg->metrics);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);

@@ -42,6 +42,7 @@ struct config {
 	int64_t		 keepalive_interval;	/* s */
 	int64_t		 keepalive_count;
 	char		*auth_file;
+	char		*admin_auth_file;	/* the operator's secret */
 	char		*metrics;		/* ADDR:PORT or NULL */
 	char		*tls_cert;		/* PEM; NULL: no TLS */
 	char		*tls_key;

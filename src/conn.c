@@ -1,15 +1,17 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * One client. Bytes arrive with one recv() per readable event, straight
- * into the server's scratch buffer; complete lines are handled in place and
- * only a remainder (a partial line, or lines queued behind a waiting LOCK)
- * is copied into the connection's own buffer, so an idle client holds no
- * buffer at all. Replies collect in one output buffer written with one
- * send() per turn. A line is never longer than max-line, unread output
- * never more than max-output, and conn_close() is the only way out.
+ * One client, and the event-loop turn that runs all of them. Bytes arrive
+ * with one recv() per readable event, straight into the set's scratch
+ * buffer; complete lines are handled in place and only a remainder (a
+ * partial line, or lines queued behind an open request) is copied into the
+ * connection's own buffer, so an idle client holds no buffer at all.
+ * Replies collect in one output buffer written with one send() per turn. A
+ * line is never longer than max-line, unread output never more than
+ * max-output, and conn_close() is the only way out.
  */
 #include <sys/socket.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 
 #include <errno.h>
@@ -18,31 +20,81 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "backend.h"
+#include "clock.h"
 #include "commands.h"
+#include "config.h"
 #include "conn.h"
-#include "locktable.h"
 #include "log.h"
 #include "proto.h"
-#include "server.h"
+#include "stats.h"
 #include "tls.h"
 #include "util.h"
 
-#define CONN_IBUF_MIN	256
-#define CONN_OBUF_MIN	512	/* kept while empty, freed when bigger */
+#define CONN_IBUF_MIN		256
+#define CONN_OBUF_MIN		512	/* kept while empty, freed when bigger */
+#define CONN_SCRATCH_SIZE	(64 * 1024)	/* one read per batch */
+#define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
+#define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
+#define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
+
+/*
+ * A connection's life, in the manner of memcached's conn_states: one state
+ * at a time, set only by conn_set_state(). Framing (an overlong line being
+ * discarded) and I/O back-pressure are separate, smaller facts below.
+ */
+enum conn_state {
+	/* Handles its lines as they come. */
+	CONN_READY = 0,
+	/*
+	 * The request being handled has no reply yet: a LOCK that waits, or,
+	 * over a replicated backend, any request until its commit. Whoever
+	 * owns it completes it (conn_complete); later lines stay queued, only
+	 * CANCEL is read ahead while a LOCK waits.
+	 */
+	CONN_PENDING,
+	/* Used up its share of this turn: resumes in the next one. */
+	CONN_DEFERRED,
+	/* QUIT was answered, or input ended and every complete line before
+	 * the end was handled: send what is left, then close. */
+	CONN_DRAINING,
+	/* Socket closed, locks released: freed at the end of the turn. */
+	CONN_CLOSED
+};
+
+TAILQ_HEAD(conn_list, conn);
+
+struct conns {
+	struct event_base	*base;
+	const struct config	*cfg;
+	struct stats		*st;
+	struct commands		*cmds;
+	struct backend		*be;
+	struct conn_list	 all;		/* open, oldest first */
+	struct conn_list	 runq;		/* work left for this turn */
+	struct conn_list	 dead;		/* closed, freed end of turn */
+	struct conn_list	 deferred;	/* turn used up: next turn */
+	struct event		*resume;	/* runs them after the poll */
+	uint64_t		 next_id;
+	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
+	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
+	struct request		 req;		/* the one being parsed */
+};
 
 struct conn {
-	TAILQ_ENTRY(conn)	 entry;		/* srv->conns */
-	TAILQ_ENTRY(conn)	 qentry;	/* srv->runq or srv->dead */
-	TAILQ_ENTRY(conn)	 dentry;	/* srv->deferred */
-	struct server		*srv;
+	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
+	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
+	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
+	struct conns		*cs;
 	struct lt_owner		*owner;
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
-	struct event		*timer;		/* the wait's timeout */
+	struct event		*timer;		/* the open request's deadline */
 	char			*ibuf;		/* unhandled input */
 	size_t			 ilen, icap;
 	char			*obuf;		/* unsent replies */
@@ -50,59 +102,272 @@ struct conn {
 	size_t			 produced;	/* reply bytes this turn */
 	char			*name;
 	struct tls_conn		*tls;		/* NULL: plain */
-	uint64_t		 id;
-	int			 fd;
-	bool			 waiting;	/* a LOCK is queued */
-	bool			 discarding;	/* inside an overlong line */
-	bool			 quitting;	/* close once output is out */
-	bool			 closed;
-	bool			 queued;	/* on srv->runq */
-	bool			 deferred;	/* on srv->deferred: turn used up */
 	const char		*eof;		/* why input ended, or NULL */
+	uint64_t		 id;
+	uint64_t		 since_ms;
+	int			 fd;
+	enum conn_state		 state;
+	enum conn_transport	 transport;
+	/* CANCEL read ahead (keylockd-protocol(7), CANCEL): ibuf is scanned
+	 * from cancel_scan; cancel_bits holds, oldest in bit 0, whether each
+	 * of the ncancels CANCEL lines found but not yet answered withdrew
+	 * its LOCK; cancel_asked: one was found for the waiting LOCK. */
+	size_t			 cancel_scan;
+	uint64_t		 cancel_bits;
+	unsigned		 ncancels;
+	bool			 cancel_asked;
+	bool			 cancel_skip;	/* scan inside an overlong line */
+	bool			 pending_lock;	/* the open request is a LOCK */
+	bool			 discarding;	/* inside an overlong line */
+	bool			 queued;	/* on cs->runq */
 	bool			 read_paused;	/* ibuf full: watch for close */
-	bool			 authed;
 	bool			 tls_read_wants_write;
 	bool			 wev_armed;	/* wev is added */
+	bool			 authed, admin;	/* set by AUTH (commands.c) */
 	char			 peer[64];
+};
+
+/* What one read brought. */
+enum conn_io {
+	CONN_IO_DATA = 0,
+	CONN_IO_AGAIN,		/* nothing now */
+	CONN_IO_END,		/* end of input, or an error: c->eof says */
+	CONN_IO_NOMEM
 };
 
 static void	conn_read_cb(evutil_socket_t, short, void *);
 static void	conn_write_cb(evutil_socket_t, short, void *);
 static void	conn_timer_cb(evutil_socket_t, short, void *);
 static void	conn_schedule(struct conn *c);
+static void	conn_set_state(struct conn *c, enum conn_state state);
+static bool	conn_flush(struct conn *c);
 static void	conn_run(struct conn *c);
-static void	conn_defer(struct conn *c);
-static void	conn_finish(struct conn *c);
+static bool	conns_release_closed(struct conns *cs);
+
+/* ---- the set and the turn ---- */
+
+static void
+conns_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conns	*cs = arg;
+	struct conn	*c;
+
+	while ((c = TAILQ_FIRST(&cs->deferred)) != NULL)
+		conn_set_state(c, CONN_READY);	/* leaves cs->deferred */
+	conns_end_turn(cs);
+}
+
+struct conns *
+conns_new(struct event_base *base, const struct config *cfg,
+    struct stats *st, struct commands *cmds, struct backend *be)
+{
+	struct conns	*cs;
+
+	if ((cs = kl_calloc(1, sizeof(*cs))) == NULL)
+		return NULL;
+	cs->base = base;
+	cs->cfg = cfg;
+	cs->st = st;
+	cs->cmds = cmds;
+	cs->be = be;
+	TAILQ_INIT(&cs->all);
+	TAILQ_INIT(&cs->runq);
+	TAILQ_INIT(&cs->dead);
+	TAILQ_INIT(&cs->deferred);
+	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
+	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL) {
+		kl_free(cs->scratch);
+		kl_free(cs);
+		return NULL;
+	}
+	return cs;
+}
+
+static void
+conns_free_dead(struct conns *cs)
+{
+	struct conn	*c;
+
+	conns_release_closed(cs);
+	while ((c = TAILQ_FIRST(&cs->dead)) != NULL) {
+		TAILQ_REMOVE(&cs->dead, c, qentry);
+		kl_free(c->ibuf);
+		kl_free(c->obuf);
+		kl_free(c->name);
+		kl_free(c);
+	}
+}
+
+/*
+ * The owners of the connections closed since the last call leave the
+ * backend here, not inside conn_close(): a connection may be closed from
+ * within a backend hook (a grant's reply that runs out of memory), which
+ * must not call back into the backend. Returns whether any left.
+ */
+static bool
+conns_release_closed(struct conns *cs)
+{
+	struct conn	*c;
+	bool		 any = false;
+	uint64_t	 now = kl_now_ms();
+
+	TAILQ_FOREACH(c, &cs->dead, qentry) {
+		if (c->owner == NULL)
+			continue;
+		cs->be->ops->owner_free(cs->be, c->owner, now);
+		c->owner = NULL;
+		any = true;
+	}
+	return any;
+}
+
+void
+conns_end_turn(struct conns *cs)
+{
+	struct conn	*c;
+
+	do {
+		while ((c = TAILQ_FIRST(&cs->runq)) != NULL) {
+			TAILQ_REMOVE(&cs->runq, c, qentry);
+			c->queued = false;
+			conn_run(c);
+		}
+	} while (conns_release_closed(cs));
+	cs->be->ops->end_turn(cs->be);
+	conns_free_dead(cs);
+}
+
+void
+conns_close_all(struct conns *cs, const char *reason)
+{
+	struct conn	*c;
+
+	/* Withdrawing one waiter must not grant another (keylockd-protocol(7),
+	 * SEMANTICS: SHUTDOWN means the request was not granted). */
+	cs->be->ops->freeze(cs->be);
+	TAILQ_FOREACH(c, &cs->all, entry)
+		if (c->state == CONN_PENDING && c->pending_lock)
+			commands_shutdown_wait(cs->cmds, c);
+	while ((c = TAILQ_FIRST(&cs->all)) != NULL) {
+		conn_flush(c);
+		conn_close(c, reason);
+	}
+}
+
+void
+conns_free(struct conns *cs)
+{
+	if (cs == NULL)
+		return;
+	conns_close_all(cs, "server shutdown");
+	conns_free_dead(cs);
+	event_free(cs->resume);
+	kl_free(cs->scratch);
+	kl_free(cs);
+}
 
 struct conn *
-conn_new(struct server *srv, int fd, const char *peer)
+conns_find(struct conns *cs, uint64_t id)
+{
+	struct conn	*c;
+
+	TAILQ_FOREACH(c, &cs->all, entry)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
+
+void
+conns_walk(struct conns *cs, bool (*fn)(void *, struct conn *), void *arg)
+{
+	struct conn	*c, *next;
+
+	for (c = TAILQ_FIRST(&cs->all); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, entry);
+		if (!fn(arg, c))
+			break;
+	}
+}
+
+/* ---- state ---- */
+
+/* The only place c->state changes: the lists follow it. */
+static void
+conn_set_state(struct conn *c, enum conn_state state)
+{
+	static const struct timeval	now = { 0, 0 };
+	struct conns			*cs = c->cs;
+
+	if (c->state == state || c->state == CONN_CLOSED)
+		return;
+	if (c->state == CONN_DEFERRED)
+		TAILQ_REMOVE(&cs->deferred, c, dentry);
+	c->state = state;
+	switch (state) {
+	case CONN_DEFERRED:
+		TAILQ_INSERT_TAIL(&cs->deferred, c, dentry);
+		evtimer_add(cs->resume, &now);
+		break;
+	case CONN_READY:
+	case CONN_DRAINING:
+		conn_schedule(c);
+		break;
+	case CONN_CLOSED:
+		if (c->queued)
+			TAILQ_REMOVE(&cs->runq, c, qentry);
+		c->queued = false;
+		TAILQ_REMOVE(&cs->all, c, entry);
+		TAILQ_INSERT_TAIL(&cs->dead, c, qentry);
+		break;
+	case CONN_PENDING:
+		break;
+	}
+}
+
+static void
+conn_schedule(struct conn *c)
+{
+	if (c->queued || c->state == CONN_CLOSED)
+		return;
+	c->queued = true;
+	TAILQ_INSERT_TAIL(&c->cs->runq, c, qentry);
+}
+
+/* ---- create and close ---- */
+
+struct conn *
+conn_new(struct conns *cs, int fd, const char *peer,
+    enum conn_transport transport)
 {
 	struct conn	*c;
 
 	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
 		return NULL;
-	c->srv = srv;
+	c->cs = cs;
 	c->fd = fd;
-	c->id = ++srv->next_id;
+	c->id = ++cs->next_id;
+	c->since_ms = kl_now_ms();
+	c->transport = transport;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb,
+	c->rev = event_new(cs->base, fd, EV_READ | EV_PERSIST, conn_read_cb,
 	    c);
-	c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST,
+	c->wev = event_new(cs->base, fd, EV_WRITE | EV_PERSIST,
 	    conn_write_cb, c);
-	c->owner = locktable_owner_new(srv->lt, c->id, c);
+	c->owner = cs->be->ops->owner_new(cs->be, c->id, c);
 	if (c->rev == NULL || c->wev == NULL || c->owner == NULL ||
 	    event_add(c->rev, NULL) == -1) {
 		if (c->rev != NULL)
 			event_free(c->rev);
 		if (c->wev != NULL)
 			event_free(c->wev);
-		locktable_owner_free(srv->lt, c->owner, 0);
+		if (c->owner != NULL)
+			cs->be->ops->owner_free(cs->be, c->owner, 0);
 		kl_free(c);
 		return NULL;
 	}
-	TAILQ_INSERT_TAIL(&srv->conns, c, entry);
-	srv->stats.clients++;
-	srv->stats.connections++;
+	TAILQ_INSERT_TAIL(&cs->all, c, entry);
+	cs->st->clients++;
+	cs->st->connections++;
 	log_debug("client %" PRIu64 ": connected from %s", c->id, c->peer);
 	return c;
 }
@@ -110,15 +375,13 @@ conn_new(struct server *srv, int fd, const char *peer)
 void
 conn_close(struct conn *c, const char *reason)
 {
-	struct server	*srv = c->srv;
+	struct conns	*cs = c->cs;
 
-	if (c->closed)
+	if (c->state == CONN_CLOSED)
 		return;
-	c->closed = true;
 	log_debug("client %" PRIu64 " (%s): closed: %s", c->id,
 	    c->name != NULL ? c->name : "-", reason);
-	locktable_owner_free(srv->lt, c->owner, kl_now_ms());
-	c->owner = NULL;
+	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
 	event_free(c->wev);
 	if (c->timer != NULL)
@@ -128,15 +391,35 @@ conn_close(struct conn *c, const char *reason)
 	c->tls = NULL;
 	close(c->fd);
 	c->fd = -1;
-	if (c->queued)
-		TAILQ_REMOVE(&srv->runq, c, qentry);
-	if (c->deferred)
-		TAILQ_REMOVE(&srv->deferred, c, dentry);
-	c->queued = c->deferred = false;
-	TAILQ_REMOVE(&srv->conns, c, entry);
-	TAILQ_INSERT_TAIL(&srv->dead, c, qentry);
-	srv->stats.clients--;
+	cs->st->clients--;
 }
+
+void
+conn_close_nomem(struct conn *c, const char *what)
+{
+	struct conns	*cs = c->cs;
+	uint64_t	 now = kl_now_ms();
+
+	if (c->state == CONN_CLOSED)
+		return;
+	cs->st->nomem_closes++;
+	if (now - cs->nomem_log_ms >= KL_WARN_INTERVAL_MS) {
+		log_warnx("client %" PRIu64 " (%s): out of memory for %s: "
+		    "closing it (%" PRIu64 " such closes so far; logged once "
+		    "per %d s)", c->id, c->name != NULL ? c->name : "-", what,
+		    cs->st->nomem_closes, KL_WARN_INTERVAL_MS / 1000);
+		cs->nomem_log_ms = now;
+	}
+	conn_close(c, "out of memory");
+}
+
+bool
+conn_start_tls(struct conn *c, struct tls_ctx *ctx)
+{
+	return (c->tls = tls_conn_new(ctx, c->fd)) != NULL;
+}
+
+/* ---- output ---- */
 
 /* Watches for writability only while output waits: no epoll_ctl or
  * libevent bookkeeping per flush. */
@@ -170,7 +453,7 @@ conn_flush(struct conn *c)
 {
 	ssize_t	n;
 
-	if (c->ooff == c->olen && !c->quitting)
+	if (c->ooff == c->olen && c->state != CONN_DRAINING)
 		return true;
 	while (c->ooff < c->olen) {
 		n = conn_send(c, c->obuf + c->ooff, c->olen - c->ooff);
@@ -195,8 +478,8 @@ conn_flush(struct conn *c)
 	}
 	if (!c->tls_read_wants_write)
 		conn_arm_write(c, false);
-	if (c->quitting) {
-		conn_close(c, "quit");
+	if (c->state == CONN_DRAINING) {
+		conn_close(c, c->eof != NULL ? c->eof : "quit");
 		return false;
 	}
 	return true;
@@ -206,24 +489,23 @@ conn_flush(struct conn *c)
 static bool
 conn_reserve(struct conn *c, size_t n)
 {
-	size_t	 need, cap;
+	size_t	 need, cap, max = (size_t)c->cs->cfg->max_output;
 	char	*p;
 
-	if (c->closed)
+	if (c->state == CONN_CLOSED)
 		return false;
-	if (c->ooff > 0 && c->olen + n > c->ocap) {
+	if (c->olen + n <= c->ocap)
+		return true;
+	if (c->ooff > 0) {
 		memmove(c->obuf, c->obuf + c->ooff, c->olen - c->ooff);
 		c->olen -= c->ooff;
 		c->ooff = 0;
 	}
-	need = c->olen + n;
-	if (need <= c->ocap)
-		return true;
-	if (need > (size_t)c->srv->cfg->max_output && !conn_flush(c))
+	if (c->olen + n > max && !conn_flush(c))
 		return false;
 	need = c->olen - c->ooff + n;
-	if (need > (size_t)c->srv->cfg->max_output) {
-		c->srv->stats.output_closes++;
+	if (need > max) {
+		c->cs->st->output_closes++;
 		conn_close(c, "unread replies over max-output");
 		return false;
 	}
@@ -238,9 +520,7 @@ conn_reserve(struct conn *c, size_t n)
 	while (cap < need)
 		cap *= 2;
 	if ((p = kl_realloc(c->obuf, cap)) == NULL) {
-		log_warnx("client %" PRIu64 ": out of memory for replies",
-		    c->id);
-		conn_close(c, "out of memory");
+		conn_close_nomem(c, "replies");
 		return false;
 	}
 	c->obuf = p;
@@ -248,33 +528,39 @@ conn_reserve(struct conn *c, size_t n)
 	return true;
 }
 
+/* The reply's bytes are in: count them for the turn, and flush later. */
+static void
+conn_appended(struct conn *c, size_t n)
+{
+	c->olen += n;
+	c->produced += n;
+	conn_schedule(c);
+}
+
 static void __attribute__((format(printf, 3, 0)))
 conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
 {
-	char	 small[512];
+	char	 small[512], *p;
 	va_list	 ap2;
-	size_t	 hlen = strlen(head);
-	int	 n;
+	size_t	 hlen = strlen(head), n;
+	int	 rc;
 
 	va_copy(ap2, ap);
-	n = vsnprintf(small, sizeof(small), fmt, ap2);
+	rc = vsnprintf(small, sizeof(small), fmt, ap2);
 	va_end(ap2);
-	if (n < 0)
-		n = 0;
-	if (!conn_reserve(c, hlen + (size_t)n + 2))
+	n = rc > 0 ? (size_t)rc : 0;
+	if (!conn_reserve(c, hlen + n + 2))
 		return;
-	memcpy(c->obuf + c->olen, head, hlen);
-	c->olen += hlen;
+	p = c->obuf + c->olen;
+	memcpy(p, head, hlen);
 	if (n > 0)
-		c->obuf[c->olen++] = ' ';
-	if ((size_t)n < sizeof(small))
-		memcpy(c->obuf + c->olen, small, (size_t)n);
+		p[hlen++] = ' ';
+	if (n < sizeof(small))
+		memcpy(p + hlen, small, n);
 	else
-		vsnprintf(c->obuf + c->olen, (size_t)n + 1, fmt, ap);
-	c->olen += (size_t)n;
-	c->obuf[c->olen++] = '\n';
-	c->produced += hlen + (size_t)n + 2;
-	conn_schedule(c);
+		vsnprintf(p + hlen, n + 1, fmt, ap);
+	p[hlen + n] = '\n';
+	conn_appended(c, hlen + n + 1);
 }
 
 void
@@ -290,23 +576,23 @@ conn_reply_ok(struct conn *c, const char *fmt, ...)
 void
 conn_reply_ok_str(struct conn *c, const char *s)
 {
-	size_t	n = strlen(s);
+	size_t	 n = strlen(s);
+	char	*p;
 
 	if (!conn_reserve(c, n + 4))
 		return;
-	memcpy(c->obuf + c->olen, "OK ", 3);
-	memcpy(c->obuf + c->olen + 3, s, n);
-	c->olen += n + 3;
-	c->obuf[c->olen++] = '\n';
-	c->produced += n + 4;
-	conn_schedule(c);
+	p = c->obuf + c->olen;
+	memcpy(p, "OK ", 3);
+	memcpy(p + 3, s, n);
+	p[n + 3] = '\n';
+	conn_appended(c, n + 4);
 }
 
 /* "OK N": the reply of most requests, formatted in place without printf. */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
 {
-	size_t	n = kl_u64_len(v);
+	size_t	 n = kl_u64_len(v);
 	char	*p;
 
 	if (!conn_reserve(c, n + 4))
@@ -315,9 +601,7 @@ conn_reply_u64(struct conn *c, uint64_t v)
 	memcpy(p, "OK ", 3);
 	kl_u64_put(p + 3, n, v);
 	p[3 + n] = '\n';
-	c->olen += n + 4;
-	c->produced += n + 4;
-	conn_schedule(c);
+	conn_appended(c, n + 4);
 }
 
 void
@@ -326,55 +610,54 @@ conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 	char	head[32];
 	va_list	ap;
 
-	c->srv->stats.errors++;
+	c->cs->st->errors++;
 	snprintf(head, sizeof(head), "ERR %s", proto_err_word(err));
 	va_start(ap, fmt);
 	conn_vappend(c, head, fmt, ap);
 	va_end(ap);
 }
 
+/* ---- input ---- */
+
 /* Handles one line (LF and one CR stripped). */
 static void
 conn_handle_line(struct conn *c, const char *line, size_t len)
 {
-	struct request	*req = &c->srv->req;
+	struct request	*req = &c->cs->req;
 	enum kl_err	 err;
 
 	err = proto_parse(line, len, req);
 	if (err == KL_OK && req->cmd == CMD_NONE)
-		return;	/* keylockd-protocol(7), TRANSPORT: empty lines get no reply */
-	c->srv->stats.requests++;
+		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
+	c->cs->st->requests++;
 	if (err != KL_OK)
 		conn_reply_err(c, err, "%s", req->why);
 	else
-		commands_execute(c, req);
+		commands_execute(c->cs->cmds, c, req);
 }
 
 /*
- * Handles the complete lines in buf[0..len) until one waits; returns the
+ * Handles the complete lines in buf[0..len) while c is ready; returns the
  * bytes consumed. A line longer than max-line is dropped up to its LF and
  * answered ERR TOOLONG (HACKING.md, Framing with a bound).
  */
 static size_t
 conn_process(struct conn *c, char *buf, size_t len)
 {
-	size_t	max = (size_t)c->srv->cfg->max_line, off = 0, handled = 0;
+	size_t	max = (size_t)c->cs->cfg->max_line, off = 0, handled = 0;
 
 	c->produced = 0;
-
-	while (off < len && !c->waiting && !c->closed && !c->quitting &&
-	    !c->deferred) {
+	while (off < len && c->state == CONN_READY) {
 		char	*p = buf + off, *lf;
 		size_t	 avail = len - off, n;
 
 		/* One client's pipeline must not hold the loop: past its
 		 * share of a turn, the rest waits for the next one. */
-		if (handled == KL_TURN_REQUESTS ||
-		    c->produced >= KL_TURN_OUTPUT) {
-			conn_defer(c);
+		if (handled == CONN_TURN_REQUESTS ||
+		    c->produced >= CONN_TURN_OUTPUT) {
+			conn_set_state(c, CONN_DEFERRED);
 			break;
 		}
-
 		if (c->discarding) {
 			if ((lf = memchr(p, '\n', avail)) == NULL)
 				return len;
@@ -410,10 +693,8 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 	char	*p;
 
 	if (len == 0) {
-		if (c->ibuf != NULL) {
-			kl_free(c->ibuf);
-			c->ibuf = NULL;
-		}
+		kl_free(c->ibuf);
+		c->ibuf = NULL;
 		c->icap = c->ilen = 0;
 		return true;
 	}
@@ -422,9 +703,7 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 		while (cap < len)
 			cap *= 2;
 		if ((p = kl_realloc(c->ibuf, cap)) == NULL) {
-			log_warnx("client %" PRIu64 ": out of memory for "
-			    "input", c->id);
-			conn_close(c, "out of memory");
+			conn_close_nomem(c, "input");
 			return false;
 		}
 		c->ibuf = p;
@@ -439,36 +718,93 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 static size_t
 conn_input_cap(const struct conn *c)
 {
-	return (size_t)c->srv->cfg->max_line + KL_SCRATCH_SIZE;
+	return (size_t)c->cs->cfg->max_line + CONN_SCRATCH_SIZE;
 }
 
 /* While the input buffer is full, watch only for the peer going away. */
 static void
 conn_pause_reading(struct conn *c, bool pause)
 {
-	if (c->closed || c->read_paused == pause)
+	if (c->state == CONN_CLOSED || c->read_paused == pause)
 		return;
 	event_del(c->rev);
-	event_assign(c->rev, c->srv->base, c->fd,
+	event_assign(c->rev, c->cs->base, c->fd,
 	    (pause ? EV_CLOSED : EV_READ) | EV_PERSIST, conn_read_cb, c);
 	event_add(c->rev, NULL);
 	c->read_paused = pause;
 }
 
+/* Is line[0..n) (LF stripped) a CANCEL: blanks, the word, blanks, CR? */
+static bool
+conn_is_cancel(const char *p, size_t n)
+{
+	size_t	i = 0;
+
+	if (n > 0 && p[n - 1] == '\r')
+		n--;
+	while (i < n && (p[i] == ' ' || p[i] == '\t'))
+		i++;
+	while (n > i && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+		n--;
+	return n - i == 6 && strncasecmp(p + i, "cancel", 6) == 0;
+}
+
+/*
+ * keylockd-protocol(7), CANCEL: while a LOCK waits, the first CANCEL line
+ * read withdraws it. The scan follows conn_process()'s framing, so a line
+ * it takes for a CANCEL is one conn_process() will handle as a CANCEL.
+ */
+static void
+conn_scan_cancel(struct conn *c)
+{
+	size_t	max = (size_t)c->cs->cfg->max_line;
+
+	while (c->state == CONN_PENDING && c->pending_lock &&
+	    !c->cancel_asked && c->ncancels < CONN_CANCELS_MAX &&
+	    c->cancel_scan < c->ilen) {
+		char	*p = c->ibuf + c->cancel_scan, *lf;
+		size_t	 avail = c->ilen - c->cancel_scan;
+
+		if (c->cancel_skip) {
+			if ((lf = memchr(p, '\n', avail)) == NULL) {
+				c->cancel_scan = c->ilen;
+				return;
+			}
+			c->cancel_scan += (size_t)(lf - p) + 1;
+			c->cancel_skip = false;
+			continue;
+		}
+		if ((lf = memchr(p, '\n', avail < max ? avail : max)) ==
+		    NULL) {
+			if (avail < max)
+				return;
+			c->cancel_skip = true;
+			c->cancel_scan += max;
+			continue;
+		}
+		c->cancel_scan += (size_t)(lf - p) + 1;
+		if (conn_is_cancel(p, (size_t)(lf - p))) {
+			c->cancel_asked = true;
+			c->ncancels++;
+			commands_cancel(c->cs->cmds, c);
+		}
+	}
+}
+
 /* One recv() into the scratch buffer, or after what is already held. */
-static ssize_t
+static enum conn_io
 conn_recv(struct conn *c, char **buf, size_t *len)
 {
 	size_t	room, cap = conn_input_cap(c);
 	ssize_t	n;
 
 	if (c->ilen == 0) {
-		*buf = c->srv->scratch;
-		room = KL_SCRATCH_SIZE;
+		*buf = c->cs->scratch;
+		room = CONN_SCRATCH_SIZE;
 	} else {
 		room = cap - c->ilen;
-		if (room > KL_SCRATCH_SIZE)
-			room = KL_SCRATCH_SIZE;
+		if (room > CONN_SCRATCH_SIZE)
+			room = CONN_SCRATCH_SIZE;
 		if (c->ilen + room > c->icap) {
 			size_t	ncap = c->icap;
 			char	*p;
@@ -476,16 +812,14 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 			while (ncap < c->ilen + room)
 				ncap *= 2;
 			if ((p = kl_realloc(c->ibuf, ncap)) == NULL)
-				return -2;
+				return CONN_IO_NOMEM;
 			c->ibuf = p;
 			c->icap = ncap;
 		}
 		*buf = c->ibuf;
 	}
-	if (room == 0) {
-		errno = EAGAIN;
-		return -1;
-	}
+	if (room == 0)
+		return CONN_IO_AGAIN;
 	if (c->tls != NULL) {
 		n = tls_read(c->tls, *buf + c->ilen, room,
 		    &c->tls_read_wants_write);
@@ -493,9 +827,15 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 			conn_arm_write(c, true);
 	} else
 		n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
-	if (n > 0)
+	if (n > 0) {
 		*len = c->ilen + (size_t)n;
-	return n;
+		return CONN_IO_DATA;
+	}
+	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR))
+		return CONN_IO_AGAIN;
+	c->eof = n == 0 ? "end of input" : strerror(errno);
+	return CONN_IO_END;
 }
 
 /* Handles what is buffered and keeps the rest; false if c was closed. */
@@ -505,9 +845,18 @@ conn_consume(struct conn *c, char *buf, size_t len)
 	size_t	used;
 
 	if (len == 0)
-		return !c->closed;	/* buf may be NULL: nothing held */
-	used = c->waiting ? 0 : conn_process(c, buf, len);
-	if (c->closed || !conn_keep(c, buf + used, len - used))
+		return c->state != CONN_CLOSED;	/* buf may be NULL */
+	used = c->state == CONN_READY ? conn_process(c, buf, len) : 0;
+	if (c->state == CONN_CLOSED || !conn_keep(c, buf + used, len - used))
+		return false;
+	if (c->cancel_scan > used) {
+		c->cancel_scan -= used;
+	} else {
+		c->cancel_scan = 0;	/* a line boundary: after the LOCK */
+		c->cancel_skip = false;
+	}
+	conn_scan_cancel(c);
+	if (c->state == CONN_CLOSED)
 		return false;
 	conn_pause_reading(c, c->ilen >= conn_input_cap(c));
 	return true;
@@ -517,30 +866,33 @@ static void
 conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn	*c = arg;
+	struct conns	*cs = c->cs;
 	char		*buf;
 	size_t		 len = 0;
-	ssize_t		 n;
 
 	kl_clock_hold();
 	if (c->read_paused) {
 		conn_close(c, "peer closed while its input was full");
-	} else if ((n = conn_recv(c, &buf, &len)) > 0) {
-		if (conn_consume(c, buf, len))
-			conn_flush(c);
-		if (c->tls != NULL)
-			conn_schedule(c);	/* conn_run checks pending */
-	} else if (n == -2) {
-		log_warnx("client %" PRIu64 ": out of memory for input",
-		    c->id);
-		conn_close(c, "out of memory");
-	} else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
-	    errno != EINTR)) {
-		c->eof = n == 0 ? "end of input" : strerror(errno);
-		event_del(c->rev);
-		if (conn_consume(c, c->ibuf, c->ilen))
-			conn_finish(c);
+	} else {
+		switch (conn_recv(c, &buf, &len)) {
+		case CONN_IO_DATA:
+			if (conn_consume(c, buf, len))
+				conn_flush(c);
+			if (c->tls != NULL)
+				conn_schedule(c);	/* conn_run: pending */
+			break;
+		case CONN_IO_AGAIN:
+			break;
+		case CONN_IO_NOMEM:
+			conn_close_nomem(c, "input");
+			break;
+		case CONN_IO_END:
+			event_del(c->rev);
+			conn_schedule(c);	/* conn_run answers the rest */
+			break;
+		}
 	}
-	server_end_turn(c->srv);
+	conns_end_turn(cs);
 	kl_clock_release();
 }
 
@@ -548,6 +900,7 @@ static void
 conn_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn	*c = arg;
+	struct conns	*cs = c->cs;
 
 	if (c->tls_read_wants_write) {
 		c->tls_read_wants_write = false;
@@ -555,119 +908,50 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (conn_flush(c))
 		conn_schedule(c);
-	server_end_turn(c->srv);
-}
-
-static void
-conn_schedule(struct conn *c)
-{
-	if (c->queued || c->closed)
-		return;
-	c->queued = true;
-	TAILQ_INSERT_TAIL(&c->srv->runq, c, qentry);
+	conns_end_turn(cs);
 }
 
 /*
- * After the peer's end of input: answer the complete lines that came before
- * it, then go (keylockd-protocol(7): closing releases everything, a waiting
- * LOCK included).
+ * c's share of the turn: its queued lines, then, after the end of its
+ * input (keylockd-protocol(7): closing releases everything, a waiting LOCK
+ * included), draining; then its output.
  */
-static void
-conn_finish(struct conn *c)
-{
-	if (c->closed || c->eof == NULL || c->deferred)
-		return;
-	if (conn_flush(c))
-		conn_close(c, c->eof);
-}
-
 static void
 conn_run(struct conn *c)
 {
-	if (c->ilen > 0 && !c->waiting && !conn_consume(c, c->ibuf, c->ilen))
+	if (c->state == CONN_READY && c->ilen > 0 &&
+	    !conn_consume(c, c->ibuf, c->ilen))
 		return;
-	if (c->eof != NULL) {
-		conn_finish(c);
-		return;
-	}
-	if (c->closed || !conn_flush(c))
+	if (c->eof != NULL && (c->state == CONN_READY ||
+	    c->state == CONN_PENDING))
+		conn_set_state(c, CONN_DRAINING);
+	if (c->state == CONN_CLOSED || !conn_flush(c))
 		return;
 	/* OpenSSL may hold decrypted bytes no socket event will announce. */
-	if (c->tls != NULL && !c->waiting && !c->read_paused &&
+	if (c->tls != NULL && c->state == CONN_READY && !c->read_paused &&
 	    tls_pending(c->tls))
 		event_active(c->rev, EV_READ, 0);
 }
 
-bool
-conn_start_tls(struct conn *c, struct tls_ctx *ctx)
-{
-	return (c->tls = tls_conn_new(ctx, c->fd)) != NULL;
-}
-
-static void
-conn_defer(struct conn *c)
-{
-	static const struct timeval	now = { 0, 0 };
-
-	if (c->deferred || c->closed)
-		return;
-	c->deferred = true;
-	TAILQ_INSERT_TAIL(&c->srv->deferred, c, dentry);
-	evtimer_add(c->srv->resume, &now);
-}
+/* ---- the open request ---- */
 
 void
-conn_resume_deferred(struct server *srv)
-{
-	struct conn	*c;
-
-	while ((c = TAILQ_FIRST(&srv->deferred)) != NULL) {
-		TAILQ_REMOVE(&srv->deferred, c, dentry);
-		c->deferred = false;
-		conn_schedule(c);
-	}
-}
-
-void
-conn_run_queue(struct server *srv)
-{
-	struct conn	*c;
-
-	while ((c = TAILQ_FIRST(&srv->runq)) != NULL) {
-		TAILQ_REMOVE(&srv->runq, c, qentry);
-		c->queued = false;
-		conn_run(c);
-	}
-}
-
-void
-conn_free_dead(struct server *srv)
-{
-	struct conn	*c;
-
-	while ((c = TAILQ_FIRST(&srv->dead)) != NULL) {
-		TAILQ_REMOVE(&srv->dead, c, qentry);
-		kl_free(c->ibuf);
-		kl_free(c->obuf);
-		kl_free(c->name);
-		kl_free(c);
-	}
-}
-
-void
-conn_wait(struct conn *c, int64_t timeout_ms, uint64_t start_ms)
+conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
+    uint64_t start_ms)
 {
 	struct timeval	tv;
 	uint64_t	now = kl_now_ms(), left;
 
-	c->waiting = true;
+	if (c->state != CONN_READY)
+		return;
+	conn_set_state(c, CONN_PENDING);
+	c->pending_lock = is_lock;
+	c->cancel_asked = false;
 	if (timeout_ms < 0)
 		return;
-	if (c->timer == NULL && (c->timer = evtimer_new(c->srv->base,
+	if (c->timer == NULL && (c->timer = evtimer_new(c->cs->base,
 	    conn_timer_cb, c)) == NULL) {
-		log_warnx("client %" PRIu64 ": out of memory for a timer",
-		    c->id);
-		conn_close(c, "out of memory");
+		conn_close_nomem(c, "a timer");
 		return;
 	}
 	left = (uint64_t)timeout_ms;
@@ -678,53 +962,58 @@ conn_wait(struct conn *c, int64_t timeout_ms, uint64_t start_ms)
 }
 
 void
-conn_wait_done(struct conn *c)
+conn_complete(struct conn *c, enum kl_err err)
 {
-	c->waiting = false;
+	if (c->state != CONN_PENDING)
+		return;
+	if (c->cancel_asked) {
+		if (err == KL_ERR_CANCELLED)
+			c->cancel_bits |= 1ULL << (c->ncancels - 1);
+		c->cancel_asked = false;
+	}
+	c->pending_lock = false;
 	if (c->timer != NULL)
 		evtimer_del(c->timer);
-	conn_schedule(c);
+	conn_set_state(c, CONN_READY);
 }
 
 static void
 conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn	*c = arg;
+	struct conns	*cs = c->cs;
 
-	if (c->waiting)
-		commands_timeout(c);
-	server_end_turn(c->srv);
+	if (c->state == CONN_PENDING)
+		commands_deadline(cs->cmds, c);
+	conns_end_turn(cs);
 }
 
 bool
-conn_is_waiting(const struct conn *c)
+conn_is_pending(const struct conn *c)
 {
-	return c->waiting;
+	return c->state == CONN_PENDING;
+}
+
+uint64_t
+conn_cancel_result(struct conn *c)
+{
+	uint64_t	won;
+
+	if (c->ncancels == 0)
+		return 0;
+	won = c->cancel_bits & 1;
+	c->cancel_bits >>= 1;
+	c->ncancels--;
+	return won;
 }
 
 void
 conn_quit(struct conn *c)
 {
-	c->quitting = true;
-	conn_schedule(c);
+	conn_set_state(c, CONN_DRAINING);
 }
 
-void
-conn_close_all(struct server *srv, const char *reason)
-{
-	struct conn	*c;
-
-	/* Withdrawing one waiter must not grant another (keylockd-protocol(7):
-	 * SHUTDOWN means the request was not granted). */
-	locktable_freeze(srv->lt);
-	TAILQ_FOREACH(c, &srv->conns, entry)
-		if (c->waiting)
-			commands_shutdown_wait(c);
-	while ((c = TAILQ_FIRST(&srv->conns)) != NULL) {
-		conn_flush(c);
-		conn_close(c, reason);
-	}
-}
+/* ---- accessors ---- */
 
 uint64_t
 conn_id(const struct conn *c)
@@ -756,10 +1045,10 @@ conn_owner(const struct conn *c)
 	return c->owner;
 }
 
-struct server *
-conn_server(const struct conn *c)
+struct conns *
+conn_set(const struct conn *c)
 {
-	return c->srv;
+	return c->cs;
 }
 
 const char *
@@ -768,14 +1057,33 @@ conn_peer(const struct conn *c)
 	return c->peer;
 }
 
+enum conn_transport
+conn_transport(const struct conn *c)
+{
+	return c->transport;
+}
+
+uint64_t
+conn_since_ms(const struct conn *c)
+{
+	return c->since_ms;
+}
+
 bool
 conn_is_authed(const struct conn *c)
 {
-	return c->authed || c->srv->secret == NULL;
+	return c->authed;
+}
+
+bool
+conn_is_admin(const struct conn *c)
+{
+	return c->admin;
 }
 
 void
-conn_set_authed(struct conn *c, bool authed)
+conn_set_auth(struct conn *c, bool authed, bool admin)
 {
 	c->authed = authed;
+	c->admin = admin;
 }

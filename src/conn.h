@@ -1,9 +1,13 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * One client connection: non-blocking socket I/O with one read and one
- * write per batch of pipelined requests, bounded line framing, the wait of
- * its current LOCK (and its timer), and conn_close(), the one way out.
+ * One client connection, and the set of them with the event-loop turn that
+ * runs them. A connection does non-blocking socket I/O with one read and
+ * one write per batch of pipelined requests, bounded line framing, and
+ * handles one request at a time: a request the commands leave open
+ * (conn_pend) holds back the lines behind it until conn_complete(), so
+ * replies stay in request order whoever completes the request. While a
+ * LOCK waits, CANCEL is read ahead. conn_close() is the one way out.
  */
 #ifndef CONN_H
 #define CONN_H
@@ -14,16 +18,56 @@
 #include "kl.h"
 #include "log.h"
 
-struct server;
+struct backend;
+struct commands;
+struct config;
+struct event_base;
 struct lt_owner;
+struct stats;
 struct tls_ctx;
 
-struct conn	*conn_new(struct server *srv, int fd, const char *peer);
+struct conns;
+
+enum conn_transport {
+	CONN_TCP = 0,
+	CONN_UNIX,
+	CONN_TLS
+};
+
+/* Every connection and the turn scheduler. base, cfg, st, cmds and be stay
+ * the caller's and must outlive the set. NULL on no memory. */
+struct conns	*conns_new(struct event_base *base, const struct config *cfg,
+		    struct stats *st, struct commands *cmds,
+		    struct backend *be);
+/* Closes every connection (conns_close_all) and frees the set. */
+void		 conns_free(struct conns *cs);
+/*
+ * The end of every top-level event callback, the daemon's and the
+ * backend's: handles the lines of every connection with work left and
+ * writes their replies, lets the backend send what this turn batched and
+ * arm its timers, then frees the connections closed this turn.
+ */
+void		 conns_end_turn(struct conns *cs);
+/* Shutdown: every waiting LOCK gets ERR SHUTDOWN, then every client is
+ * closed after one last attempt to send its replies. */
+void		 conns_close_all(struct conns *cs, const char *reason);
+struct conn	*conns_find(struct conns *cs, uint64_t id);
+/* Calls fn for each open connection, oldest first, until it returns
+ * false. */
+void		 conns_walk(struct conns *cs,
+		    bool (*fn)(void *arg, struct conn *c), void *arg);
+
+/* A connection on fd, or NULL on no memory (fd is then the caller's). */
+struct conn	*conn_new(struct conns *cs, int fd, const char *peer,
+		    enum conn_transport transport);
 /* Speaks TLS on c from its first byte; false on no memory. */
 bool		 conn_start_tls(struct conn *c, struct tls_ctx *ctx);
 /* Releases everything the client holds or waits for, closes the socket
  * and frees the connection at the end of the event-loop turn. */
 void		 conn_close(struct conn *c, const char *reason);
+/* Out of memory for what (e.g. "replies"): logs it and closes c, the only
+ * client that pays for it. */
+void		 conn_close_nomem(struct conn *c, const char *what);
 
 /* Replies, appended in request order; flushed once per turn. */
 void		 conn_reply_ok(struct conn *c, const char *fmt, ...)
@@ -34,33 +78,35 @@ void		 conn_reply_u64(struct conn *c, uint64_t v);
 /* "OK " + s (s is one line, no LF). */
 void		 conn_reply_ok_str(struct conn *c, const char *s);
 
-/* The current LOCK was queued: stop handling this client's lines until
- * conn_wait_done(); timeout_ms < 0 waits forever. */
-void		 conn_wait(struct conn *c, int64_t timeout_ms,
+/*
+ * The request being handled gets its reply later: stop handling c's lines
+ * until conn_complete(). is_lock: it is a LOCK, which CANCEL may withdraw
+ * (CANCEL lines are then read ahead). timeout_ms >= 0 arms its deadline,
+ * counted from start_ms: then commands_deadline() runs.
+ */
+void		 conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
 		    uint64_t start_ms);
-/* The wait ended (granted, timed out, shut down): resume its lines. */
-void		 conn_wait_done(struct conn *c);
-bool		 conn_is_waiting(const struct conn *c);
-/* The request may not get its reply yet: after QUIT's OK, close. */
+/* The open request's reply (err) was written: resume c's lines. */
+void		 conn_complete(struct conn *c, enum kl_err err);
+bool		 conn_is_pending(const struct conn *c);
+/* For the CANCEL handler: 1 if this CANCEL line was read ahead and
+ * withdrew a LOCK, else 0. */
+uint64_t	 conn_cancel_result(struct conn *c);
+/* The request's reply is the last: after it is sent, close. */
 void		 conn_quit(struct conn *c);
-
-/* End of turn: handle the lines of every connection with work left and
- * write their replies; then free the connections closed this turn. */
-void		 conn_run_queue(struct server *srv);
-void		 conn_free_dead(struct server *srv);
-/* Next turn: the connections that used up their share of the last one. */
-void		 conn_resume_deferred(struct server *srv);
-/* Shutdown: every waiter gets ERR SHUTDOWN, then every client is closed
- * after one last attempt to send its replies. */
-void		 conn_close_all(struct server *srv, const char *reason);
 
 uint64_t	 conn_id(const struct conn *c);
 const char	*conn_name(const struct conn *c);
+/* false on no memory (the old name stays). */
 bool		 conn_set_name(struct conn *c, const char *name, size_t len);
 struct lt_owner	*conn_owner(const struct conn *c);
-struct server	*conn_server(const struct conn *c);
+struct conns	*conn_set(const struct conn *c);
 const char	*conn_peer(const struct conn *c);
+enum conn_transport conn_transport(const struct conn *c);
+uint64_t	 conn_since_ms(const struct conn *c);	/* when it connected */
+/* What AUTH established; the commands decide what it admits. */
 bool		 conn_is_authed(const struct conn *c);
-void		 conn_set_authed(struct conn *c, bool authed);
+bool		 conn_is_admin(const struct conn *c);
+void		 conn_set_auth(struct conn *c, bool authed, bool admin);
 
 #endif /* CONN_H */

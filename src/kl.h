@@ -24,7 +24,14 @@ enum kl_err {
 	KL_ERR_LIMIT,
 	KL_ERR_AUTH,
 	KL_ERR_SHUTDOWN,
-	KL_ERR__COUNT
+	KL_ERR_CANCELLED,
+	KL_ERR_BACKEND,
+	KL_ERR__COUNT,		/* the wire codes end here */
+	/*
+	 * Inside the daemon only, never on the wire: an allocation failed.
+	 * Whoever sees it closes that one connection (conn_close_nomem()).
+	 */
+	KL_ERR_NOMEM = KL_ERR__COUNT
 };
 
 #define KL_KEY_MAX		250	/* bytes in a key (keylockd-protocol(7), KEYS) */
@@ -42,6 +49,7 @@ enum kl_err {
 #define KL_PORT_DEFAULT		7711
 #define KL_TLS_PORT_DEFAULT	7712
 #define KL_BIND_DEFAULT		"127.0.0.1"
+#define KL_WARN_INTERVAL_MS	10000	/* one warning per 10 s of a kind */
 
 /* Option values in milliseconds stop here (about 31 years): no overflow. */
 #define KL_MS_MAX		1000000000000ULL

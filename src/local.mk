@@ -1,16 +1,27 @@
-noinst_LIBRARIES += src/libkeylockd.a
-src_libkeylockd_a_SOURCES = \
+# The pure core: the parser, the lock table and the histogram, with the
+# allocation seam and strict numbers. It is built without libevent,
+# jansson or OpenSSL flags and its unit tests and fuzzers link it alone, so
+# a clock read, a log line or an event call in it fails the build
+# (HACKING.md, The pure core).
+noinst_LIBRARIES += src/libklcore.a
+src_libklcore_a_SOURCES = \
 	src/kl.h \
 	src/util.c src/util.h \
-	src/log.c src/log.h \
 	src/hist.c src/hist.h \
 	src/proto.c src/proto.h \
 	src/locktable.c src/locktable.h \
 	src/lt_impl.h src/lt_acquire.c src/lt_check.c src/lt_deadlock.c \
-	src/lt_hash.c src/lt_heap.c src/lt_views.c \
+	src/lt_hash.c src/lt_heap.c src/lt_views.c
+
+# The rest of the daemon, on top of the core.
+noinst_LIBRARIES += src/libkeylockd.a
+src_libkeylockd_a_SOURCES = \
+	src/clock.c src/clock.h \
+	src/log.c src/log.h \
 	src/stats.c src/stats.h \
 	src/config.c src/config.h \
 	src/token.c src/token.h \
+	src/backend.h src/backend_local.c \
 	src/commands.c src/commands.h \
 	src/conn.c src/conn.h \
 	src/server.c src/server.h \
@@ -27,9 +38,12 @@ src_keylockd_SOURCES = src/keylockd.c
 src_keylockd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 src_keylockd_LDADD = $(KEYLOCKD_LIBS)
 
-# What links the daemon's library: the daemon, unit tests, fuzzers.
-KEYLOCKD_LIBS = src/libkeylockd.a $(LIBEVENT_LIBS) $(JANSSON_LIBS) \
-	$(OPENSSL_LIBS)
+# What links the pure core alone: its unit tests and fuzzers.
+KLCORE_LIBS = src/libklcore.a
+# What links the daemon's library: the daemon, the other unit tests, the
+# session fuzzer.
+KEYLOCKD_LIBS = src/libkeylockd.a src/libklcore.a $(LIBEVENT_LIBS) \
+	$(JANSSON_LIBS) $(OPENSSL_LIBS)
 
 # The status page's HTML as a C array, made with od(1) and awk(1) alone so
 # it builds out of tree and in distcheck; a NUL ends it (status.h).

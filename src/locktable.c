@@ -161,6 +161,7 @@ why_counter(struct locktable *lt, enum lt_why why)
 	case LT_WHY_DISCONNECT:
 		return &lt->c.disconnect_releases;
 	case LT_WHY_TIMEOUT:
+	case LT_WHY_CANCEL:
 	case LT_WHY_SHUTDOWN:
 		break;
 	}
@@ -553,6 +554,8 @@ locktable_withdraw(struct locktable *lt, struct lt_owner *o, uint64_t now_ms,
 	req_withdraw(lt, o->wait);
 	if (why == LT_WHY_TIMEOUT)
 		lt->c.timeouts++;
+	else if (why == LT_WHY_CANCEL)
+		lt->c.cancels++;
 	settle(lt, now_ms);
 	return true;
 }

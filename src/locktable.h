@@ -32,6 +32,7 @@ enum lt_why {
 	LT_WHY_UNLOCK = 0,	/* UNLOCK / UNLOCKALL: releases */
 	LT_WHY_DISCONNECT,	/* the connection ended: disconnect_releases */
 	LT_WHY_TIMEOUT,		/* a wait ran out: timeouts */
+	LT_WHY_CANCEL,		/* CANCEL withdrew a wait: cancels */
 	LT_WHY_SHUTDOWN		/* the server is stopping: no counter */
 };
 
@@ -84,6 +85,7 @@ struct lt_counters {
 	uint64_t	waiting;	/* queued requests */
 	uint64_t	grants;		/* counters since start */
 	uint64_t	timeouts;
+	uint64_t	cancels;	/* waits withdrawn by CANCEL */
 	uint64_t	busy;
 	uint64_t	deadlocks;
 	uint64_t	conflicts;
@@ -123,6 +125,12 @@ uint64_t	 locktable_owner_id(const struct lt_owner *o);
 void		*locktable_owner_udata(const struct lt_owner *o);
 size_t		 locktable_owner_nholds(const struct lt_owner *o);
 bool		 locktable_owner_is_waiting(const struct lt_owner *o);
+/* The keys of o's queued request in request order (duplicates once) to
+ * fn until it returns false, and when the request arrived. false if o is
+ * not waiting. */
+bool		 locktable_owner_wait_walk(const struct lt_owner *o,
+		    bool (*fn)(void *arg, const char *key, size_t keylen),
+		    void *arg, uint64_t *arrival_ms);
 
 /*
  * Asks for every key of a at once. Checks, in keylockd-protocol(7) order: LIMIT
@@ -140,8 +148,8 @@ bool		 locktable_owner_is_waiting(const struct lt_owner *o);
  *
  * Requests proto_parse() never makes get SYNTAX (no keys, limit 0, shared
  * with limit > 1), BADKEY (a key of 0 or over KL_KEY_MAX bytes) or LIMIT
- * (over KL_KEYS_HARD_MAX keys). A LIMIT sets errno: 0 for those and for
- * max_holds, ENOMEM when memory ran out, EBUSY when o was already waiting.
+ * (over KL_KEYS_HARD_MAX keys, or o already waiting). KL_ERR_NOMEM when
+ * memory ran out, with nothing changed.
  */
 enum kl_err	 locktable_acquire(struct locktable *lt, struct lt_owner *o,
 		    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
@@ -172,8 +180,8 @@ size_t		 locktable_release_owner(struct locktable *lt,
 		    struct lt_owner *o, uint64_t now_ms, enum lt_why why);
 
 /* REFRESH: restarts the ttl of o's holds on these keys (all or nothing, as
- * locktable_release). ttl_ms >= 1, else SYNTAX. Out of memory: LIMIT with
- * errno ENOMEM, nothing changed. */
+ * locktable_release). ttl_ms >= 1, else SYNTAX. Out of memory:
+ * KL_ERR_NOMEM, nothing changed. */
 enum kl_err	 locktable_refresh(struct locktable *lt, struct lt_owner *o,
 		    const char *const *keys, const size_t *keylens,
 		    size_t nkeys, uint64_t ttl_ms, uint64_t now_ms, size_t *n,

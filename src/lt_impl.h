@@ -173,8 +173,7 @@ lt_ms_since(uint64_t now_ms, uint64_t then_ms)
 static inline enum kl_err
 lt_nomem(void)
 {
-	errno = ENOMEM;
-	return KL_ERR_LIMIT;
+	return KL_ERR_NOMEM;
 }
 
 static inline bool

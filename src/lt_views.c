@@ -154,3 +154,20 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 				out[n++] = k;
 	return n;
 }
+
+bool
+locktable_owner_wait_walk(const struct lt_owner *o,
+    bool (*fn)(void *, const char *, size_t), void *arg,
+    uint64_t *arrival_ms)
+{
+	const struct lt_req	*r = o->wait;
+
+	if (r == NULL)
+		return false;
+	if (arrival_ms != NULL)
+		*arrival_ms = r->arrival_ms;
+	for (uint32_t i = 0; i < r->nkeys; i++)
+		if (!fn(arg, r->slots[i].key->key, r->slots[i].key->keylen))
+			break;
+	return true;
+}

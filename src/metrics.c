@@ -20,6 +20,9 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "backend.h"
+#include "clock.h"
+#include "config.h"
 #include "locktable.h"
 #include "log.h"
 #include "metrics.h"
@@ -143,8 +146,9 @@ metrics_hot(struct mbuf *b, const struct locktable *lt)
 char *
 metrics_render(struct server *srv)
 {
-	const struct lt_counters	*c = locktable_counters(srv->lt);
-	const struct stats		*st = &srv->stats;
+	const struct lt_counters	*c = locktable_counters(backend_table(
+					    server_backend(srv)));
+	const struct stats		*st = server_stats(srv);
 	struct mbuf			 b = { NULL, 0, 4096, 0 };
 
 	if ((b.p = kl_malloc(b.cap)) == NULL)
@@ -156,7 +160,7 @@ metrics_render(struct server *srv)
 	    (kl_now_ms() - st->start_ms) / 1000);
 	metrics_one(&b, "clients", "gauge", "Open connections.", st->clients);
 	metrics_one(&b, "max_clients", "gauge", "The max-clients setting.",
-	    (uint64_t)srv->cfg->max_clients);
+	    (uint64_t)server_config(srv)->max_clients);
 	metrics_one(&b, "keys", "gauge", "Entries in the lock table.",
 	    c->keys);
 	metrics_one(&b, "held", "gauge", "Grants held, one per key and "
@@ -194,11 +198,15 @@ metrics_render(struct server *srv)
 	    "attempts.", st->auth_failures);
 	metrics_one(&b, "output_closes_total", "counter", "Clients closed "
 	    "for unread replies over max-output.", st->output_closes);
+	metrics_one(&b, "nomem_closes_total", "counter", "Clients closed "
+	    "because memory ran out for them.", st->nomem_closes);
+	metrics_one(&b, "cancels_total", "counter", "Waits withdrawn by "
+	    "CANCEL.", c->cancels);
 	metrics_hist(&b, "wait_seconds", "Time from request to grant.",
 	    &c->wait_ms);
 	metrics_hist(&b, "hold_seconds", "Time from grant to release.",
 	    &c->hold_ms);
-	metrics_hot(&b, srv->lt);
+	metrics_hot(&b, backend_table(server_backend(srv)));
 	if (b.failed) {
 		kl_free(b.p);
 		return NULL;
@@ -237,7 +245,8 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 		evhttp_send_error(req, 405, "Method Not Allowed");
 		return;
 	}
-	if (status_serve(req, path, &srv->stats, srv->lt) == 0)
+	if (status_serve(req, path, server_stats(srv), backend_table(
+	    server_backend(srv)), backend_name(server_backend(srv))) == 0)
 		return;
 	if (path != NULL && strcmp(path, "/metrics") == 0) {
 		body = metrics_render(srv);
@@ -246,8 +255,9 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 			    "charset=utf-8", body);
 		kl_free(body);
 	} else if (path != NULL && strcmp(path, "/stats") == 0) {
-		body = stats_to_json(&srv->stats, srv->lt, kl_now_ms(),
-		    PACKAGE_VERSION);
+		body = stats_to_json(server_stats(srv), backend_table(
+		    server_backend(srv)), kl_now_ms(), PACKAGE_VERSION,
+		    backend_name(server_backend(srv)));
 		if (body != NULL)
 			metrics_send(req, 200, "application/json", body);
 		free(body);
@@ -303,7 +313,7 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 		return NULL;
 	}
 	if ((m = kl_calloc(1, sizeof(*m))) == NULL ||
-	    (m->http = evhttp_new(srv->base)) == NULL) {
+	    (m->http = evhttp_new(server_base(srv))) == NULL) {
 		kl_free(m);
 		snprintf(errbuf, errlen, "out of memory");
 		return NULL;

@@ -105,7 +105,8 @@ KL_CMD_LIST(PROTO_CMD_FITS)
 /* The order proto_find_cmd() tries the names in: the busiest first. */
 static const unsigned char proto_cmd_order[CMD__COUNT] = {
 	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING, CMD_INFO,
-	CMD_UNLOCKALL, CMD_STATS, CMD_NAME, CMD_AUTH, CMD_QUIT
+	CMD_UNLOCKALL, CMD_STATS, CMD_NAME, CMD_AUTH, CMD_QUIT, CMD_CANCEL,
+	CMD_CLIENTS, CMD_KILL
 };
 
 /* The longest argument of each kind whose bytes need no other check. */
@@ -113,7 +114,8 @@ static const size_t proto_arg_max[] = {
 	[PROTO_ARG_NONE]	= SIZE_MAX,
 	[PROTO_ARG_KEY]		= KL_KEY_MAX,
 	[PROTO_ARG_NAME]	= KL_NAME_MAX,
-	[PROTO_ARG_SECRET]	= KL_SECRET_MAX
+	[PROTO_ARG_SECRET]	= KL_SECRET_MAX,
+	[PROTO_ARG_ID]		= 0
 };
 
 /* mode= takes a word, not a number: min and max are unused. */
@@ -145,6 +147,8 @@ static const char *const proto_err_words[KL_ERR__COUNT] = {
 	[KL_ERR_LIMIT]		= "LIMIT",
 	[KL_ERR_AUTH]		= "AUTH",
 	[KL_ERR_SHUTDOWN]	= "SHUTDOWN",
+	[KL_ERR_CANCELLED]	= "CANCELLED",
+	[KL_ERR_BACKEND]	= "BACKEND",
 };
 
 static enum kl_err	 proto_fail(struct request *, enum kl_err,
@@ -627,6 +631,15 @@ proto_parse_arg(struct request *req, const struct proto_cmd *cmd,
 		    idx == 1 ? "secret" : "argument", idx == 1 ? 0 : idx,
 		    FAULT_LONG, tok->p, 0, KL_SECRET_MAX);
 		return KL_ERR_SYNTAX;
+	case PROTO_ARG_ID:
+		for (off = 0; off < tok->len; off++)
+			if (tok->p[off] < '0' || tok->p[off] > '9')
+				break;
+		if (tok->len <= 20 && off == tok->len)
+			break;
+		snprintf(req->why, sizeof(req->why), "a client id is a "
+		    "number");
+		return KL_ERR_SYNTAX;
 	case PROTO_ARG_NONE:
 		break;
 	}
@@ -643,6 +656,8 @@ proto_arg_noun(enum proto_arg kind)
 		return "label";
 	case PROTO_ARG_SECRET:
 		return "secret";
+	case PROTO_ARG_ID:
+		return "client id";
 	case PROTO_ARG_NONE:
 		break;
 	}

@@ -22,7 +22,10 @@
  */
 #define KL_CMD_LIST(X)							\
 	X(AUTH,      1,  1, PROTO_ARG_SECRET, 0)			\
+	X(CANCEL,    0,  0, PROTO_ARG_NONE,   0)			\
+	X(CLIENTS,   0,  0, PROTO_ARG_NONE,   0)			\
 	X(INFO,      1,  1, PROTO_ARG_KEY,    0)			\
+	X(KILL,      1,  1, PROTO_ARG_ID,     0)			\
 	X(LOCK,      1, -1, PROTO_ARG_KEY,    PROTO_OPTS_LOCK)		\
 	X(NAME,      1,  1, PROTO_ARG_NAME,   0)			\
 	X(PING,      0,  0, PROTO_ARG_NONE,   0)			\
@@ -45,7 +48,8 @@ enum proto_arg {
 	PROTO_ARG_NONE = 0,
 	PROTO_ARG_KEY,		/* keylockd-protocol(7), KEYS; bad ones are BADKEY */
 	PROTO_ARG_NAME,		/* key byte rules, 1..KL_NAME_MAX; SYNTAX */
-	PROTO_ARG_SECRET	/* one raw token, 1..KL_SECRET_MAX; no options */
+	PROTO_ARG_SECRET,	/* one raw token, 1..KL_SECRET_MAX; no options */
+	PROTO_ARG_ID		/* a client id: 1 to 20 digits; SYNTAX */
 };
 
 enum proto_opt {

@@ -27,26 +27,58 @@
 
 #include <event2/event.h>
 
+#include "backend.h"
+#include "clock.h"
 #include "commands.h"
+#include "config.h"
 #include "conn.h"
 #include "locktable.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
 #include "server.h"
+#include "stats.h"
 #include "tls.h"
-#include "token.h"
 #include "util.h"
 
 #define ACCEPT_BATCH		64	/* accepts per readable listener */
 #define ACCEPT_PAUSE_MS		100	/* after EMFILE */
 #define STATUS_INTERVAL_S	5	/* sd_notify STATUS= refresh */
+#define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
+
+struct listener {
+	struct server	*srv;
+	int		 fd;
+	enum conn_transport transport;
+	bool		 adopted;	/* from systemd: not ours to unlink */
+	struct event	*ev;
+	char		 name[128];	/* for logs */
+};
+
+struct server {
+	struct event_base	*base;
+	struct config		*cfg;
+	struct backend		*be;
+	struct commands		*cmds;
+	struct conns		*conns;
+	struct stats		 stats;
+	struct listener		 listeners[KL_LISTENERS_MAX];
+	int			 nlisteners;
+	int			 tcp_port;	/* bound port of the first TCP */
+	int			 tls_port;	/* and of the first TLS one */
+	struct tls_ctx		*tls;		/* NULL: no TLS listener */
+	struct event		*accept_pause;
+	struct event		*sig_term, *sig_int, *sig_hup;
+	struct event		*status;	/* sd_notify STATUS= refresh */
+	struct metrics		*metrics;
+	uint64_t		 accept_log_ms;	/* last accept failure warning */
+	bool			 stopping;
+};
 
 static void	server_accept_cb(evutil_socket_t, short, void *);
 static void	server_open_configured(struct server *);
 static void	server_warn_exposed(const struct server *,
 		    const struct sockaddr_storage *, const char *);
-static char	*server_read_secret(const char *, size_t *, char *, size_t);
 
 static void
 server_set_keepalive(const struct config *cfg, int fd)
@@ -71,13 +103,12 @@ server_set_keepalive(const struct config *cfg, int fd)
 }
 
 static void
-server_peer_name(const struct sockaddr_storage *ss, bool is_unix, char *buf,
-    size_t len)
+server_peer_name(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
 	char	host[INET6_ADDRSTRLEN] = "?";
 	int	port = 0;
 
-	if (is_unix) {
+	if (ss->ss_family == AF_UNIX) {
 		snprintf(buf, len, "unix");
 		return;
 	}
@@ -165,45 +196,46 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			server_refuse(srv, fd);
 			continue;
 		}
-		if (!l->is_unix) {
+		if (l->transport != CONN_UNIX) {
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on,
 			    sizeof(on));
 			server_set_keepalive(srv->cfg, fd);
 		}
-		server_peer_name(&ss, l->is_unix, peer, sizeof(peer));
-		if ((c = conn_new(srv, fd, peer)) == NULL) {
+		server_peer_name(&ss, peer, sizeof(peer));
+		if ((c = conn_new(srv->conns, fd, peer, l->transport)) ==
+		    NULL) {
 			log_warnx("out of memory for a connection from %s",
 			    peer);
 			close(fd);
-		} else if (l->tls && !conn_start_tls(c, srv->tls)) {
-			log_warnx("out of memory for TLS from %s", peer);
-			conn_close(c, "out of memory");
-		}
+		} else if (l->transport == CONN_TLS &&
+		    !conn_start_tls(c, srv->tls))
+			conn_close_nomem(c, "TLS");
 	}
 	server_end_turn(srv);
 }
 
-static bool
-server_add_listener(struct server *srv, int fd, bool is_unix,
-    const char *name)
+/* One more listener; past KL_LISTENERS_MAX, a startup error. */
+static struct listener *
+server_add_listener(struct server *srv, int fd,
+    enum conn_transport transport, const char *name)
 {
 	struct listener	*l;
 
-	if (srv->nlisteners == KL_LISTENERS_MAX) {
-		close(fd);
-		return false;
-	}
+	if (srv->nlisteners == KL_LISTENERS_MAX)
+		fatalx("%s: more than %d listeners (give fewer bind "
+		    "addresses, or names that resolve to fewer addresses)",
+		    name, KL_LISTENERS_MAX);
 	l = &srv->listeners[srv->nlisteners++];
 	l->srv = srv;
 	l->fd = fd;
-	l->is_unix = is_unix;
+	l->transport = transport;
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	l->ev = event_new(srv->base, fd, EV_READ | EV_PERSIST,
 	    server_accept_cb, l);
 	if (l->ev == NULL || event_add(l->ev, NULL) == -1)
 		fatalx("cannot watch listener %s", name);
 	log_info("listening on %s", name);
-	return true;
+	return l;
 }
 
 static bool
@@ -226,7 +258,7 @@ static void
 server_warn_exposed(const struct server *srv,
     const struct sockaddr_storage *ss, const char *addr)
 {
-	if (!server_is_loopback(ss) && srv->secret == NULL)
+	if (!server_is_loopback(ss) && !commands_need_auth(srv->cmds))
 		log_warnx("%s is not a loopback address and no auth-file is "
 		    "set: anyone who can reach it can take and break locks",
 		    addr);
@@ -264,7 +296,7 @@ server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
 			fatal("listen %s port %s", host, port);
 		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1)
 			fatal("getsockname");
-		server_peer_name(&ss, false, addr, sizeof(addr));
+		server_peer_name(&ss, addr, sizeof(addr));
 		snprintf(name, sizeof(name), "%s %s", tls ? "tls" : "tcp",
 		    addr);
 		server_warn_exposed(srv, &ss, addr);
@@ -274,8 +306,7 @@ server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
 			*first = ntohs(ss.ss_family == AF_INET ?
 			    ((struct sockaddr_in *)&ss)->sin_port :
 			    ((struct sockaddr_in6 *)&ss)->sin6_port);
-		server_add_listener(srv, fd, false, name);
-		srv->listeners[srv->nlisteners - 1].tls = tls;
+		server_add_listener(srv, fd, tls ? CONN_TLS : CONN_TCP, name);
 		sl = sizeof(ss);
 	}
 	freeaddrinfo(res);
@@ -342,7 +373,7 @@ server_listen_unix(struct server *srv, const char *path)
 	if (listen(fd, SOMAXCONN) == -1)
 		fatal("listen %s", path);
 	snprintf(name, sizeof(name), "unix %s", path);
-	server_add_listener(srv, fd, true, name);
+	server_add_listener(srv, fd, CONN_UNIX, name);
 }
 
 static void
@@ -370,11 +401,12 @@ server_stop(struct server *srv, const char *why)
 		return;
 	srv->stopping = true;
 	log_info("%s: shutting down, %" PRIu64 " clients, %" PRIu64
-	    " keys", why, srv->stats.clients, locktable_counters(srv->lt)->keys);
+	    " keys", why, srv->stats.clients,
+	    locktable_counters(backend_table(srv->be))->keys);
 	notify_send("STOPPING=1");
 	for (int i = 0; i < srv->nlisteners; i++)
 		event_del(srv->listeners[i].ev);
-	conn_close_all(srv, "server shutdown");
+	conns_close_all(srv->conns, "server shutdown");
 	server_end_turn(srv);
 	event_base_loopbreak(srv->base);
 }
@@ -385,8 +417,7 @@ static void
 server_reload(struct server *srv)
 {
 	struct config	 next;
-	char		*secret = NULL, err[512];
-	size_t		 len = 0;
+	char		 err[512];
 
 	log_info("SIGHUP: reloading %s", srv->cfg->file != NULL ?
 	    srv->cfg->file : "the command line");
@@ -394,19 +425,12 @@ server_reload(struct server *srv)
 	if (config_load(&next, srv->cfg->argc, srv->cfg->argv) != 0) {
 		log_warnx("reload: the configuration has errors (above); "
 		    "keeping the running one");
-	} else if (next.auth_file != NULL && (secret = server_read_secret(
-	    next.auth_file, &len, err, sizeof(err))) == NULL) {
+	} else if (!commands_reload(srv->cmds, &next, err, sizeof(err))) {
 		log_warnx("reload: %s; keeping the running configuration",
 		    err);
 	} else {
 		config_update(srv->cfg, &next);
 		log_set_level(srv->cfg->log_level);
-		if (secret != NULL || srv->secret != NULL)
-			log_info("reload: AUTH %s", secret == NULL ? "off" :
-			    "secret read");
-		kl_free(srv->secret);
-		srv->secret = secret;
-		srv->secret_len = len;
 	}
 	config_cleanup(&next);
 	notify_send("READY=1");
@@ -428,7 +452,8 @@ static void
 server_status_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server			*srv = arg;
-	const struct lt_counters	*c = locktable_counters(srv->lt);
+	const struct lt_counters	*c = locktable_counters(
+					    backend_table(srv->be));
 	char				 buf[256];
 
 	snprintf(buf, sizeof(buf), "STATUS=%" PRIu64 " clients, %" PRIu64
@@ -437,47 +462,10 @@ server_status_cb(evutil_socket_t fd, short what, void *arg)
 	notify_send(buf);
 }
 
-static void
-server_arm_expiry(struct server *srv)
-{
-	uint64_t	next = locktable_next_expiry(srv->lt), now, d;
-	struct timeval	tv;
-
-	if (next >= srv->expiry_at)
-		return;
-	now = kl_now_ms();
-	d = next > now ? next - now : 0;
-	tv.tv_sec = (time_t)(d / 1000);
-	tv.tv_usec = (suseconds_t)(d % 1000) * 1000;
-	evtimer_add(srv->expiry, &tv);
-	srv->expiry_at = next;
-}
-
-static void
-server_expiry_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct server	*srv = arg;
-
-	srv->expiry_at = UINT64_MAX;
-	locktable_expire(srv->lt, kl_now_ms());
-	server_end_turn(srv);
-}
-
-static void
-server_resume_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct server	*srv = arg;
-
-	conn_resume_deferred(srv);
-	server_end_turn(srv);
-}
-
 void
 server_end_turn(struct server *srv)
 {
-	conn_run_queue(srv);
-	conn_free_dead(srv);
-	server_arm_expiry(srv);
+	conns_end_turn(srv->conns);
 }
 
 /* Takes the sockets systemd passed; returns how many. */
@@ -502,7 +490,7 @@ server_adopt(struct server *srv)
 			snprintf(addr, sizeof(addr), "unix %s",
 			    ((struct sockaddr_un *)&ss)->sun_path);
 		else {
-			server_peer_name(&ss, false, peer, sizeof(peer));
+			server_peer_name(&ss, peer, sizeof(peer));
 			snprintf(addr, sizeof(addr), "tcp %s", peer);
 			server_warn_exposed(srv, &ss, peer);
 			if (srv->tcp_port == 0)
@@ -512,8 +500,8 @@ server_adopt(struct server *srv)
 		}
 		snprintf(name, sizeof(name), "%s (systemd%s%s)", addr,
 		    names[i][0] != '\0' ? " " : "", names[i]);
-		server_add_listener(srv, fd, is_unix, name);
-		srv->listeners[srv->nlisteners - 1].adopted = true;
+		server_add_listener(srv, fd, is_unix ? CONN_UNIX : CONN_TCP,
+		    name)->adopted = true;
 	}
 	return n;
 }
@@ -561,37 +549,6 @@ server_open_configured(struct server *srv)
 		server_listen_unix(srv, cfg->unix_path);
 }
 
-/* Reads the AUTH secret: the file's first line, without its line end.
- * Returns NULL with a message in err. */
-static char *
-server_read_secret(const char *path, size_t *len, char *err, size_t errlen)
-{
-	char	 buf[KL_SECRET_MAX + 2], *s;
-	FILE	*f;
-	size_t	 n;
-
-	if ((f = fopen(path, "r")) == NULL) {
-		snprintf(err, errlen, "auth-file %s: %s", path,
-		    strerror(errno));
-		return NULL;
-	}
-	if (fgets(buf, sizeof(buf), f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
-	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL) {
-		snprintf(err, errlen, "auth-file %s: the secret must be one "
-		    "line of 1 to %d bytes without spaces", path,
-		    KL_SECRET_MAX);
-		return NULL;
-	}
-	if ((s = kl_strndup(buf, n)) == NULL)
-		snprintf(err, errlen, "out of memory");
-	*len = n;
-	return s;
-}
-
 /* libevent's default clock is CLOCK_MONOTONIC_COARSE (4 ms steps here):
  * timeouts must be honoured to within a few milliseconds. */
 static struct event_base *
@@ -612,8 +569,7 @@ int
 server_check(const struct config *cfg, char *err, size_t errlen)
 {
 	struct tls_ctx	*tls;
-	char		*secret, host[256];
-	size_t		 len;
+	char		 host[256];
 	uint16_t	 port;
 
 	if (cfg->metrics != NULL &&
@@ -627,12 +583,8 @@ server_check(const struct config *cfg, char *err, size_t errlen)
 		    cfg->unix_group);
 		return -1;
 	}
-	if (cfg->auth_file != NULL) {
-		if ((secret = server_read_secret(cfg->auth_file, &len, err,
-		    errlen)) == NULL)
-			return -1;
-		kl_free(secret);
-	}
+	if (commands_check(cfg, err, errlen) == -1)
+		return -1;
 	if (cfg->tls_cert != NULL) {
 		if ((tls = tls_ctx_new(cfg->tls_cert, cfg->tls_key != NULL ?
 		    cfg->tls_key : cfg->tls_cert, cfg->tls_client_ca, err,
@@ -643,41 +595,48 @@ server_check(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+static void
+server_be_done(void *arg, struct lt_owner *o, const struct be_result *r)
+{
+	struct server	*srv = arg;
+
+	commands_done(srv->cmds, o, r);
+}
+
+static void
+server_be_end_turn(void *arg)
+{
+	server_end_turn(arg);
+}
+
 struct server *
 server_new(struct config *cfg)
 {
 	struct server	*srv;
-	struct lt_hooks	 hooks;
-	uint64_t	 seed;
+	struct be_hooks	 hooks;
 	char		 err[512];
 
-	if ((srv = kl_calloc(1, sizeof(*srv))) == NULL ||
-	    (srv->scratch = kl_malloc(KL_SCRATCH_SIZE)) == NULL)
+	if ((srv = kl_calloc(1, sizeof(*srv))) == NULL)
 		fatalx("out of memory");
 	srv->cfg = cfg;
-	srv->expiry_at = UINT64_MAX;
 	srv->stats.start_ms = kl_now_ms();
-	TAILQ_INIT(&srv->conns);
-	TAILQ_INIT(&srv->runq);
-	TAILQ_INIT(&srv->dead);
-	TAILQ_INIT(&srv->deferred);
-	if ((srv->tokens = token_open(cfg->state_dir, err, sizeof(err))) ==
-	    NULL)
-		fatalx("%s", err);
-	if (cfg->auth_file != NULL && (srv->secret = server_read_secret(
-	    cfg->auth_file, &srv->secret_len, err, sizeof(err))) == NULL)
-		fatalx("%s", err);
 	if (cfg->tls_cert != NULL && (srv->tls = tls_ctx_new(cfg->tls_cert,
 	    cfg->tls_key != NULL ? cfg->tls_key : cfg->tls_cert,
 	    cfg->tls_client_ca, err, sizeof(err))) == NULL)
 		fatalx("%s", err);
-	kl_random(&seed, sizeof(seed));
-	commands_hooks(srv, &hooks);
-	if ((srv->base = server_base_new()) == NULL ||
-	    (srv->lt = locktable_new(&hooks, seed)) == NULL)
+	if ((srv->base = server_base_new()) == NULL)
 		fatalx("out of memory");
-	srv->expiry = evtimer_new(srv->base, server_expiry_cb, srv);
-	srv->resume = evtimer_new(srv->base, server_resume_cb, srv);
+	hooks.done = server_be_done;
+	hooks.end_turn = server_be_end_turn;
+	hooks.arg = srv;
+	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
+	    sizeof(err))) == NULL ||
+	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,
+	    sizeof(err))) == NULL)
+		fatalx("%s", err);
+	if ((srv->conns = conns_new(srv->base, cfg, &srv->stats, srv->cmds,
+	    srv->be)) == NULL)
+		fatalx("out of memory");
 	srv->accept_pause = evtimer_new(srv->base, server_pause_accept_cb,
 	    srv);
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, server_signal_cb,
@@ -686,9 +645,7 @@ server_new(struct config *cfg)
 	srv->sig_hup = evsignal_new(srv->base, SIGHUP, server_signal_cb, srv);
 	srv->status = event_new(srv->base, -1, EV_PERSIST, server_status_cb,
 	    srv);
-	if (srv->expiry == NULL || srv->accept_pause == NULL ||
-	    srv->resume == NULL ||
-	    srv->status == NULL ||
+	if (srv->accept_pause == NULL || srv->status == NULL ||
 	    srv->sig_term == NULL || srv->sig_int == NULL ||
 	    srv->sig_hup == NULL || evsignal_add(srv->sig_term, NULL) ||
 	    evsignal_add(srv->sig_int, NULL) || evsignal_add(srv->sig_hup, NULL))
@@ -700,8 +657,8 @@ server_new(struct config *cfg)
 int
 server_run(struct server *srv)
 {
-	log_info("keylockd %s ready, state in %s, next token %" PRIu64,
-	    PACKAGE_VERSION, srv->cfg->state_dir, token_peek(srv->tokens));
+	log_info("keylockd %s ready, backend %s", PACKAGE_VERSION,
+	    backend_name(srv->be));
 	if (event_base_dispatch(srv->base) == -1) {
 		log_warnx("event loop failed");
 		return 1;
@@ -714,29 +671,54 @@ server_free(struct server *srv)
 {
 	if (srv == NULL)
 		return;
-	conn_close_all(srv, "server shutdown");
-	conn_free_dead(srv);
+	conns_free(srv->conns);
 	for (int i = 0; i < srv->nlisteners; i++) {
 		struct listener	*l = &srv->listeners[i];
 
 		event_free(l->ev);
 		close(l->fd);
-		if (l->is_unix && !l->adopted)
+		if (l->transport == CONN_UNIX && !l->adopted)
 			unlink(srv->cfg->unix_path);
 	}
 	metrics_free(srv->metrics);
 	tls_ctx_free(srv->tls);
 	event_free(srv->status);
-	event_free(srv->expiry);
-	event_free(srv->resume);
 	event_free(srv->accept_pause);
 	event_free(srv->sig_term);
 	event_free(srv->sig_int);
 	event_free(srv->sig_hup);
-	locktable_free(srv->lt);
-	token_close(srv->tokens);
+	commands_free(srv->cmds);
+	backend_free(srv->be);
 	event_base_free(srv->base);
-	kl_free(srv->scratch);
-	kl_free(srv->secret);
 	kl_free(srv);
+}
+
+struct event_base *
+server_base(const struct server *srv)
+{
+	return srv->base;
+}
+
+const struct config *
+server_config(const struct server *srv)
+{
+	return srv->cfg;
+}
+
+const struct stats *
+server_stats(const struct server *srv)
+{
+	return &srv->stats;
+}
+
+const struct backend *
+server_backend(const struct server *srv)
+{
+	return srv->be;
+}
+
+struct conns *
+server_conns(const struct server *srv)
+{
+	return srv->conns;
 }

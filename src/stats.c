@@ -5,6 +5,7 @@
  * setters so each has exactly one owner, and the root is released once
  * dumped. Keys and names are valid UTF-8 (proto.c checked them).
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,7 +75,7 @@ stats_dump(json_t *root)
 
 char *
 stats_to_json(const struct stats *st, const struct locktable *lt,
-    uint64_t now_ms, const char *version)
+    uint64_t now_ms, const char *version, const char *backend)
 {
 	const struct lt_counters	*c = locktable_counters(lt);
 	json_t				*o = json_object();
@@ -87,6 +88,7 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 	SET_U(o, "waiting", c->waiting);
 	SET_U(o, "grants", c->grants);
 	SET_U(o, "timeouts", c->timeouts);
+	SET_U(o, "cancels", c->cancels);
 	SET_U(o, "busy", c->busy);
 	SET_U(o, "deadlocks", c->deadlocks);
 	SET_U(o, "conflicts", c->conflicts);
@@ -104,6 +106,8 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 	SET_U(o, "errors", st->errors);
 	SET_U(o, "auth_failures", st->auth_failures);
 	SET_U(o, "output_closes", st->output_closes);
+	SET_U(o, "nomem_closes", st->nomem_closes);
+	json_object_set_new(o, "backend", json_string(backend));
 	return stats_dump(o);
 }
 
@@ -193,5 +197,82 @@ stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
 	 * stays far below max-output; the totals are always exact. */
 	SET_U(o, "holders_total", v.nholders);
 	SET_U(o, "waiters_total", v.nwaiters);
+	return stats_dump(o);
+}
+
+struct stats_clients {
+	json_t	*list;
+	size_t	 max;
+	size_t	 total;
+	bool	 failed;
+};
+
+struct stats_clients *
+stats_clients_new(size_t max)
+{
+	struct stats_clients	*l;
+
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return NULL;
+	if ((l->list = json_array()) == NULL) {
+		free(l);
+		return NULL;
+	}
+	l->max = max;
+	return l;
+}
+
+static bool
+stats_wait_key(void *arg, const char *key, size_t keylen)
+{
+	return json_array_append_new(arg, json_stringn(key, keylen)) == 0;
+}
+
+void
+stats_clients_add(struct stats_clients *l, const struct stats_client *c,
+    uint64_t now_ms)
+{
+	json_t		*o, *keys;
+	uint64_t	 since;
+
+	if (l == NULL)
+		return;
+	if (l->total++ >= l->max || l->failed)
+		return;
+	if ((o = json_object()) == NULL || (keys = json_array()) == NULL) {
+		json_decref(o);
+		l->failed = true;
+		return;
+	}
+	SET_U(o, "id", c->id);
+	json_object_set_new(o, "name", c->name != NULL ?
+	    json_string(c->name) : json_null());
+	json_object_set_new(o, "transport", json_string(c->transport));
+	json_object_set_new(o, "peer", json_string(c->peer));
+	SET_U(o, "age_ms", c->age_ms);
+	SET_U(o, "held", locktable_owner_nholds(c->owner));
+	if (locktable_owner_wait_walk(c->owner, stats_wait_key, keys,
+	    &since))
+		SET_U(o, "waited_ms", now_ms - since);
+	json_object_set_new(o, "waiting_for", keys);
+	if (json_array_append_new(l->list, o) != 0)
+		l->failed = true;
+}
+
+char *
+stats_clients_json(struct stats_clients *l)
+{
+	json_t	*o;
+
+	if (l == NULL)
+		return NULL;
+	if (l->failed || (o = json_object()) == NULL) {
+		json_decref(l->list);
+		free(l);
+		return NULL;
+	}
+	SET_U(o, "total", l->total);
+	json_object_set_new(o, "clients", l->list);
+	free(l);
 	return stats_dump(o);
 }

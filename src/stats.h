@@ -3,7 +3,10 @@
  *
  * The server's own counters and the JSON of STATS and INFO (jansson). The
  * lock table keeps its counters itself; this module adds the server's and
- * turns both into one line. It never touches a socket.
+ * turns both into one line. It never touches a socket. Each counter of
+ * struct stats has one writer: clients, connections, requests, errors,
+ * output_closes and nomem_closes conn.c; auth_failures commands.c;
+ * rejected_connections server.c.
  */
 #ifndef STATS_H
 #define STATS_H
@@ -25,6 +28,7 @@ struct stats {
 	uint64_t	errors;			/* ERR replies */
 	uint64_t	auth_failures;
 	uint64_t	output_closes;		/* closed at max-output */
+	uint64_t	nomem_closes;		/* closed: out of memory */
 };
 
 /* Names a lock-table owner (its connection's NAME) or NULL. */
@@ -32,8 +36,28 @@ typedef const char *(*stats_name_fn)(const struct lt_owner *o);
 
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
-	    uint64_t now_ms, const char *version);
+	    uint64_t now_ms, const char *version, const char *backend);
 char	*stats_info_json(const struct locktable *lt, const char *key,
 	    size_t keylen, uint64_t now_ms, stats_name_fn name);
+
+/* One connection in CLIENTS (keylockd-protocol(7), COMMANDS). */
+struct stats_client {
+	uint64_t		 id;
+	const char		*name;		/* NULL: none */
+	const char		*transport;	/* "tcp", "unix", "tls" */
+	const char		*peer;
+	uint64_t		 age_ms;
+	const struct lt_owner	*owner;		/* its holds and its wait */
+};
+struct stats_clients;
+
+/* A CLIENTS reply listing at most max connections of all those added,
+ * whose total it counts exactly. NULL on no memory; every later call
+ * takes a NULL list and gives NULL. */
+struct stats_clients *stats_clients_new(size_t max);
+void	 stats_clients_add(struct stats_clients *l,
+	    const struct stats_client *c, uint64_t now_ms);
+/* The JSON line (free with free()), or NULL on no memory; frees l. */
+char	*stats_clients_json(struct stats_clients *l);
 
 #endif /* STATS_H */

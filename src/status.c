@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "status.h"
 #include "util.h"
@@ -91,7 +92,7 @@ status_keys(const json_t *stats, const struct locktable *lt,
 
 char *
 status_json(const struct stats *st, const struct locktable *lt,
-    uint64_t now_ms, const char *version)
+    uint64_t now_ms, const char *version, const char *backend)
 {
 	json_t	*root, *stats;
 	char	*s = NULL;
@@ -100,7 +101,7 @@ status_json(const struct stats *st, const struct locktable *lt,
 		return NULL;
 	/* The setters take the value, NULL included, whatever they return;
 	 * root keeps stats alive for status_keys. */
-	stats = status_load(stats_to_json(st, lt, now_ms, version));
+	stats = status_load(stats_to_json(st, lt, now_ms, version, backend));
 	if (json_object_set_new(root, "stats", stats) == 0 &&
 	    json_object_set_new(root, "keys", status_keys(stats, lt,
 	    now_ms)) == 0 &&
@@ -189,7 +190,7 @@ status_send(struct evhttp_request *req, const char *type,
 
 int
 status_serve(struct evhttp_request *req, const char *path,
-    const struct stats *st, const struct locktable *lt)
+    const struct stats *st, const struct locktable *lt, const char *backend)
 {
 	char	csp[512], *body;
 
@@ -208,8 +209,8 @@ status_serve(struct evhttp_request *req, const char *path,
 	}
 	if (strcmp(path, "/status.json") != 0)
 		return -1;
-	if ((body = status_json(st, lt, kl_now_ms(), PACKAGE_VERSION)) ==
-	    NULL) {
+	if ((body = status_json(st, lt, kl_now_ms(), PACKAGE_VERSION,
+	    backend)) == NULL) {
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return 0;
 	}

@@ -27,7 +27,7 @@ extern const size_t		status_html_len;
  * in STATS's order, its lists cut at STATUS_LIST_MAX], "list_max": N}.
  * malloc'd (free with free()), or NULL on no memory. */
 char	*status_json(const struct stats *st, const struct locktable *lt,
-	    uint64_t now_ms, const char *version);
+	    uint64_t now_ms, const char *version, const char *backend);
 
 /* The Content-Security-Policy that admits the page's own inline style and
  * script (by their SHA-256) and nothing else; -1 if it does not fit or
@@ -37,6 +37,7 @@ int	 status_csp(char *buf, size_t len);
 /* Answers GET or HEAD of / and /status.json and returns 0; any other path
  * (NULL too) is not the page's: -1, nothing sent. */
 int	 status_serve(struct evhttp_request *req, const char *path,
-	    const struct stats *st, const struct locktable *lt);
+	    const struct stats *st, const struct locktable *lt,
+	    const char *backend);
 
 #endif /* STATUS_H */

@@ -1,20 +1,14 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Allocation seam, strict numbers, clock and randomness. Nothing here logs.
+ * The allocation seam and strict numbers: part of the pure core, so
+ * nothing here logs, reads the clock or makes a system call of its own.
  */
-#include <sys/random.h>
-
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "util.h"
 
-static uint64_t	clock_held_ms;
-static bool	clock_held;
 static uint64_t	alloc_count;
 static uint64_t	alloc_fail_at;
 static bool	alloc_fail_sticky;
@@ -102,63 +96,4 @@ kl_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
 		return false;
 	*out = v;
 	return true;
-}
-
-static uint64_t
-clock_read_ms(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t
-kl_now_ms(void)
-{
-	return clock_held ? clock_held_ms : clock_read_ms();
-}
-
-void
-kl_clock_hold(void)
-{
-	clock_held_ms = clock_read_ms();
-	clock_held = true;
-}
-
-void
-kl_clock_release(void)
-{
-	clock_held = false;
-}
-
-void
-kl_random(void *buf, size_t len)
-{
-	unsigned char	*p = buf;
-	size_t		 off = 0;
-
-	while (off < len) {
-		ssize_t	n = getrandom(p + off, len - off, 0);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		off += (size_t)n;
-	}
-	if (off < len) {
-		struct timespec	ts;
-		uint64_t	x;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
-		    ((uint64_t)getpid() << 40);
-		for (; off < len; off++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-			p[off] = (unsigned char)x;
-		}
-	}
 }

@@ -1,9 +1,9 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Small shared helpers: the one allocation seam (tests can make the Nth
- * allocation fail), strict number parsing and decimal writing, the
- * monotonic clock.
+ * Small shared helpers of the pure core: the one allocation seam (tests
+ * can make the Nth allocation fail), strict number parsing and decimal
+ * writing. The clock is in clock.h, outside the core.
  */
 #ifndef UTIL_H
 #define UTIL_H
@@ -80,19 +80,5 @@ kl_u64_put(char *p, size_t len, uint64_t v)
 		*--end = (char)('0' + v);
 	}
 }
-
-
-/*
- * Milliseconds of CLOCK_MONOTONIC. Between kl_clock_hold() and
- * kl_clock_release() it answers the time read at the hold: a batch of
- * requests read together costs one clock read, and every request in it
- * counts from when the batch was read (keylockd-protocol(7), Timeouts).
- */
-uint64_t kl_now_ms(void);
-void	 kl_clock_hold(void);
-void	 kl_clock_release(void);
-
-/* Random bytes from getrandom(2), falling back to the clock and pid. */
-void	 kl_random(void *buf, size_t len);
 
 #endif /* UTIL_H */

@@ -362,6 +362,7 @@ cli_exit_code(const struct cli *cli, enum keylock_status st)
 	case KEYLOCK_ERR_TLS:
 		return CLI_EXIT_AUTH;
 	case KEYLOCK_ERR_SHUTDOWN:
+	case KEYLOCK_ERR_BACKEND:
 	case KEYLOCK_ERR_IO:
 	case KEYLOCK_ERR_CLOSED:
 	case KEYLOCK_ERR_DEADLINE:

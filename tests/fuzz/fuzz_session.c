@@ -18,11 +18,13 @@
 
 #include <event2/event.h>
 
+#include "backend.h"
 #include "config.h"
 #include "conn.h"
 #include "locktable.h"
 #include "log.h"
 #include "server.h"
+#include "stats.h"
 
 #define FS_CONNS	3
 
@@ -82,7 +84,7 @@ fs_open(struct server *srv, struct fs_client *c)
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == -1)
 		abort();
-	if (conn_new(srv, sv[0], "fuzz") == NULL)
+	if (conn_new(server_conns(srv), sv[0], "fuzz", CONN_UNIX) == NULL)
 		abort();
 	c->fd = sv[1];
 	c->len = 0;
@@ -114,7 +116,7 @@ static void
 fs_run(struct server *srv, struct fs_client *cl)
 {
 	for (int round = 0; round < 4; round++) {
-		event_base_loop(srv->base, EVLOOP_NONBLOCK);
+		event_base_loop(server_base(srv), EVLOOP_NONBLOCK);
 		for (int i = 0; i < FS_CONNS; i++)
 			fs_drain(&cl[i]);
 	}
@@ -159,9 +161,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		cl[i].fd = -1;
 	}
 	fs_run(srv, cl);
-	assert(locktable_counters(srv->lt)->keys == 0);
-	assert(locktable_counters(srv->lt)->waiting == 0);
-	assert(srv->stats.clients == 0);
+	assert(locktable_counters(backend_table(server_backend(srv)))->keys == 0);
+	assert(locktable_counters(backend_table(server_backend(srv)))->waiting == 0);
+	assert(server_stats(srv)->clients == 0);
 	server_free(srv);
 	return 0;
 }

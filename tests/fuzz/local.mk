@@ -3,17 +3,20 @@
 # built as libFuzzer binaries: `make fuzz FUZZ_SECONDS=N` runs each.
 FUZZ_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 FUZZ_LDADD = $(KEYLOCKD_LIBS)
+# The parser's and the table's harnesses link the pure core alone.
+FUZZ_CORE_CFLAGS = $(AM_CFLAGS)
+FUZZ_CORE_LDADD = $(KLCORE_LIBS)
 FUZZ_HARNESSES = proto locktable session
 
 check_PROGRAMS += tests/fuzz/replay_proto tests/fuzz/replay_locktable \
 	tests/fuzz/replay_session
 tests_fuzz_replay_proto_SOURCES = tests/fuzz/fuzz_proto.c tests/fuzz/replay.c
-tests_fuzz_replay_proto_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_replay_proto_LDADD = $(FUZZ_LDADD)
+tests_fuzz_replay_proto_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_replay_proto_LDADD = $(FUZZ_CORE_LDADD)
 tests_fuzz_replay_locktable_SOURCES = tests/fuzz/fuzz_locktable.c \
 	tests/fuzz/replay.c
-tests_fuzz_replay_locktable_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_replay_locktable_LDADD = $(FUZZ_LDADD)
+tests_fuzz_replay_locktable_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_replay_locktable_LDADD = $(FUZZ_CORE_LDADD)
 tests_fuzz_replay_session_SOURCES = tests/fuzz/fuzz_session.c \
 	tests/fuzz/replay.c
 tests_fuzz_replay_session_CFLAGS = $(FUZZ_CFLAGS)
@@ -26,12 +29,12 @@ if FUZZING
 noinst_PROGRAMS += tests/fuzz/fuzz_proto tests/fuzz/fuzz_locktable \
 	tests/fuzz/fuzz_session
 tests_fuzz_fuzz_proto_SOURCES = tests/fuzz/fuzz_proto.c
-tests_fuzz_fuzz_proto_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_proto_LDADD = $(FUZZ_LDADD)
+tests_fuzz_fuzz_proto_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_fuzz_proto_LDADD = $(FUZZ_CORE_LDADD)
 tests_fuzz_fuzz_proto_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
 tests_fuzz_fuzz_locktable_SOURCES = tests/fuzz/fuzz_locktable.c
-tests_fuzz_fuzz_locktable_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_locktable_LDADD = $(FUZZ_LDADD)
+tests_fuzz_fuzz_locktable_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_fuzz_locktable_LDADD = $(FUZZ_CORE_LDADD)
 tests_fuzz_fuzz_locktable_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
 tests_fuzz_fuzz_session_SOURCES = tests/fuzz/fuzz_session.c
 tests_fuzz_fuzz_session_CFLAGS = $(FUZZ_CFLAGS)

@@ -13,7 +13,8 @@ expect_grep "configuration .*keylockd.conf is valid" "$TMP/out" "the verdict"
 # auth-file and the TLS files name things that need not exist here, and
 # --check-config checks that they do, as the start does).
 sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' \
-    -e '/^auth-file /d' -e '/^tls-cert /d' -e '/^tls-key /d' \
+    -e '/^auth-file /d' -e '/^admin-auth-file /d' -e '/^tls-cert /d' \
+    -e '/^tls-key /d' \
     -e '/^tls-client-ca /d' "$CONF" >"$TMP/uncommented.conf"
 "$KEYLOCKD" --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
 expect_status 0 $? "--check-config on the uncommented defaults"
@@ -90,3 +91,31 @@ expect_grep "^OK [0-9]+$" "$TMP/out" "three keys with --max-keys 3"
 expect_grep "^ERR LIMIT .*max-keys is 3" "$TMP/out" "four keys"
 daemon_stop
 pass "precedence: default < file < command line"
+
+# More listeners than the server has room for is a startup error, and
+# never a listener quietly dropped or a plain one turned into TLS: nine
+# bind addresses with TLS are eighteen listeners.
+if command -v openssl >/dev/null 2>&1 &&
+    openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost \
+    -days 1 -keyout "$TMP/many.key" -out "$TMP/many.crt" >/dev/null 2>&1
+then
+	binds=
+	for i in 1 2 3 4 5 6 7 8 9; do
+		binds="$binds --bind 127.0.0.1"
+	done
+	# shellcheck disable=SC2086
+	"$KEYLOCKD" --config /dev/null --unix '' --port 0 --tls-port 0 \
+	    --state-dir "$TMP" --tls-cert "$TMP/many.crt" \
+	    --tls-key "$TMP/many.key" $binds >"$TMP/out" 2>&1 &
+	pid=$!
+	deadline=$(($(date +%s) + 10))
+	while kill -0 "$pid" 2>/dev/null; do
+		[ "$(date +%s)" -lt "$deadline" ] || {
+			kill "$pid"; fail "the daemon started with 18 listeners"; }
+		sleep 0.05
+	done
+	wait "$pid"
+	expect_status 1 $? "eighteen listeners"
+	expect_grep "more than 17 listeners" "$TMP/out" "the message says why"
+	pass "too many listeners: a startup error"
+fi

@@ -43,6 +43,8 @@
 #include "conn.h"
 #include "kl.h"
 #include "server.h"
+#include "stats.h"
+#include "clock.h"
 #include "util.h"
 
 #define MAX_CLIENTS	8
@@ -57,6 +59,7 @@ static int		 ncl;
 char			 cc_line[LINE_MAX_TEST];	/* the last line read */
 static void		*tmem[32];		/* see cc_talloc() */
 static int		 ntmem;
+enum conn_transport	 cc_transport;	/* of the next client */
 
 /* ---- fixture ---- */
 
@@ -112,7 +115,7 @@ cc_start_server(const char *const *extra, int nextra)
 	ck_assert_msg(rc == 0, "config_load returned %d", rc);
 	cc_srv = server_new(&cc_cfg);
 	ck_assert_ptr_nonnull(cc_srv);
-	ck_assert_ptr_nonnull(cc_srv->base);
+	ck_assert_ptr_nonnull(server_base(cc_srv));
 }
 
 void
@@ -152,6 +155,7 @@ setup(void)
 	memset(cl, 0, sizeof(cl));
 	ncl = 0;
 	ntmem = 0;
+	cc_transport = CONN_UNIX;
 	cc_srv = NULL;
 	cfg_loaded = false;
 	cc_start_server(NULL, 0);
@@ -211,7 +215,7 @@ cc_client_new_buf(int srv_sndbuf, int cli_rcvbuf, int cli_sndbuf)
 	k = &cl[ncl++];
 	memset(k, 0, sizeof(*k));
 	k->fd = fds[1];
-	k->c = conn_new(cc_srv, fds[0], "test");
+	k->c = conn_new(server_conns(cc_srv), fds[0], "test", cc_transport);
 	ck_assert_ptr_nonnull(k->c);
 	return k;
 }
@@ -236,7 +240,7 @@ cc_client_close(struct client *k)
 void
 cc_pump(void)
 {
-	ck_assert_int_ge(event_base_loop(cc_srv->base, EVLOOP_NONBLOCK), 0);
+	ck_assert_int_ge(event_base_loop(server_base(cc_srv), EVLOOP_NONBLOCK), 0);
 }
 
 /* Reads whatever has arrived for k. */
@@ -542,6 +546,7 @@ conn_suite(void)
 	cc_add_framing(s);
 	cc_add_waiting(s);
 	cc_add_commands(s);
+	cc_add_cancel(s);
 	return s;
 }
 

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "conn.h"
 
 #define WAIT_MS		5000	/* for a reply that must come */
 #define QUIET_MS	30	/* how long "no reply" is watched */
@@ -37,6 +38,9 @@ extern char		 cc_dir[PATH_MAX];
 extern struct config	 cc_cfg;
 extern struct server	*cc_srv;
 extern char		 cc_line[LINE_MAX_TEST];	/* the last line read */
+/* The transport the next cc_client_new() claims (CONN_UNIX unless a test
+ * sets it: a socketpair is a unix socket either way). */
+extern enum conn_transport cc_transport;
 
 /* A TCase with the fixture and timeout seconds, added to s. */
 TCase		*cc_tcase(Suite *s, const char *name, double timeout);
@@ -113,5 +117,7 @@ void		 cc_add_framing(Suite *s);
 void		 cc_add_waiting(Suite *s);
 /* commands, bounds (conn_commands.c) */
 void		 cc_add_commands(Suite *s);
+/* CANCEL, CLIENTS and KILL, out of memory (conn_cancel.c) */
+void		 cc_add_cancel(Suite *s);
 
 #endif /* CHECK_CONN_H */

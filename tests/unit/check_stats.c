@@ -208,7 +208,7 @@ set_doc(char *s)
 void
 cs_stats_at(uint64_t now)
 {
-	set_doc(stats_to_json(&st, cs_lt, now, TEST_VERSION));
+	set_doc(stats_to_json(&st, cs_lt, now, TEST_VERSION, "local"));
 }
 
 void

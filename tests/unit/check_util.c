@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "check_main.h"
+#include "clock.h"
 #include "util.h"
 
 static void

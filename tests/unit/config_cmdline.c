@@ -156,6 +156,34 @@ START_TEST(help_asks_for_exit_0_and_lists_every_option)
 }
 END_TEST
 
+/* Every option that takes a value names it, as --config FILE does. */
+START_TEST(help_names_every_options_argument)
+{
+	const char	*p, *nl;
+	int		 n = 0;
+
+	ck_assert_int_eq(cf_load("--help", NULL), -1);
+	ck_assert_ptr_nonnull(strstr(cf_std_out, "--port N "));
+	ck_assert_ptr_nonnull(strstr(cf_std_out, "--bind ADDR "));
+	ck_assert_ptr_nonnull(strstr(cf_std_out, "--default-timeout MS|none "));
+	ck_assert_ptr_nonnull(strstr(cf_std_out, "--metrics ADDR:PORT "));
+	for (p = cf_std_out; (p = strstr(p, "\n  --")) != NULL; p = nl) {
+		const char	*name = p + 5, *sp = strchr(name, ' ');
+
+		nl = strchr(name, '\n');
+		ck_assert_ptr_nonnull(sp);
+		n++;
+		if (strncmp(name, "no-tcp ", 7) == 0 ||
+		    strncmp(name, "check-config ", 13) == 0 ||
+		    strncmp(name, "version,", 8) == 0)
+			continue;
+		ck_assert_msg(sp[1] >= 'A' && sp[1] <= 'Z', "no argument name: "
+		    "%.*s", (int)(nl - name), name);
+	}
+	ck_assert_int_ge(n, 25);
+}
+END_TEST
+
 START_TEST(version_asks_for_exit_0_and_prints_the_version)
 {
 	ck_assert_int_eq(cf_load("--version", NULL), -1);
@@ -426,6 +454,7 @@ cf_add_cmdline(Suite *s)
 	tcase_add_test(tc, option_missing_its_value_is_rejected_with_usage);
 	tcase_add_test(tc, positional_argument_is_rejected_with_usage);
 	tcase_add_test(tc, help_asks_for_exit_0_and_lists_every_option);
+	tcase_add_test(tc, help_names_every_options_argument);
 	tcase_add_test(tc, version_asks_for_exit_0_and_prints_the_version);
 	tcase_add_test(tc, check_config_is_a_flag);
 	tcase_add_test(tc, no_tcp_takes_no_argument);

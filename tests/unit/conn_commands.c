@@ -27,6 +27,8 @@
 #include "conn.h"
 #include "kl.h"
 #include "server.h"
+#include "stats.h"
+#include "clock.h"
 #include "util.h"
 
 /* ---- commands and their limits ---- */
@@ -41,8 +43,8 @@ wait_blocking(struct client *k, int timeout_ms)
 	while (cc_count_lines(k, 1) < 1 && !k->eof && cc_now_ms() < deadline) {
 		struct timeval	tv = { 0, 20 * 1000 };
 
-		event_base_loopexit(cc_srv->base, &tv);
-		ck_assert_int_ge(event_base_loop(cc_srv->base, EVLOOP_ONCE), 0);
+		event_base_loopexit(server_base(cc_srv), &tv);
+		ck_assert_int_ge(event_base_loop(server_base(cc_srv), EVLOOP_ONCE), 0);
 		cc_rx_poll(k);
 	}
 }
@@ -291,7 +293,7 @@ START_TEST(client_that_never_reads_is_closed_past_max_output)
 	a = cc_client_new_buf(4096, 4096, 0);
 	b = cc_client_new();
 	deadline = cc_now_ms() + WAIT_MS;
-	while (cc_srv->stats.output_closes == 0 && cc_now_ms() < deadline) {
+	while (server_stats(cc_srv)->output_closes == 0 && cc_now_ms() < deadline) {
 		ssize_t	n = send(a->fd, stats, len, MSG_NOSIGNAL);
 
 		ck_assert_msg(n >= 0 || errno == EAGAIN || errno == EPIPE ||
@@ -299,8 +301,8 @@ START_TEST(client_that_never_reads_is_closed_past_max_output)
 		cc_pump();
 		cc_nap(NULL, 1);
 	}
-	ck_assert_uint_eq(cc_srv->stats.output_closes, 1);
-	ck_assert_uint_eq(cc_srv->stats.clients, 1);
+	ck_assert_uint_eq(server_stats(cc_srv)->output_closes, 1);
+	ck_assert_uint_eq(server_stats(cc_srv)->clients, 1);
 	/* others are still served */
 	cc_send_str(b, "PING\n");
 	EXPECT_LINE(b, "OK PONG");
@@ -332,7 +334,7 @@ START_TEST(slow_reader_under_max_output_is_kept)
 	cc_send_bytes(a, pings, len);
 	for (int i = 0; i < 20; i++)
 		cc_pump();
-	ck_assert_uint_eq(cc_srv->stats.output_closes, 0);
+	ck_assert_uint_eq(server_stats(cc_srv)->output_closes, 0);
 	cc_wait_lines(a, 400, WAIT_MS);
 	for (int i = 0; i < 400; i++)
 		EXPECT_LINE(a, "OK PONG");
@@ -361,7 +363,7 @@ START_TEST(input_behind_a_waiting_lock_is_bounded_and_answered_after_grant)
 	    "client", len);
 	cc_rx_poll(b);
 	ck_assert_uint_eq(b->rlen, 0);
-	ck_assert_uint_eq(cc_srv->stats.clients, 2);
+	ck_assert_uint_eq(server_stats(cc_srv)->clients, 2);
 
 	cc_send_str(a, "UNLOCK bk\n");
 	EXPECT_LINE(a, "OK 1");
@@ -398,7 +400,7 @@ START_TEST(peer_closing_while_its_input_is_full_withdraws_its_wait)
 	cc_client_close(b);
 	for (int i = 0; i < 5; i++)
 		cc_pump();
-	ck_assert_uint_eq(cc_srv->stats.clients, 1);
+	ck_assert_uint_eq(server_stats(cc_srv)->clients, 1);
 	cc_send_str(a, "INFO pk\n");
 	j = cc_take_json(a);
 	ck_assert_uint_eq(json_array_size(json_object_get(j, "waiters")), 0);

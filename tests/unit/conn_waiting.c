@@ -27,6 +27,8 @@
 #include "conn.h"
 #include "kl.h"
 #include "server.h"
+#include "stats.h"
+#include "clock.h"
 #include "util.h"
 
 /* ---- waiting, granting, closing ---- */
@@ -121,8 +123,8 @@ START_TEST(timeout_reply_names_the_key_and_the_holder)
 	while (cc_unread_lines(b) < 1 && cc_now_ms() < start + WAIT_MS) {
 		struct timeval	tv = { 0, 100 * 1000 };
 
-		event_base_loopexit(cc_srv->base, &tv);
-		ck_assert_int_ge(event_base_loop(cc_srv->base, EVLOOP_ONCE), 0);
+		event_base_loopexit(server_base(cc_srv), &tv);
+		ck_assert_int_ge(event_base_loop(server_base(cc_srv), EVLOOP_ONCE), 0);
 		cc_rx_poll(b);
 	}
 	elapsed = cc_now_ms() - start;
@@ -237,7 +239,7 @@ START_TEST(stats_shows_keys_0_after_all_connections_closed)
 	ck_assert_int_eq(cc_json_int(j, "waiting"), 0);
 	ck_assert_int_eq(cc_json_int(j, "clients"), 1);
 	json_decref(j);
-	ck_assert_uint_eq(cc_srv->stats.clients, 0);
+	ck_assert_uint_eq(server_stats(cc_srv)->clients, 0);
 }
 END_TEST
 
@@ -249,12 +251,12 @@ START_TEST(shutdown_gives_a_waiting_client_err_shutdown)
 	cc_take_token(a);
 	cc_send_str(b, "LOCK sk\nPING\n");
 	cc_expect_silence(b);
-	conn_close_all(cc_srv, "test shutdown");
+	conns_close_all(server_conns(cc_srv), "test shutdown");
 	server_end_turn(cc_srv);
 	EXPECT_PREFIX(b, "ERR SHUTDOWN ");
 	cc_expect_eof(b);
 	cc_expect_eof(a);
-	ck_assert_uint_eq(cc_srv->stats.clients, 0);
+	ck_assert_uint_eq(server_stats(cc_srv)->clients, 0);
 }
 END_TEST
 
@@ -271,7 +273,7 @@ START_TEST(shutdown_grants_nobody)
 	cc_expect_silence(b);
 	cc_send_str(c, "LOCK y\n");
 	cc_expect_silence(c);
-	conn_close_all(cc_srv, "test shutdown");
+	conns_close_all(server_conns(cc_srv), "test shutdown");
 	server_end_turn(cc_srv);
 	EXPECT_PREFIX(b, "ERR SHUTDOWN ");
 	EXPECT_PREFIX(c, "ERR SHUTDOWN ");

@@ -1,6 +1,10 @@
 UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(CHECK_MAIN_CFLAGS)
 UNIT_LDADD = $(CHECK_MAIN_LDADD) $(KEYLOCKD_LIBS) $(CHECK_LIBS)
+# The pure core's suites see no libevent, jansson or OpenSSL, and link the
+# core alone (src/local.mk) and the shared Check main.
+CORE_UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CHECK_MAIN_CFLAGS)
+CORE_UNIT_LDADD = $(CHECK_MAIN_LDADD) $(KLCORE_LIBS) $(CHECK_LIBS)
 
 UNIT_TESTS = \
 	tests/unit/check_proto \
@@ -21,8 +25,8 @@ tests_unit_check_proto_SOURCES = \
 	tests/unit/proto_keys.c \
 	tests/unit/proto_options.c \
 	tests/unit/proto_cases.c
-tests_unit_check_proto_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_check_proto_LDADD = $(UNIT_LDADD)
+tests_unit_check_proto_CFLAGS = $(CORE_UNIT_CFLAGS)
+tests_unit_check_proto_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_locktable_SOURCES = \
 	tests/unit/check_locktable.c \
 	tests/unit/check_locktable.h \
@@ -30,22 +34,23 @@ tests_unit_check_locktable_SOURCES = \
 	tests/unit/locktable_errors.c \
 	tests/unit/locktable_lifetime.c \
 	tests/unit/locktable_views.c
-tests_unit_check_locktable_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_check_locktable_LDADD = $(UNIT_LDADD)
+tests_unit_check_locktable_CFLAGS = $(CORE_UNIT_CFLAGS)
+tests_unit_check_locktable_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_locktable_model_SOURCES = \
 	tests/unit/check_locktable_model.c \
 	tests/unit/check_locktable_model.h \
 	tests/unit/locktable_model_ref.c \
 	tests/unit/locktable_model_compare.c \
 	tests/unit/locktable_model_ops.c
-tests_unit_check_locktable_model_CFLAGS = $(UNIT_CFLAGS)
-tests_unit_check_locktable_model_LDADD = $(UNIT_LDADD)
+tests_unit_check_locktable_model_CFLAGS = $(CORE_UNIT_CFLAGS)
+tests_unit_check_locktable_model_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_conn_SOURCES = \
 	tests/unit/check_conn.c \
 	tests/unit/check_conn.h \
 	tests/unit/conn_framing.c \
 	tests/unit/conn_waiting.c \
-	tests/unit/conn_commands.c
+	tests/unit/conn_commands.c \
+	tests/unit/conn_cancel.c
 tests_unit_check_conn_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_conn_LDADD = $(UNIT_LDADD)
 tests_unit_check_token_SOURCES = tests/unit/check_token.c

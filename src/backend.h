@@ -1,0 +1,144 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The backend: the order in which lock operations reach the lock table,
+ * and the one seam between the commands and that table. `backend local`
+ * applies an operation to the table at once; a replicated backend (etcd)
+ * applies it after a commit and a watch event, on every front end alike.
+ *
+ * Every operation either completes at once, returning BE_DONE with *res
+ * filled in, or returns BE_PENDING: the backend then calls hooks.done
+ * exactly once for that owner, later, from one of its own events, and the
+ * caller keeps the request open until then (conn_pend()). Locally only a
+ * LOCK that has to wait is pending, so the common path costs one indirect
+ * call and no allocation; over etcd every operation is pending, because
+ * each one completes after a network round trip. One request per owner is
+ * open at a time (keylockd-protocol(7), TRANSPORT: one at a time per
+ * connection), so the owner alone names the request being completed.
+ */
+#ifndef BACKEND_H
+#define BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kl.h"
+#include "locktable.h"
+
+struct backend;
+struct config;
+struct event_base;
+
+enum be_status {
+	BE_DONE = 0,	/* *res holds the result */
+	BE_PENDING	/* hooks.done brings it later */
+};
+
+/* Which request a result answers: picks the reply's form. */
+enum be_op {
+	BE_LOCK = 0,	/* LOCK, TRYLOCK: OK token */
+	BE_UNLOCK,	/* UNLOCK: OK n */
+	BE_UNLOCKALL,	/* UNLOCKALL: OK n */
+	BE_REFRESH	/* REFRESH: OK n */
+};
+
+struct be_result {
+	enum be_op	 op;
+	enum kl_err	 err;
+	uint64_t	 value;		/* KL_OK: the token, or n */
+	/*
+	 * Who stands in the way (TIMEOUT, LOCKED, BUSY, DEADLOCK) or which
+	 * key was refused (HELD, CONFLICT, NOTHELD: why.key). Points into the
+	 * table: valid only until the next backend call.
+	 */
+	struct lt_blocker why;
+	/* LOCK: the request's limit= and max_waiters (as given to the
+	 * backend), and for CONFLICT the limit the key is in use with. */
+	uint32_t	 limit;
+	uint32_t	 key_limit;
+	int64_t		 max_waiters;
+	const char	*text;		/* BACKEND: what went wrong */
+};
+
+struct be_hooks {
+	/* The open request of o is complete; r->op says which it was. */
+	void	(*done)(void *arg, struct lt_owner *o,
+		    const struct be_result *r);
+	/* The end of each of the backend's own event callbacks. */
+	void	(*end_turn)(void *arg);
+	void	*arg;
+};
+
+struct backend_ops {
+	const char	*name;		/* "local", as config spells it */
+	struct lt_owner	*(*owner_new)(struct backend *, uint64_t id,
+			    void *udata);
+	/* The owner is gone (its connection closed): everything it holds is
+	 * released and its wait withdrawn; never pending for the caller. */
+	void		 (*owner_free)(struct backend *, struct lt_owner *,
+			    uint64_t now_ms);
+	enum be_status	 (*acquire)(struct backend *, struct lt_owner *,
+			    const struct lt_acquire *, uint64_t now_ms,
+			    struct be_result *);
+	enum be_status	 (*release)(struct backend *, struct lt_owner *,
+			    const char *const *keys, const size_t *keylens,
+			    size_t nkeys, uint64_t now_ms, struct be_result *);
+	enum be_status	 (*release_owner)(struct backend *, struct lt_owner *,
+			    uint64_t now_ms, struct be_result *);
+	enum be_status	 (*refresh)(struct backend *, struct lt_owner *,
+			    const char *const *keys, const size_t *keylens,
+			    size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
+			    struct be_result *);
+	/*
+	 * Ends o's waiting LOCK for why (LT_WHY_TIMEOUT, LT_WHY_CANCEL,
+	 * LT_WHY_SHUTDOWN): the LOCK's result is TIMEOUT (with the blocker),
+	 * CANCELLED or SHUTDOWN, or, if the grant won the race, OK. BE_DONE
+	 * with res->value 0 and err KL_OK when o has no waiting LOCK.
+	 */
+	enum be_status	 (*withdraw)(struct backend *, struct lt_owner *,
+			    enum lt_why why, uint64_t now_ms,
+			    struct be_result *);
+	/* The table INFO and STATS read: the local one, or the replica. */
+	const struct locktable *(*table)(const struct backend *);
+	/* Shutdown: nothing is granted from now on. */
+	void		 (*freeze)(struct backend *);
+	/* End of an event-loop turn: arm timers, send what was batched. */
+	void		 (*end_turn)(struct backend *);
+	void		 (*free)(struct backend *);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+};
+
+/* The backend cfg names, or NULL with a message in err. */
+struct backend	*backend_new(const struct config *cfg,
+		    struct event_base *base, const struct be_hooks *hooks,
+		    char *err, size_t errlen);
+
+/* backend local (backend_local.c): the table in this process. */
+struct backend	*backend_local_new(const struct config *cfg,
+		    struct event_base *base, const struct be_hooks *hooks,
+		    char *err, size_t errlen);
+
+static inline const char *
+backend_name(const struct backend *be)
+{
+	return be->ops->name;
+}
+
+static inline const struct locktable *
+backend_table(const struct backend *be)
+{
+	return be->ops->table(be);
+}
+
+static inline void
+backend_free(struct backend *be)
+{
+	if (be != NULL)
+		be->ops->free(be);
+}
+
+#endif /* BACKEND_H */
