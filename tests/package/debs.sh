@@ -8,7 +8,8 @@
 #     daemon, the CLI, pkg-config, `systemd-analyze verify` of the installed
 #     units, and a C program built against the installed header and library
 #     (shared and static) that PINGs a daemon started here on a free port,
-#     on its compiled-in state and runtime directories;
+#     on its compiled-in state and runtime directories, and the Python
+#     package taking a lock there;
 #  3. removes them (the conffile stays) and purges them: nothing of theirs
 #     is left, in the file system, in dpkg's database or in ld.so's cache.
 # Everything it needs is installed with apt-get. A previous install of
@@ -18,7 +19,7 @@
 set -u
 
 TEST=debs
-PKGS="keylockd keylock libkeylock0 libkeylock-dev"
+PKGS="keylockd keylock libkeylock0 libkeylock-dev python3-keylock"
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -27,6 +28,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/keylockd-debs.XXXXXX") || exit 1
 DPID=
 INSTALLED=
 MADE_PRIVATE=
+# Hermetic: no KEYLOCK_* setting of the caller reaches a client here.
+for v in $(env | sed -n 's/^\(KEYLOCK_[A-Za-z0-9_]*\)=.*/\1/p'); do
+	unset "$v"
+done
 
 fail() {
 	echo "FAIL: $TEST: $*" >&2
@@ -79,6 +84,14 @@ loads_packaged_lib() {
 	[ -n "$_got" ] && [ "$(readlink -f "$_got")" = \
 	    "$(readlink -f "/usr/lib/$multiarch/libkeylock.so.0")" ] ||
 	    fail "$1 does not load the packaged libkeylock.so.0: $(ldd "$1" | grep keylock)"
+}
+
+# deb PACKAGE: the package's .deb in the scratch directory.
+deb() {
+	case $1 in
+	python3-*) echo "$WORK/${1}_${version}_all.deb" ;;
+	*) echo "$WORK/${1}_${version}_$arch.deb" ;;
+	esac
 }
 
 # pkg_state PACKAGE: dpkg's status word ("installed", "config-files"), or
@@ -137,6 +150,7 @@ for f in /usr/local/sbin/keylockd /usr/local/bin/keylock \
     /usr/local/bin/keylock-bench /usr/local/include/keylock.h \
     /usr/local/lib/libkeylock.so /usr/local/lib/libkeylock.so.0 \
     /usr/local/lib/libkeylock.a /usr/local/lib/pkgconfig/keylock.pc \
+    /usr/local/lib/python3*/dist-packages/keylock \
     /usr/sbin/keylockd /usr/bin/keylock /usr/include/keylock.h \
     /etc/keylockd /var/lib/keylockd /run/keylockd \
     /etc/systemd/system/keylockd.service \
@@ -177,9 +191,12 @@ fi
 (cd "$WORK" && dpkg-source -b keylockd) >"$WORK/source.log" 2>&1 ||
     fail "dpkg-source -b: $(tail -5 "$WORK/source.log")"
 # A library symbol the symbols file lacks fails the build (check level 2):
-# the packages' dependencies would be too weak.
-(cd "$WORK/keylockd" && DPKG_GENSYMBOLS_CHECK_LEVEL=2 \
-    dpkg-buildpackage -us -uc -b) >"$WORK/build.log" 2>&1 || {
+# the packages' dependencies would be too weak. Debian's own PATH: a
+# package is built with the distribution's tools (not, say, a pyenv
+# python3 that comes first in the caller's PATH).
+(cd "$WORK/keylockd" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    DPKG_GENSYMBOLS_CHECK_LEVEL=2 dpkg-buildpackage -us -uc -b) \
+    >"$WORK/build.log" 2>&1 || {
 	grep -A40 '^dpkg-gensymbols: warning: some new symbols' \
 	    "$WORK/build.log" >&2 &&
 	    echo "(add them to debian/libkeylock0.symbols)" >&2
@@ -187,7 +204,7 @@ fi
 	fail "dpkg-buildpackage -us -uc -b"
 }
 for p in $PKGS; do
-	[ -f "$WORK/${p}_${version}_$arch.deb" ] || fail "no ${p}_${version}_$arch.deb"
+	[ -f "$(deb "$p")" ] || fail "no $(basename "$(deb "$p")")"
 done
 pass "dpkg-buildpackage -us -uc -b: $PKGS (and their dbgsym)"
 
@@ -204,7 +221,7 @@ pass "lintian: no errors, no warnings"
 
 # Every path the packages ship, and whether it was there before.
 for p in $PKGS; do
-	dpkg-deb --fsys-tarfile "$WORK/${p}_${version}_$arch.deb" | tar -t
+	dpkg-deb --fsys-tarfile "$(deb "$p")" | tar -t
 done | sed -e 's|^\./|/|' -e 's|/$||' | grep -v '^/*$' | sort -u \
     >"$WORK/paths"
 while read -r f; do
@@ -215,7 +232,7 @@ done <"$WORK/paths" >"$WORK/paths.before"
 
 debs=
 for p in $PKGS; do
-	debs="$debs $WORK/${p}_${version}_$arch.deb"
+	debs="$debs $(deb "$p")"
 done
 INSTALLED=yes
 # shellcheck disable=SC2086
@@ -256,6 +273,13 @@ out=$(pkg-config --variable=pcfiledir keylock)
 [ "$out" = "/usr/lib/$multiarch/pkgconfig" ] ||
     fail "pkg-config reads keylock.pc from $out"
 pass "pkg-config --modversion keylock: $version"
+
+# -I: no PYTHONPATH, no user site, not the current directory.
+out=$(/usr/bin/python3 -I -c 'import keylock; print(keylock.__version__, keylock.__file__)') ||
+    fail "python3 -c 'import keylock'"
+[ "$out" = "$version /usr/lib/python3/dist-packages/keylock/__init__.py" ] ||
+    fail "python3 imports keylock as: $out"
+pass "python3 imports the packaged keylock $version"
 
 unitdir=$(dirname "$(grep '/systemd/system/keylockd.service$' "$WORK/paths")")
 [ -f "$unitdir/keylockd.service" ] && [ -f "$unitdir/keylockd.socket" ] ||
@@ -326,6 +350,16 @@ $SUDO "$WORK/ping-static" /run/keylockd/keylockd.sock >"$WORK/out" 2>&1 ||
     fail "ping-static over /run/keylockd/keylockd.sock: $(cat "$WORK/out")"
 /usr/bin/keylock -S "127.0.0.1:$port" debs:cli -- true ||
     fail "keylock debs:cli -- true"
+out=$(/usr/bin/python3 -I -c '
+import sys, keylock
+with keylock.KeyedLock(sys.argv[1]) as locks:
+    with locks.hold("debs:python", timeout=2) as h:
+        print(h.token)
+' "127.0.0.1:$port" 2>&1) || fail "keylock.KeyedLock().hold(): $out"
+case $out in
+[1-9]*) ;;
+*) fail "keylock.KeyedLock().hold() gave token: $out" ;;
+esac
 $SUDO kill -TERM "$DPID"
 wait "$DPID"
 rc=$?
@@ -333,7 +367,7 @@ DPID=
 [ "$rc" -eq 0 ] || fail "keylockd exited $rc after SIGTERM"
 $SUDO sh -c 'ls -A /var/lib/keylockd/' | grep -q . ||
     fail "the daemon wrote nothing in /var/lib/keylockd"
-pass "PING from ping (TCP) and ping-static (/run/keylockd/keylockd.sock), $out"
+pass "PING from ping (TCP) and ping-static (/run/keylockd/keylockd.sock); keylock and python3-keylock take a key"
 
 # --- 3. remove, purge, and nothing left -------------------------------------
 
