@@ -18,7 +18,7 @@ kl_hist_bound(size_t i)
 }
 
 void
-kl_hist_add(struct kl_hist *h, uint64_t ms)
+kl_hist_add_slow(struct kl_hist *h, uint64_t ms)
 {
 	size_t	i = 0;
 

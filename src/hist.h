@@ -20,6 +20,19 @@ struct kl_hist {
 
 /* Upper bound (inclusive) of bucket i in ms; UINT64_MAX for the last. */
 uint64_t	kl_hist_bound(size_t i);
-void		kl_hist_add(struct kl_hist *h, uint64_t ms);
+void		kl_hist_add_slow(struct kl_hist *h, uint64_t ms);
+
+/* Counts one value. Inline for 0 ms, the lock granted or released within
+ * the millisecond it was asked for: most of them. */
+static inline void
+kl_hist_add(struct kl_hist *h, uint64_t ms)
+{
+	if (ms == 0) {
+		h->counts[0]++;
+		h->count++;
+		return;
+	}
+	kl_hist_add_slow(h, ms);
+}
 
 #endif /* HIST_H */

@@ -153,6 +153,32 @@ START_TEST(decimal_matches_printf_at_every_digit_count)
 }
 END_TEST
 
+/* Every value below 200,000 and a spread of larger ones: as printf. */
+START_TEST(decimal_matches_printf_across_values)
+{
+	uint64_t	v = 0, x = 0x9e3779b97f4a7c15ULL;
+
+	for (int i = 0; i < 400000; i++) {
+		char	want[32], got[32];
+		size_t	n;
+
+		if (i >= 200000) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			v = x >> (x % 64);
+		}
+		/* one check per value: each ck_assert costs a message */
+		snprintf(want, sizeof(want), "%" PRIu64, v);
+		n = kl_u64_len(v);
+		memset(got, '#', sizeof(got));
+		kl_u64_put(got, n, v);
+		if (n != strlen(want) || got[n] != '#' ||
+		    memcmp(got, want, n) != 0)
+			ck_abort_msg("%" PRIu64 ": \"%.*s\"", v, (int)n, got);
+		v++;
+	}
+}
+END_TEST
+
 START_TEST(strndup_copies_n_bytes_and_a_nul)
 {
 	char	*s = kl_strndup("ab\0cd", 5);
@@ -179,6 +205,7 @@ util_suite(void)
 	tcase_add_test(tc, clock_is_monotonic_and_in_milliseconds);
 	tcase_add_test(tc, alloc_seam_fails_the_nth_allocation);
 	tcase_add_test(tc, decimal_matches_printf_at_every_digit_count);
+	tcase_add_test(tc, decimal_matches_printf_across_values);
 	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
 	suite_add_tcase(s, tc);
 	return s;
