@@ -22,7 +22,8 @@
 # default). The programs come from BUILDDIR (or the current directory)
 # unless KEYLOCKD, KEYLOCK_BENCH or ECHO_SERVER name them. SUMMARY=FILE
 # also writes "NAME TOTAL_PER_REQUEST NET_PER_REQUEST" lines there, for
-# compare.sh. KEEP=1 keeps the callgrind files.
+# compare.sh. KEEP=1 keeps the callgrind files; CALLGRIND_OPTS adds
+# options (--dump-instr=yes for counts per instruction, say).
 set -euo pipefail
 
 build=$(cd "${1:-.}" && pwd)
@@ -92,7 +93,7 @@ start() {
 	mkdir -p "$dir"
 	# shellcheck disable=SC2086 # PIN_SERVER is a command or nothing
 	set -- $PIN_SERVER "$VALGRIND" --tool=callgrind --vgdb=no \
-	    --callgrind-out-file="$dir/callgrind.out"
+	    --callgrind-out-file="$dir/callgrind.out" ${CALLGRIND_OPTS:-}
 	if [ "$name" = keylockd ]; then
 		set -- "$@" "$KEYLOCKD" --config /dev/null --bind 127.0.0.1 \
 		    --port 0 --port-file "$dir/port" --unix '' \
