@@ -15,6 +15,13 @@
 #include "proto.h"
 #include "util.h"
 
+/* The short path classifies sixteen bytes at a time where SSE2 is there
+ * (every x86-64); elsewhere, or with PROTO_PORTABLE, eight. */
+#if defined(__SSE2__) && !defined(PROTO_PORTABLE)
+#include <emmintrin.h>
+#define PROTO_SIMD 1
+#endif
+
 /* A command word or option name is echoed only when short and printable. */
 #define PROTO_ECHO_MAX	32
 #define PROTO_WORD	sizeof(uint64_t)
@@ -23,11 +30,14 @@
 
 struct proto_cmd {
 	char		 name[PROTO_CMD_NAME_SIZE];	/* NUL-padded */
+	enum cmd_id	 id;
 	size_t		 len;
 	int		 lo;
 	int		 hi;		/* -1: no upper bound */
 	enum proto_arg	 kind;
 	unsigned	 opts;
+	unsigned	 needs;		/* options the command cannot go without */
+	bool		 short_ok;	/* "WORD key" is a whole request */
 };
 
 struct proto_opt_def {
@@ -87,10 +97,19 @@ static const unsigned char proto_classes[256] = {
 	PROTO_CLASS16(0xf0)
 };
 
+/* keylockd-protocol(7), COMMANDS: REFRESH key... ttl=MS */
+#define PROTO_NEEDS(id)		((id) == CMD_REFRESH ? OPT_TTL : 0u)
+/* One key and nothing else makes a request that needs no other check. */
+#define PROTO_SHORT_OK(id, lo, hi, kind)				\
+	((kind) == PROTO_ARG_KEY && (lo) <= 1 && (hi) != 0 &&		\
+	 PROTO_NEEDS(id) == 0 && sizeof(#id) - sizeof("CMD_") < PROTO_WORD)
+
 /* Indexed by enum cmd_id and sorted by name, as KL_CMD_LIST is. */
 static const struct proto_cmd proto_cmds[] = {
 #define KL_CMD_ROW(name, lo, hi, kind, opts)				\
-	{ #name, sizeof(#name) - 1, lo, hi, kind, opts },
+	{ #name, CMD_##name, sizeof(#name) - 1, lo, hi, kind, opts,	\
+	  PROTO_NEEDS(CMD_##name),					\
+	  PROTO_SHORT_OK(CMD_##name, lo, hi, kind) },
 	KL_CMD_LIST(KL_CMD_ROW)
 #undef KL_CMD_ROW
 };
@@ -102,11 +121,15 @@ _Static_assert(sizeof(proto_cmds) / sizeof(proto_cmds[0]) == CMD__COUNT,
 KL_CMD_LIST(PROTO_CMD_FITS)
 #undef PROTO_CMD_FITS
 
-/* The order proto_find_cmd() tries the names in: the busiest first. */
-static const unsigned char proto_cmd_order[CMD__COUNT] = {
-	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING, CMD_INFO,
-	CMD_UNLOCKALL, CMD_STATS, CMD_NAME, CMD_AUTH, CMD_QUIT, CMD_CANCEL,
-	CMD_CLIENTS, CMD_KILL
+/* The names proto_find_word() tries first, the busiest; then all. */
+static const unsigned char proto_cmd_busy[] = {
+	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING
+};
+
+/* The commands whose "WORD key" the short path takes, busiest first. */
+static const struct proto_cmd *const proto_short_cmds[] = {
+	&proto_cmds[CMD_LOCK], &proto_cmds[CMD_UNLOCK],
+	&proto_cmds[CMD_TRYLOCK], &proto_cmds[CMD_INFO], NULL
 };
 
 /* The longest argument of each kind whose bytes need no other check. */
@@ -167,8 +190,15 @@ static const struct proto_cmd *proto_find_cmd(const char *, size_t,
 			    const struct proto_tok *);
 static inline const struct proto_cmd *proto_find_word(uint64_t, uint64_t,
 			    size_t);
-static bool		 proto_parse_short(const char *, size_t,
-			    struct request *, enum kl_err *);
+static inline bool	 proto_cmd_is(const struct proto_cmd *, uint64_t,
+			    uint64_t, size_t);
+static inline bool	 proto_short_form(const unsigned char *, size_t,
+			    size_t *);
+static inline const struct proto_cmd *proto_short_cmd(uint64_t, size_t);
+static inline bool	 proto_parse_short(const char *, size_t,
+			    struct request *);
+static enum kl_err	 proto_parse_tokens(const char *, size_t,
+			    struct request *) __attribute__((noinline));
 static enum kl_err	 proto_parse_cmd(struct request *, const char *,
 			    size_t, const struct proto_tok *,
 			    const struct proto_cmd **);
@@ -344,27 +374,38 @@ proto_find_cmd(const char *line, size_t len, const struct proto_tok *tok)
 
 /*
  * The command named by a word of len bytes, its first eight bytes in lo
- * (any bytes past len are ignored) and the rest in hi, zero-padded.
- * Inline: it runs for every request, from two places.
+ * (any bytes past len are ignored) and the rest in hi, zero-padded: the
+ * busiest names first, then every name. Inline: it runs for every
+ * request, from two places.
  */
 static inline const struct proto_cmd *
 proto_find_word(uint64_t lo, uint64_t hi, size_t len)
 {
-	const uint64_t	fold = ~0x2020202020202020ULL;
+	const uint64_t		 fold = ~0x2020202020202020ULL;
+	const struct proto_cmd	*cmd;
+	size_t			 k;
 
 	lo &= fold;
 	hi &= fold;
 	if (len < PROTO_WORD)
 		lo &= (UINT64_C(1) << (8 * len)) - 1;
-	for (size_t k = 0; k < CMD__COUNT; k++) {
-		const struct proto_cmd	*cmd;
-
-		cmd = &proto_cmds[proto_cmd_order[k]];
-		if (cmd->len == len && proto_le64(cmd->name) == lo &&
-		    proto_le64(cmd->name + PROTO_WORD) == hi)
+	for (k = 0; k < sizeof(proto_cmd_busy); k++) {
+		cmd = &proto_cmds[proto_cmd_busy[k]];
+		if (proto_cmd_is(cmd, lo, hi, len))
 			return cmd;
 	}
+	for (cmd = proto_cmds; cmd < proto_cmds + CMD__COUNT; cmd++)
+		if (proto_cmd_is(cmd, lo, hi, len))
+			return cmd;
 	return NULL;
+}
+
+static inline bool
+proto_cmd_is(const struct proto_cmd *cmd, uint64_t lo, uint64_t hi,
+    size_t len)
+{
+	return cmd->len == len && proto_le64(cmd->name) == lo &&
+	    proto_le64(cmd->name + PROTO_WORD) == hi;
 }
 
 /* The first token: the command, or SYNTAX naming the word if it can. */
@@ -687,58 +728,161 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	if (req->shared && (req->opts & OPT_LIMIT))
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "option limit cannot be used with mode=shared");
-	/* keylockd-protocol(7), COMMANDS: REFRESH key... ttl=MS */
-	if (req->cmd == CMD_REFRESH && (req->opts & OPT_TTL) == 0)
-		return proto_fail(req, KL_ERR_SYNTAX,
-		    "REFRESH needs option ttl");
+	if ((cmd->needs & OPT_TTL) && (req->opts & OPT_TTL) == 0)
+		return proto_fail(req, KL_ERR_SYNTAX, "%s needs option ttl",
+		    cmd->name);
 	return KL_OK;
 }
 
-/*
- * The common request, a command word of up to seven letters, one space and
- * one plain key ("LOCK k", "UNLOCK k"), eight bytes at a time and without
- * the token loop. The loop would find the same two plain tokens, so the
- * result is the same; any other line returns false with req as it was,
- * for the loop to parse. Lines under eight bytes go there too.
- */
-static bool
-proto_parse_short(const char *line, size_t len, struct request *req,
-    enum kl_err *err)
+#ifdef PROTO_SIMD
+/* Bit i set: byte i of the 16 at p is not plain (keylockd-protocol(7),
+ * KEYS). Signed compares: a byte of 0x80 or more is below ' '. */
+static inline unsigned
+proto_not_plain16(const unsigned char *p)
 {
-	const unsigned char	*u = (const unsigned char *)line;
-	const struct proto_cmd	*cmd;
-	uint64_t		 w, marks;
-	size_t			 sp, i, klen;
+	__m128i	v = _mm_loadu_si128((const __m128i *)(const void *)p);
+	__m128i	ok;
 
-	if (len < PROTO_WORD)
+	ok = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(' ')),
+	    _mm_cmplt_epi8(v, _mm_set1_epi8(0x7f)));
+	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
+	return ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
+}
+
+/* The same for 8 <= len < 16 bytes, as bits by offset in the line: the
+ * first eight and the last eight, overlapping. */
+static inline unsigned
+proto_not_plain_short(const unsigned char *p, size_t len)
+{
+	__m128i	v, ok;
+	unsigned m;
+
+	v = _mm_set_epi64x((long long)proto_le64(p + len - PROTO_WORD),
+	    (long long)proto_le64(p));
+	ok = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(' ')),
+	    _mm_cmplt_epi8(v, _mm_set1_epi8(0x7f)));
+	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
+	m = ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
+	return (m & 0xff) | (m >> 8) << (len - PROTO_WORD);
+}
+
+/*
+ * Whether line[0..len), 8 bytes or more, is a word, one space at offset
+ * sp < 8 and plain bytes to the end: sixteen bytes at a time.
+ */
+static inline bool
+proto_short_form(const unsigned char *u, size_t len, size_t *spp)
+{
+	unsigned	m;
+	size_t		i, sp;
+
+	m = len < 16 ? proto_not_plain_short(u, len) : proto_not_plain16(u);
+	if (m == 0 || (m & (m - 1)) != 0)
 		return false;
-	w = proto_le64(u);
-	if ((marks = proto_not_plain(w)) == 0)
+	sp = (size_t)__builtin_ctz(m);
+	if (sp == 0 || sp >= PROTO_WORD || u[sp] != ' ' || sp + 1 == len)
+		return false;
+	for (i = 16; i + 16 <= len; i += 16)
+		if (proto_not_plain16(u + i) != 0)
+			return false;
+	if (i < len && (proto_not_plain16(u + len - 16) >> (16 - (len - i)))
+	    != 0)
+		return false;
+	*spp = sp;
+	return true;
+}
+#else
+/* The same, eight bytes at a time. */
+static inline bool
+proto_short_form(const unsigned char *u, size_t len, size_t *spp)
+{
+	uint64_t	marks;
+	size_t		i, sp;
+
+	if ((marks = proto_not_plain(proto_le64(u))) == 0)
 		return false;
 	sp = (size_t)__builtin_ctzll(marks) / 8;
-	klen = len - sp - 1;
-	if (sp == 0 || line[sp] != ' ' || klen == 0 || klen > KL_KEY_MAX)
+	/* the space, then plain bytes to the end of the word (if any) */
+	if (sp == 0 || u[sp] != ' ' || len == sp + 1 ||
+	    (marks >> (8 * sp) >> 8) != 0)
 		return false;
-	for (i = sp + 1; i + PROTO_WORD <= len; i += PROTO_WORD)
+	for (i = PROTO_WORD; i + PROTO_WORD <= len; i += PROTO_WORD)
 		if (proto_not_plain(proto_le64(u + i)) != 0)
 			return false;
 	/* The last bytes: the word that ends the line, less what is done. */
 	if (i < len && (proto_not_plain(proto_le64(u + len - PROTO_WORD)) &
 	    ~UINT64_C(0) << (8 * (PROTO_WORD - (len - i)))) != 0)
 		return false;
-	cmd = proto_find_word(w, 0, sp);
-	if (cmd == NULL || cmd->kind != PROTO_ARG_KEY)
+	*spp = sp;
+	return true;
+}
+#endif
+
+/*
+ * The command of a short form: the sp bytes of w (sp < 8), all plain and
+ * so none zero, folded as proto_find_word() does. Equal words are then
+ * equal names, lengths included, as the names are zero-padded.
+ */
+static inline const struct proto_cmd *
+proto_short_cmd(uint64_t w, size_t sp)
+{
+	const struct proto_cmd *const	*c;
+	uint64_t			 lo;
+
+	lo = w & ~0x2020202020202020ULL & ((UINT64_C(1) << (8 * sp)) - 1);
+	for (c = proto_short_cmds; *c != NULL; c++)
+		if (proto_le64((*c)->name) == lo)
+			return *c;
+	return NULL;
+}
+
+/*
+ * The common request, a command word of up to seven letters, one space and
+ * one plain key ("LOCK k", "UNLOCK k"), in one pass over the line and
+ * without the token loop. The loop would find the same two plain tokens,
+ * and a command that takes them as a whole request (short_ok) needs no
+ * other check, so the result is the same; any other line returns false
+ * with req as it was, for the loop to parse (lines under eight bytes too).
+ * A key with a byte that is not plain is checked once, there.
+ */
+static inline bool
+proto_parse_short(const char *line, size_t len, struct request *req)
+{
+	const unsigned char	*u = (const unsigned char *)line;
+	const struct proto_cmd	*cmd;
+	size_t			 sp;
+
+	if (len < PROTO_WORD || len > PROTO_WORD + KL_KEY_MAX ||
+	    !proto_short_form(u, len, &sp) ||
+	    (cmd = proto_short_cmd(proto_le64(u), sp)) == NULL ||
+	    len - sp - 1 > KL_KEY_MAX)
 		return false;
-	req->cmd = (enum cmd_id)(cmd - proto_cmds);
+	req->cmd = cmd->id;
 	req->nargs = 1;
 	req->args[0] = line + sp + 1;
-	req->arglens[0] = klen;
-	*err = proto_check_line(req, cmd);
+	req->arglens[0] = len - sp - 1;
+	req->opts = 0;
+	req->timeout_ms = 0;
+	req->ttl_ms = 0;
+	req->limit = 1;
+	req->max_waiters = 0;
+	req->shared = false;
+	req->why[0] = '\0';
 	return true;
 }
 
 enum kl_err
 proto_parse(const char *line, size_t len, struct request *req)
+{
+	if (proto_parse_short(line, len, req))
+		return KL_OK;
+	return proto_parse_tokens(line, len, req);
+}
+
+/* Any line, token by token; out of line, so that the short path needs
+ * none of its registers or stack. */
+static enum kl_err
+proto_parse_tokens(const char *line, size_t len, struct request *req)
 {
 	const struct proto_cmd	*cmd = NULL;
 	struct proto_tok	 tok;
@@ -754,9 +898,6 @@ proto_parse(const char *line, size_t len, struct request *req)
 	req->max_waiters = 0;
 	req->shared = false;
 	req->why[0] = '\0';
-
-	if (proto_parse_short(line, len, req, &err))
-		return err;
 	/* One call site, so that the compiler inlines it. */
 	while (proto_next_token(line, len, &pos, &tok)) {
 		if (cmd == NULL)
