@@ -27,14 +27,21 @@ static void	 key_add_waiter(struct locktable *, struct lt_key *);
 static void	 key_remove_waiter(struct locktable *, struct lt_key *);
 static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 		    uint64_t *);
+LT_INLINE struct lt_hold *owner_scan_holds(const struct lt_owner *,
+		    const char *, size_t);
 static struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t);
+LT_INLINE void	 release_plain(struct locktable *, struct lt_key *, uint64_t);
+static enum kl_err release_keys(struct locktable *, struct lt_owner *,
+		    const char *const *, const size_t *, size_t, uint64_t,
+		    size_t *, size_t *) __attribute__((noinline));
 static void	 queue_unlink(struct locktable *, struct lt_slot *);
 static void	 req_free(struct locktable *, struct lt_req *);
 static void	 req_grant(struct locktable *, struct lt_req *,
 		    struct lt_key *, uint64_t);
 static void	 req_withdraw(struct locktable *, struct lt_req *);
-static void	 settle(struct locktable *, uint64_t);
+static inline void settle(struct locktable *, uint64_t);
+static void	 settle_dirty(struct locktable *, uint64_t);
 
 struct locktable *
 locktable_new(const struct lt_hooks *hooks, uint64_t seed)
@@ -54,37 +61,44 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 }
 
 /*
- * The table's allocations go through these, so that lt->c.bytes is what
- * the table asked malloc for (STATS table_bytes). The caller passes the
- * size back when freeing, as it knows it from the object.
+ * What lt_alloc() and lt_release() do when no pooled object serves: an
+ * object small enough for a pool is allocated at its class's size, so
+ * that it can later serve any request of that class.
  */
 void *
-lt_alloc(struct locktable *lt, size_t n)
+lt_alloc_slow(struct locktable *lt, size_t n)
 {
 	void	*p;
 
-	if ((p = kl_malloc(n)) != NULL)
-		lt->c.bytes += n;
-	return p;
-}
-
-void *
-lt_zalloc(struct locktable *lt, size_t n)
-{
-	void	*p;
-
-	if ((p = kl_calloc(1, n)) != NULL)
+	p = kl_malloc(n - 1 < LT_POOL_MAX ? lt_pool_size(lt_pool_class(n)) : n);
+	if (p != NULL)
 		lt->c.bytes += n;
 	return p;
 }
 
 void
-lt_release(struct locktable *lt, void *p, size_t n)
+lt_release_slow(struct locktable *lt, void *p, size_t n)
 {
-	if (p == NULL)
-		return;
 	lt->c.bytes -= n;
 	kl_free(p);
+}
+
+void
+locktable_trim(struct locktable *lt)
+{
+	struct lt_pool	*pl;
+	void		*p;
+	size_t		 i;
+
+	for (i = 0; i < LT_POOL_CLASSES; i++) {
+		pl = &lt->pools[i];
+		while ((p = pl->head) != NULL) {
+			LT_UNPOISON(p, lt_pool_size(i));
+			memcpy(&pl->head, p, sizeof(pl->head));
+			kl_free(p);
+		}
+		pl->n = 0;
+	}
 }
 
 struct lt_kx *
@@ -249,66 +263,6 @@ lt_blocker_fill(const struct lt_key *k, enum lt_mode mode, uint64_t now_ms,
 	why->nwaiters = lt_key_nwaiters(k);
 }
 
-uint64_t
-lt_next_token(struct locktable *lt)
-{
-	if (lt->hooks.next_token != NULL)
-		return lt->hooks.next_token(lt->hooks.arg);
-	return ++lt->last_token;
-}
-
-/* One grant, however many keys (keylockd-protocol(7), STATS). */
-void
-lt_grant_count(struct locktable *lt, uint64_t waited_ms)
-{
-	lt->c.grants++;
-	kl_hist_add(&lt->c.wait_ms, waited_ms);
-}
-
-/*
- * h is k's own hold (only for a fresh entry: see struct lt_key) or an
- * xhold, appended to the extension's holders.
- */
-void
-lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
-    struct lt_owner *o, const struct lt_grant *g)
-{
-	struct lt_xhold	*xh;
-	struct lt_kx	*x = k->x;
-
-	h->owner = o;
-	h->token = g->token;
-	h->granted_ms = g->now_ms;
-	h->heap_idx = LT_NO_TTL;
-	h->mode = (uint8_t)g->mode;
-	h->mark = 0;
-	h->inkey = h == &k->own;
-	if (h->inkey) {
-		k->owned = 1;
-	} else {
-		xh = lt_xhold_of(h);
-		xh->key = k;
-		xh->knext = NULL;
-		xh->kprev = x->holders_tail;
-		if (x->holders_tail != NULL)
-			x->holders_tail->knext = xh;
-		else
-			x->holders = xh;
-		x->holders_tail = xh;
-	}
-	if (x != NULL)
-		x->nholders++;
-	h->oprev = NULL;
-	h->onext = o->holds;
-	if (o->holds != NULL)
-		o->holds->oprev = h;
-	o->holds = h;
-	o->nholds++;
-	lt->c.held++;
-	if (g->ttl_ms != 0)
-		lt_heap_set(lt, h, g->now_ms + g->ttl_ms);
-}
-
 /* Ends one hold, whatever the cause; counter names the cause, if counted. */
 static void
 hold_end(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
@@ -369,12 +323,30 @@ lt_hold_find(const struct lt_key *k, const struct lt_owner *o)
 	return NULL;
 }
 
+/* o's hold on key among its holds, by the keys' bytes: for a few holds,
+ * cheaper than hashing. */
+LT_INLINE struct lt_hold *
+owner_scan_holds(const struct lt_owner *o, const char *key, size_t len)
+{
+	struct lt_hold	*h;
+	struct lt_key	*k;
+
+	for (h = o->holds; h != NULL; h = h->onext) {
+		k = lt_hold_key(h);
+		if (k->keylen == len && lt_bytes_eq(k->key, key, len))
+			return h;
+	}
+	return NULL;
+}
+
 static struct lt_hold *
 owner_find_hold(const struct locktable *lt, const struct lt_owner *o,
     const char *key, size_t len)
 {
 	struct lt_key	*k;
 
+	if (o->nholds <= LT_OWNER_SCAN)
+		return owner_scan_holds(o, key, len);
 	k = lt_key_lookup(lt, key, len, lt_key_hash(lt, key, len));
 	return k == NULL ? NULL : lt_hold_find(k, o);
 }
@@ -502,8 +474,15 @@ req_withdraw(struct locktable *lt, struct lt_req *r)
  * refused here can become grantable only through another dirty key. Entries
  * left empty are freed as they are popped.
  */
-static void
+static inline void
 settle(struct locktable *lt, uint64_t now_ms)
+{
+	if (lt->dirty != NULL)
+		settle_dirty(lt, now_ms);
+}
+
+static void
+settle_dirty(struct locktable *lt, uint64_t now_ms)
 {
 	struct lt_key	*k;
 	struct lt_kx	*x;
@@ -561,8 +540,36 @@ locktable_withdraw(struct locktable *lt, struct lt_owner *o, uint64_t now_ms,
 }
 
 /*
- * Checks every key before releasing any. A key seen again after its hold
- * ended is a duplicate (o cannot regain it: nothing settles in between).
+ * The common UNLOCK: o's own hold on a plain entry (no extension: nobody
+ * waits for it and nobody else holds it), which then goes. What
+ * hold_end() and key_touch() do, with what they test known.
+ */
+LT_INLINE void
+release_plain(struct locktable *lt, struct lt_key *k, uint64_t now_ms)
+{
+	struct lt_hold	*h = &k->own;
+	struct lt_owner	*o = h->owner;
+
+	k->owned = 0;
+	if (h->oprev != NULL)
+		h->oprev->onext = h->onext;
+	else
+		o->holds = h->onext;
+	if (h->onext != NULL)
+		h->onext->oprev = h->oprev;
+	o->nholds--;
+	if (h->heap_idx != LT_NO_TTL)
+		lt_heap_remove(lt, h);
+	lt->c.held--;
+	kl_hist_add(&lt->c.hold_ms, lt_ms_since(now_ms, h->granted_ms));
+	lt->c.releases++;
+	lt_key_free(lt, k);
+}
+
+/*
+ * One key of an owner that holds a few, the common UNLOCK, is found among
+ * its holds and, on a plain entry, released at once; the rest goes to
+ * release_keys().
  */
 enum kl_err
 locktable_release(struct locktable *lt, struct lt_owner *o,
@@ -570,9 +577,34 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
     uint64_t now_ms, size_t *n, size_t *bad_index)
 {
 	struct lt_hold	*h;
+	struct lt_key	*k;
+
+	if (nkeys == 1 && o->nholds <= LT_OWNER_SCAN &&
+	    (h = owner_scan_holds(o, keys[0], keylens[0])) != NULL &&
+	    h->inkey && (k = lt_hold_key(h))->x == NULL) {
+		release_plain(lt, k, now_ms);
+		settle(lt, now_ms);
+		if (n != NULL)
+			*n = 1;
+		return KL_OK;
+	}
+	return release_keys(lt, o, keys, keylens, nkeys, now_ms, n,
+	    bad_index);
+}
+
+/*
+ * Checks every key before releasing any. A key seen again after its hold
+ * ended is a duplicate (o cannot regain it: nothing settles in between).
+ */
+static enum kl_err
+release_keys(struct locktable *lt, struct lt_owner *o,
+    const char *const *keys, const size_t *keylens, size_t nkeys,
+    uint64_t now_ms, size_t *n, size_t *bad_index)
+{
+	struct lt_hold	*h;
 	size_t		 i, done = 0;
 
-	/* One key, the common UNLOCK: one lookup, not a check pass too. */
+	/* One key: one lookup, not a check pass too. */
 	if (nkeys == 1 && (h = owner_find_hold(lt, o, keys[0], keylens[0])) !=
 	    NULL) {
 		hold_end(lt, h, now_ms, &lt->c.releases);
@@ -712,6 +744,7 @@ locktable_free(struct locktable *lt)
 		o->prev = o->next = NULL;
 	}
 	lt_hash_cleanup(lt);
+	locktable_trim(lt);
 	kl_free(lt->heap);
 	kl_free(lt);
 }

@@ -110,6 +110,10 @@ struct locktable *locktable_new(const struct lt_hooks *hooks, uint64_t seed);
  */
 void		 locktable_free(struct locktable *lt);
 
+/* Frees the objects the table keeps for reuse (see table_bytes: they are
+ * not counted in it). Nothing else changes. */
+void		 locktable_trim(struct locktable *lt);
+
 /* Shutdown: from now on nothing is granted; withdrawals and releases
  * only empty the table. */
 void		 locktable_freeze(struct locktable *lt);
@@ -231,8 +235,9 @@ void		 locktable_key_walk(const struct locktable *lt,
 		    void *arg);
 
 /* Up to max keys, most waiters first (ties: any order); keys with no
- * waiters fill the rest. Returns how many were stored. Cost: the number
- * of keys with waiters plus max, not the size of the table. */
+ * waiters fill the rest, in no order that depends on the hash. Returns
+ * how many were stored. Cost: the number of keys with waiters, plus max,
+ * plus the owners that hold nothing; not the size of the table. */
 size_t		 locktable_hot_keys(const struct locktable *lt,
 		    const struct lt_key **out, size_t max);
 

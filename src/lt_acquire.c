@@ -39,6 +39,10 @@ static enum kl_err acquire_grant(struct locktable *, struct lt_owner *,
 		    uint64_t *);
 static enum kl_err acquire_queue(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, struct lt_probes *, uint64_t);
+static enum kl_err acquire_full(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, uint64_t, bool *, uint64_t *,
+		    struct lt_blocker *, const struct lt_probe *)
+		    __attribute__((noinline));
 
 static bool
 probes_init(struct locktable *lt, struct lt_probes *ps,
@@ -116,7 +120,8 @@ probes_alloc(struct locktable *lt, struct lt_probes *ps, uint32_t limit,
 	for (i = 0; i < ps->n; i++) {
 		p = &ps->p[i];
 		if (p->k == NULL) {
-			if ((p->k = lt_key_new(lt, p)) == NULL)
+			p->k = lt_key_new(lt, p->key, p->len, p->hash);
+			if (p->k == NULL)
 				break;
 			p->fresh = true;
 		}
@@ -359,10 +364,57 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 	return KL_OK;
 }
 
+/*
+ * The common request: one key of a valid length, a plain lock, from an
+ * owner not already waiting. If the key has no entry and max_holds has
+ * room, nothing can be in its way: it is granted at once on a fresh
+ * entry's own hold. Anything else goes on to acquire_full(), with the key
+ * already looked up.
+ */
 enum kl_err
 locktable_acquire(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
     uint64_t *token, struct lt_blocker *why)
+{
+	struct lt_grant	 g;
+	struct lt_key	*k;
+	uint32_t	 hash;
+
+	*granted = false;
+	*token = 0;
+	if (a->nkeys != 1 || a->limit != 1 || a->keylens[0] - 1 >= KL_KEY_MAX ||
+	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
+	    o->wait != NULL)
+		return acquire_full(lt, o, a, now_ms, granted, token, why,
+		    NULL);
+	hash = lt_key_hash(lt, a->keys[0], a->keylens[0]);
+	k = lt_key_lookup(lt, a->keys[0], a->keylens[0], hash);
+	if (k != NULL || (a->max_holds != 0 && o->nholds >= a->max_holds) ||
+	    (a->ttl_ms != 0 && !lt_heap_reserve(lt, 1)) ||
+	    (k = lt_key_new(lt, a->keys[0], a->keylens[0], hash)) == NULL) {
+		struct lt_probe	p = { a->keys[0], a->keylens[0], k, NULL, NULL,
+		    hash, false };
+
+		return acquire_full(lt, o, a, now_ms, granted, token, why,
+		    &p);
+	}
+	g.token = lt_next_token(lt);
+	g.now_ms = now_ms;
+	g.ttl_ms = a->ttl_ms;
+	g.mode = a->mode;
+	lt_key_insert(lt, k);
+	lt_hold_grant(lt, &k->own, k, o, &g);
+	lt_grant_count(lt, 0);
+	*granted = true;
+	*token = g.token;
+	return KL_OK;
+}
+
+/* Every other request: p, if not NULL, is its one key, looked up. */
+static enum kl_err
+acquire_full(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
+    uint64_t *token, struct lt_blocker *why, const struct lt_probe *p)
 {
 	struct lt_probes	ps;
 	struct lt_blocker	dummy;
@@ -371,16 +423,22 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 	if (why == NULL)
 		why = &dummy;
 	memset(why, 0, sizeof(*why));
-	*granted = false;
-	*token = 0;
-	if ((err = acquire_validate(a)) != KL_OK)
-		return err;
-	if (o->wait != NULL) {
-		errno = EBUSY;
-		return KL_ERR_LIMIT;
+	if (p != NULL) {
+		ps.p = ps.sp;
+		ps.set = ps.sset;
+		ps.setsize = 0;
+		ps.n = 1;
+		ps.sp[0] = *p;
+	} else {
+		if ((err = acquire_validate(a)) != KL_OK)
+			return err;
+		if (o->wait != NULL) {
+			errno = EBUSY;
+			return KL_ERR_LIMIT;
+		}
+		if (!probes_init(lt, &ps, a))
+			return lt_nomem();
 	}
-	if (!probes_init(lt, &ps, a))
-		return lt_nomem();
 	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
 		if (acquire_is_grantable(&ps, a->mode)) {
 			err = acquire_grant(lt, o, a, &ps, now_ms, token);

@@ -103,7 +103,7 @@ check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
 	const char		*err;
 
 	if (k->hash != lt_key_hash(lt, k->key, k->keylen) ||
-	    (k->hash & (lt->nbuckets - 1)) != bucket)
+	    lt_key_bucket(lt, k->hash) != bucket)
 		return "key in the wrong bucket or with a wrong hash";
 	if (k->keylen == 0 || k->keylen > KL_KEY_MAX || k->key[k->keylen])
 		return "key bytes malformed";
@@ -147,6 +147,13 @@ check_keys(const struct locktable *lt, uint64_t *tally)
 	if (lt->nbuckets < LT_BUCKETS_MIN ||
 	    (lt->nbuckets & (lt->nbuckets - 1)) != 0)
 		return "bucket count not a power of two";
+	if (lt->bshift > 32 - LT_BUCKETS_MIN_BITS ||
+	    (uint64_t)lt->nbuckets << lt->bshift != UINT64_C(1) << 32)
+		return "bucket shift does not match the bucket count";
+	for (i = 0; i < LT_POOL_CLASSES; i++)
+		if (lt->pools[i].n > LT_POOL_KEEP ||
+		    (lt->pools[i].n == 0) != (lt->pools[i].head == NULL))
+			return "pool count wrong";
 	for (i = 0; i < lt->nbuckets; i++) {
 		for (k = lt->buckets[i]; k != NULL; k = k->next) {
 			if (++tally[0] > lt->c.keys)

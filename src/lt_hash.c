@@ -1,13 +1,24 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The lock table's keys: SipHash keyed per process, and the chained hash
- * table of key entries (lookup, insert, resize, free). An entry is
+ * The lock table's keys: a hash keyed per process, and the chained hash
+ * table of key entries (lookup, insert and free, which run per request,
+ * are inline in lt_impl.h; resize is here). An entry is
  * inserted when a request commits to its key (lt_acquire.c) and freed as
  * soon as nobody holds or waits for it (locktable.c). A resize that runs
  * out of memory is not an error: the table keeps its size and chains grow
  * longer. It never reads the clock, a socket or a global (the seed comes
  * from locktable_new()).
+ *
+ * The hash is NH (Black et al., UMAC, 1999) over the key's 8-byte words,
+ * then multiply-shift (Dietzfelbinger et al., 1997) from its 128 bits to
+ * 32, both keyed per process. For two different keys, the chance over the
+ * process's key that they fall into one bucket of 2^b is at most 2^-63 +
+ * 2^(1-b): about what random buckets give. That is what defeats chosen-key
+ * flooding, provided the client never learns the key, and nothing tells
+ * it: no reply depends on a hash or on bucket order (locktable_hot_keys()
+ * fills its list in grant order), only lookups take longer or shorter.
+ * It costs a few multiplications per key where SipHash costs rounds.
  */
 #include <string.h>
 
@@ -15,14 +26,17 @@
 #include "lt_impl.h"
 #include "util.h"
 
-static uint64_t	 splitmix64(uint64_t *);
-static inline uint64_t sip_load(const unsigned char *, size_t);
-static inline uint64_t sip_rotl(uint64_t, int);
-static inline void sip_round(uint64_t *);
-static inline void sip_compress(uint64_t *, uint64_t);
-static void	 table_resize(struct locktable *, size_t);
+typedef unsigned __int128 lt_u128;
 
-/* Expands the 64-bit seed into the 128-bit SipHash key. */
+static uint64_t	 splitmix64(uint64_t *);
+static inline uint64_t hash_le64(const unsigned char *);
+static inline uint64_t hash_short(const unsigned char *, size_t);
+static inline uint64_t hash_tail(const unsigned char *, size_t, size_t);
+static inline uint32_t hash_final(const struct locktable *, lt_u128);
+static uint32_t	 hash_long(const struct locktable *, const unsigned char *,
+		    size_t) __attribute__((noinline));
+
+/* Expands the 64-bit seed into the hash's key words. */
 static uint64_t
 splitmix64(uint64_t *s)
 {
@@ -38,183 +52,160 @@ splitmix64(uint64_t *s)
 bool
 lt_hash_init(struct locktable *lt, uint64_t seed)
 {
+	size_t	i;
+
 	lt->buckets = lt_zalloc(lt, LT_BUCKETS_MIN * sizeof(*lt->buckets));
 	if (lt->buckets == NULL)
 		return false;
 	lt->nbuckets = LT_BUCKETS_MIN;
-	lt->sipkey[0] = splitmix64(&seed);
-	lt->sipkey[1] = splitmix64(&seed);
+	lt->bshift = 32 - LT_BUCKETS_MIN_BITS;
+	for (i = 0; i < LT_HASH_WORDS; i++)
+		lt->hkey[i] = splitmix64(&seed);
+	lt->hmul[0] = splitmix64(&seed) | 1;
+	lt->hmul[1] = splitmix64(&seed);
 	return true;
 }
 
-/* n <= 8 bytes as a little-endian word, whatever the host's order. */
+/* Eight bytes as a little-endian word, whatever the host's order. */
 static inline uint64_t
-sip_load(const unsigned char *p, size_t n)
+hash_le64(const unsigned char *p)
 {
-	uint64_t	m = 0;
+	uint64_t	w;
 
-	if (n == 8) {
-		memcpy(&m, p, 8);
+	memcpy(&w, p, 8);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-		m = __builtin_bswap64(m);
+	w = __builtin_bswap64(w);
 #endif
-		return m;
-	}
-	while (n-- > 0)
-		m |= (uint64_t)p[n] << (8 * n);
-	return m;
+	return w;
 }
 
+/* A key of 1 to 7 bytes as a word: two overlapping 4-byte loads, or the
+ * first, middle and last byte. */
 static inline uint64_t
-sip_rotl(uint64_t x, int b)
+hash_short(const unsigned char *p, size_t n)
 {
-	return (x << b) | (x >> (64 - b));
+	uint32_t	a, b;
+
+	if (n >= 4) {
+		memcpy(&a, p, 4);
+		memcpy(&b, p + n - 4, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		a = __builtin_bswap32(a);
+		b = __builtin_bswap32(b);
+#endif
+		return (uint64_t)a | (uint64_t)b << (8 * (n - 4));
+	}
+	if (n == 0)
+		return 0;
+	return (uint64_t)p[0] | (uint64_t)p[n / 2] << (8 * (n / 2)) |
+	    (uint64_t)p[n - 1] << (8 * (n - 1));
 }
 
-static inline void
-sip_round(uint64_t *v)
+/* Bytes p[i..len), fewer than eight, as a word: from the word that ends
+ * the key when there is one to read back over. */
+static inline uint64_t
+hash_tail(const unsigned char *p, size_t len, size_t i)
 {
-	v[0] += v[1];
-	v[1] = sip_rotl(v[1], 13);
-	v[1] ^= v[0];
-	v[0] = sip_rotl(v[0], 32);
-	v[2] += v[3];
-	v[3] = sip_rotl(v[3], 16);
-	v[3] ^= v[2];
-	v[0] += v[3];
-	v[3] = sip_rotl(v[3], 21);
-	v[3] ^= v[0];
-	v[2] += v[1];
-	v[1] = sip_rotl(v[1], 17);
-	v[1] ^= v[2];
-	v[2] = sip_rotl(v[2], 32);
+	size_t	n = len - i;
+
+	if (n == 0)
+		return 0;
+	if (len >= 8)
+		return hash_le64(p + len - 8) >> (8 * (8 - n));
+	return hash_short(p + i, n);
 }
 
-static inline void
-sip_compress(uint64_t *v, uint64_t m)
+/* The top half of (hmul * acc) mod 2^128: multiply-shift's 32 bits. */
+static inline uint32_t
+hash_final(const struct locktable *lt, lt_u128 acc)
 {
-	v[3] ^= m;
-	sip_round(v);
-	v[0] ^= m;
+	uint64_t	lo = (uint64_t)acc, hi = (uint64_t)(acc >> 64);
+
+	hi = (uint64_t)(((lt_u128)lt->hmul[0] * lo) >> 64) +
+	    lt->hmul[0] * hi + lt->hmul[1] * lo;
+	return (uint32_t)(hi >> 32);
 }
 
 /*
- * SipHash-1-3 (Aumasson and Bernstein; the variant Rust and Python use for
- * hash tables), keyed per process so that chosen keys cannot flood one
- * bucket. Words are read bytewise: little-endian on every host.
+ * The key is read as words m[0..w) with w = len / 8 + 1: its bytes, zeros,
+ * and len in the top byte of the last word, so that different keys give
+ * different words. NH sums (m[2i] + k[2i]) * (m[2i+1] + k[2i+1]) in 128
+ * bits (a missing last word is 0); multiply-shift keeps the top 32 bits of
+ * that sum times an odd 128-bit multiplier. Keys longer than the longest
+ * one (never in the table) reuse the key words. Keys under 16 bytes, most
+ * of them, are one product.
  */
 uint32_t
 lt_key_hash(const struct locktable *lt, const char *key, size_t len)
 {
-	const unsigned char *p = (const unsigned char *)key;
-	uint64_t	 v[4], m;
-	size_t		 i;
+	const unsigned char	*p = (const unsigned char *)key;
+	const uint64_t		*k = lt->hkey;
+	uint64_t		 a, b, top = (uint64_t)(len & 0xff) << 56;
 
-	v[0] = lt->sipkey[0] ^ 0x736f6d6570736575ULL;
-	v[1] = lt->sipkey[1] ^ 0x646f72616e646f6dULL;
-	v[2] = lt->sipkey[0] ^ 0x6c7967656e657261ULL;
-	v[3] = lt->sipkey[1] ^ 0x7465646279746573ULL;
-	for (i = 0; i + 8 <= len; i += 8)
-		sip_compress(v, sip_load(p + i, 8));
-	/* The last len - i bytes: from a word ending at the key's end, not
-	 * byte by byte, when the key has eight bytes to read back over. */
-	if (len >= 8 && i < len)
-		m = sip_load(p + len - 8, 8) >> (8 * (8 - (len - i)));
-	else
-		m = sip_load(p + i, len - i);
-	sip_compress(v, m | (uint64_t)len << 56);
-	v[2] ^= 0xff;
-	sip_round(v);
-	sip_round(v);
-	sip_round(v);
-	m = v[0] ^ v[1] ^ v[2] ^ v[3];
-	return (uint32_t)(m ^ (m >> 32));
+	if (len >= 16)
+		return hash_long(lt, p, len);
+	if (len >= 8) {
+		/* the last len - 8 bytes: none when the shift is 64 */
+		a = hash_le64(p);
+		b = (hash_le64(p + len - 8) >> (63 - 8 * (len - 8)) >> 1) |
+		    top;
+	} else {
+		a = hash_short(p, len) | top;
+		b = 0;
+	}
+	return hash_final(lt, (lt_u128)(a + k[0]) * (b + k[1]));
 }
 
-struct lt_key *
-lt_key_lookup(const struct locktable *lt, const char *key, size_t len,
-    uint32_t hash)
+/* The same, for keys of 16 bytes or more; not inlined, so that the short
+ * path needs no saved registers. */
+static uint32_t
+hash_long(const struct locktable *lt, const unsigned char *p, size_t len)
 {
-	struct lt_key	*k;
+	const uint64_t	*k = lt->hkey;
+	lt_u128		 acc = 0;
+	uint64_t	 a, b;
+	size_t		 i = 0, j = 0;
 
-	k = lt->buckets[hash & (lt->nbuckets - 1)];
-	for (; k != NULL; k = k->next)
-		if (k->hash == hash && k->keylen == len &&
-		    memcmp(k->key, key, len) == 0)
-			return k;
-	return NULL;
+	for (; len - i >= 16; i += 16, j = (j + 2) % LT_HASH_WORDS)
+		acc += (lt_u128)(hash_le64(p + i) + k[j]) *
+		    (hash_le64(p + i + 8) + k[j + 1]);
+	if (len - i < 8) {
+		a = hash_tail(p, len, i) | (uint64_t)(len & 0xff) << 56;
+		b = 0;
+	} else {
+		a = hash_le64(p + i);
+		b = hash_tail(p, len, i + 8) | (uint64_t)(len & 0xff) << 56;
+	}
+	acc += (lt_u128)(a + k[j]) * (b + k[j + 1]);
+	return hash_final(lt, acc);
 }
 
-/* A fresh entry, not yet in the table, with its own hold free. */
-struct lt_key *
-lt_key_new(struct locktable *lt, const struct lt_probe *p)
-{
-	struct lt_key	*k;
-
-	if ((k = lt_alloc(lt, lt_key_size(p->len))) == NULL)
-		return NULL;
-	k->next = NULL;
-	k->x = NULL;
-	k->hash = p->hash;
-	k->keylen = (uint16_t)p->len;
-	k->owned = 0;
-	memcpy(k->key, p->key, p->len);
-	k->key[p->len] = '\0';
-	return k;
-}
-
-/* On allocation failure the table keeps its size: chains grow longer. */
-static void
-table_resize(struct locktable *lt, size_t nbuckets)
+/*
+ * Resizes to 2^bits buckets; on allocation failure the table keeps its
+ * size and chains grow longer. lt_key_insert() and lt_key_free() call it
+ * to keep the load between a quarter and one.
+ */
+void
+lt_hash_resize(struct locktable *lt, unsigned bits)
 {
 	struct lt_key	**nb, *k, *next;
-	size_t		  i;
+	size_t		  i, n = (size_t)1 << bits, b;
+	unsigned	  shift = 32 - bits;
 
-	if ((nb = lt_zalloc(lt, nbuckets * sizeof(*nb))) == NULL)
+	if ((nb = lt_zalloc(lt, n * sizeof(*nb))) == NULL)
 		return;
 	for (i = 0; i < lt->nbuckets; i++) {
 		for (k = lt->buckets[i]; k != NULL; k = next) {
 			next = k->next;
-			k->next = nb[k->hash & (nbuckets - 1)];
-			nb[k->hash & (nbuckets - 1)] = k;
+			b = (size_t)((uint64_t)k->hash >> shift);
+			k->next = nb[b];
+			nb[b] = k;
 		}
 	}
 	lt_release(lt, lt->buckets, lt->nbuckets * sizeof(*nb));
 	lt->buckets = nb;
-	lt->nbuckets = nbuckets;
-}
-
-void
-lt_key_insert(struct locktable *lt, struct lt_key *k)
-{
-	struct lt_key	**b;
-
-	b = &lt->buckets[k->hash & (lt->nbuckets - 1)];
-	k->next = *b;
-	*b = k;
-	lt->c.keys++;
-	if (lt->c.keys > lt->nbuckets)
-		table_resize(lt, lt->nbuckets * 2);
-}
-
-/*
- * Shrinking keeps the load above a quarter, so that walking the buckets in
- * locktable_hot_keys() costs about the keys it finds.
- */
-void
-lt_key_free(struct locktable *lt, struct lt_key *k)
-{
-	struct lt_key	**pp;
-
-	pp = &lt->buckets[k->hash & (lt->nbuckets - 1)];
-	while (*pp != k)
-		pp = &(*pp)->next;
-	*pp = k->next;
-	lt->c.keys--;
-	lt_release(lt, k->x, sizeof(*k->x));
-	lt_release(lt, k, lt_key_size(k->keylen));
-	if (lt->nbuckets > LT_BUCKETS_MIN && lt->c.keys < lt->nbuckets / 4)
-		table_resize(lt, lt->nbuckets / 2);
+	lt->nbuckets = n;
+	lt->bshift = shift;
 }
 
 /*

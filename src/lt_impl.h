@@ -15,13 +15,53 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "locktable.h"
 
-#define LT_BUCKETS_MIN	16	/* a power of two */
+/* Pooled objects stay poisoned for AddressSanitizer while they are free. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LT_ASAN 1
+#endif
+#endif
+#ifdef LT_ASAN
+#include <sanitizer/asan_interface.h>
+#define LT_POISON(p, n)		ASAN_POISON_MEMORY_REGION((p), (n))
+#define LT_UNPOISON(p, n)	ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define LT_POISON(p, n)		((void)(p), (void)(n))
+#define LT_UNPOISON(p, n)	((void)(p), (void)(n))
+#endif
+
+/* For the few helpers of the per-request path that the compiler would
+ * otherwise call: their callers are where the cost is counted. */
+#define LT_INLINE	static inline __attribute__((always_inline))
+
+#define LT_BUCKETS_MIN_BITS 4
+#define LT_BUCKETS_MIN	(1u << LT_BUCKETS_MIN_BITS)
+#define LT_BUCKETS_MAX_BITS 32	/* the hash has 32 bits */
 #define LT_PROBES_STACK	8	/* keys of a request looked up without malloc */
 #define LT_NONE		SIZE_MAX
 #define LT_NO_TTL	UINT32_MAX
+/* The hash key: one word per word of the longest key and its length. */
+#define LT_HASH_WORDS	32
+_Static_assert(KL_KEY_MAX / 8 + 1 <= LT_HASH_WORDS,
+    "the hash key covers the longest key");
+/*
+ * Freed objects kept for reuse, up to LT_POOL_MAX bytes, in classes of
+ * 16k + 8 bytes: the sizes a 64-bit glibc malloc hands out anyway (its
+ * chunks are multiples of 16 with an 8-byte header), so that pooling
+ * costs no memory there.
+ */
+#define LT_POOL_GRAIN	16
+#define LT_POOL_MAX	256
+#define LT_POOL_CLASSES	((LT_POOL_MAX + 7) / LT_POOL_GRAIN + 1)
+#define LT_POOL_KEEP	1024	/* per class; beyond that, back to malloc */
+/* An owner with this few holds finds one by key without hashing. */
+#define LT_OWNER_SCAN	4
 
 /*
  * One key held by one owner in one grant. The first holder of a key lives
@@ -118,11 +158,20 @@ struct lt_owner {
 	uint32_t	 dl_node;
 };
 
+/* A free list of one size class (see lt_alloc). */
+struct lt_pool {
+	void		*head;
+	uint32_t	 n;
+};
+
 struct locktable {
 	struct lt_hooks	 hooks;
-	uint64_t	 sipkey[2];
 	struct lt_key	**buckets;
 	size_t		 nbuckets;	/* a power of two */
+	unsigned	 bshift;	/* 32 - log2(nbuckets): see lt_key_bucket */
+	uint64_t	 hmul[2];	/* the hash's final multiplier, odd */
+	uint64_t	 hkey[LT_HASH_WORDS];	/* the hash's per-word key */
+	struct lt_pool	 pools[LT_POOL_CLASSES];
 	struct lt_key	*hot;		/* keys with waiters */
 	struct lt_key	*dirty;		/* keys to settle, a stack */
 	struct lt_ttl	*heap;		/* ttl holds, on expiry */
@@ -261,6 +310,13 @@ lt_key_admits(const struct lt_key *k, enum lt_mode mode)
 	    !lt_modes_conflict(mode, (enum lt_mode)first->mode);
 }
 
+/* A hash's bucket: its top bits, which are the well-mixed ones. */
+static inline size_t
+lt_key_bucket(const struct locktable *lt, uint32_t hash)
+{
+	return (size_t)((uint64_t)hash >> lt->bshift);
+}
+
 static inline size_t
 lt_req_size(size_t nkeys)
 {
@@ -273,19 +329,131 @@ lt_key_size(size_t keylen)
 	return sizeof(struct lt_key) + keylen + 1;
 }
 
-/* The table's own allocations, counted in lt->c.bytes. */
-void		*lt_alloc(struct locktable *, size_t);
-void		*lt_zalloc(struct locktable *, size_t);
-void		 lt_release(struct locktable *, void *, size_t);
+/* Whether a[0..n) and b[0..n) hold the same bytes: words, not a call. */
+static inline bool
+lt_bytes_eq(const char *a, const char *b, size_t n)
+{
+	uint64_t	x, y;
+	uint32_t	u, v;
+	size_t		i;
+
+	if (n >= 8) {
+		for (i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	if (n >= 4) {
+		memcpy(&u, a, 4);
+		memcpy(&v, b, 4);
+		if (u != v)
+			return false;
+		memcpy(&u, a + n - 4, 4);
+		memcpy(&v, b + n - 4, 4);
+		return u == v;
+	}
+	return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] &&
+	    a[n - 1] == b[n - 1]);
+}
+
+/* Copies n bytes; short keys by overlapping words, not a call. */
+static inline void
+lt_bytes_copy(char *dst, const char *src, size_t n)
+{
+	uint64_t	x, y;
+	uint32_t	u, v;
+
+	if (n >= 8 && n <= 16) {
+		memcpy(&x, src, 8);
+		memcpy(&y, src + n - 8, 8);
+		memcpy(dst, &x, 8);
+		memcpy(dst + n - 8, &y, 8);
+	} else if (n >= 4 && n < 8) {
+		memcpy(&u, src, 4);
+		memcpy(&v, src + n - 4, 4);
+		memcpy(dst, &u, 4);
+		memcpy(dst + n - 4, &v, 4);
+	} else
+		memcpy(dst, src, n);
+}
+
+/*
+ * The table's own allocations, counted in lt->c.bytes (what is in use,
+ * not what the pools keep). Objects of up to LT_POOL_MAX bytes come from
+ * and go back to a free list of their 16-byte class while it has any, so
+ * that a lock and its unlock cost no malloc or free; each list keeps at
+ * most LT_POOL_KEEP objects, and locktable_trim() empties them.
+ */
+void		*lt_alloc_slow(struct locktable *, size_t);
+void		 lt_release_slow(struct locktable *, void *, size_t);
+
+static inline size_t
+lt_pool_class(size_t n)
+{
+	return (n + 7) / LT_POOL_GRAIN;
+}
+
+/* The size a pooled object of class c is allocated at. */
+static inline size_t
+lt_pool_size(size_t c)
+{
+	return c * LT_POOL_GRAIN + 8;
+}
+
+static inline void *
+lt_alloc(struct locktable *lt, size_t n)
+{
+	struct lt_pool	*pl;
+	void		*p;
+
+	if (n - 1 < LT_POOL_MAX &&
+	    (p = (pl = &lt->pools[lt_pool_class(n)])->head) != NULL) {
+		LT_UNPOISON(p, lt_pool_size(lt_pool_class(n)));
+		memcpy(&pl->head, p, sizeof(pl->head));
+		pl->n--;
+		lt->c.bytes += n;
+		return p;
+	}
+	return lt_alloc_slow(lt, n);
+}
+
+static inline void *
+lt_zalloc(struct locktable *lt, size_t n)
+{
+	void	*p;
+
+	if ((p = lt_alloc(lt, n)) != NULL)
+		memset(p, 0, n);
+	return p;
+}
+
+static inline void
+lt_release(struct locktable *lt, void *p, size_t n)
+{
+	struct lt_pool	*pl;
+
+	if (p == NULL)
+		return;
+	if (n - 1 < LT_POOL_MAX &&
+	    (pl = &lt->pools[lt_pool_class(n)])->n < LT_POOL_KEEP) {
+		memcpy(p, &pl->head, sizeof(pl->head));
+		pl->head = p;
+		pl->n++;
+		lt->c.bytes -= n;
+		LT_POISON(p, lt_pool_size(lt_pool_class(n)));
+		return;
+	}
+	lt_release_slow(lt, p, n);
+}
 
 /* locktable.c */
 void		 lt_blocker_fill(const struct lt_key *, enum lt_mode, uint64_t,
 		    struct lt_blocker *);
-uint64_t	 lt_next_token(struct locktable *);
-void		 lt_grant_count(struct locktable *, uint64_t);
-void		 lt_hold_grant(struct locktable *, struct lt_hold *,
-		    struct lt_key *, struct lt_owner *,
-		    const struct lt_grant *);
 struct lt_hold	*lt_hold_find(const struct lt_key *, const struct lt_owner *);
 struct lt_kx	*lt_kx_new(struct locktable *, uint32_t);
 void		 lt_kx_attach(struct lt_key *, struct lt_kx *);
@@ -296,12 +464,71 @@ bool		 lt_req_is_grantable(const struct lt_req *);
 /* lt_hash.c */
 bool		 lt_hash_init(struct locktable *, uint64_t);
 void		 lt_hash_cleanup(struct locktable *);
+void		 lt_hash_resize(struct locktable *, unsigned);
 uint32_t	 lt_key_hash(const struct locktable *, const char *, size_t);
-struct lt_key	*lt_key_lookup(const struct locktable *, const char *, size_t,
-		    uint32_t);
-struct lt_key	*lt_key_new(struct locktable *, const struct lt_probe *);
-void		 lt_key_insert(struct locktable *, struct lt_key *);
-void		 lt_key_free(struct locktable *, struct lt_key *);
+
+/* The entries of the hash table, inline: every request looks one up, and
+ * most lock or free one. */
+static inline struct lt_key *
+lt_key_lookup(const struct locktable *lt, const char *key, size_t len,
+    uint32_t hash)
+{
+	struct lt_key	*k;
+
+	for (k = lt->buckets[lt_key_bucket(lt, hash)]; k != NULL; k = k->next)
+		if (k->hash == hash && k->keylen == len &&
+		    lt_bytes_eq(k->key, key, len))
+			return k;
+	return NULL;
+}
+
+/* A fresh entry, not yet in the table, with its own hold free. */
+static inline struct lt_key *
+lt_key_new(struct locktable *lt, const char *key, size_t len, uint32_t hash)
+{
+	struct lt_key	*k;
+
+	if ((k = lt_alloc(lt, lt_key_size(len))) == NULL)
+		return NULL;
+	k->next = NULL;
+	k->x = NULL;
+	k->hash = hash;
+	k->keylen = (uint16_t)len;
+	k->owned = 0;
+	lt_bytes_copy(k->key, key, len);
+	k->key[len] = '\0';
+	return k;
+}
+
+static inline void
+lt_key_insert(struct locktable *lt, struct lt_key *k)
+{
+	struct lt_key	**b;
+
+	b = &lt->buckets[lt_key_bucket(lt, k->hash)];
+	k->next = *b;
+	*b = k;
+	if (++lt->c.keys > lt->nbuckets &&
+	    lt->bshift > 32 - LT_BUCKETS_MAX_BITS)
+		lt_hash_resize(lt, 32 - lt->bshift + 1);
+}
+
+/* Shrinking keeps the load above a quarter: memory follows the keys. */
+static inline void
+lt_key_free(struct locktable *lt, struct lt_key *k)
+{
+	struct lt_key	**pp;
+
+	pp = &lt->buckets[lt_key_bucket(lt, k->hash)];
+	while (*pp != k)
+		pp = &(*pp)->next;
+	*pp = k->next;
+	if (k->x != NULL)
+		lt_release(lt, k->x, sizeof(*k->x));
+	lt_release(lt, k, lt_key_size(k->keylen));
+	if (--lt->c.keys < lt->nbuckets / 4 && lt->nbuckets > LT_BUCKETS_MIN)
+		lt_hash_resize(lt, 32 - lt->bshift - 1);
+}
 
 /* lt_heap.c */
 bool		 lt_heap_reserve(struct locktable *, size_t);
@@ -314,5 +541,66 @@ uint64_t	 lt_heap_expiry(const struct locktable *,
 /* lt_deadlock.c */
 size_t		 lt_dl_search(struct locktable *, struct lt_owner *,
 		    const struct lt_probes *, enum lt_mode);
+
+/*
+ * h is k's own hold (only for a fresh entry: see struct lt_key) or an
+ * xhold, appended to the extension's holders. Inline: every grant runs it,
+ * and for a fresh entry most of it folds away.
+ */
+static inline void
+lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
+    struct lt_owner *o, const struct lt_grant *g)
+{
+	struct lt_xhold	*xh;
+	struct lt_kx	*x = k->x;
+
+	h->owner = o;
+	h->token = g->token;
+	h->granted_ms = g->now_ms;
+	h->heap_idx = LT_NO_TTL;
+	h->mode = (uint8_t)g->mode;
+	h->mark = 0;
+	h->inkey = h == &k->own;
+	if (h->inkey) {
+		k->owned = 1;
+	} else {
+		xh = lt_xhold_of(h);
+		xh->key = k;
+		xh->knext = NULL;
+		xh->kprev = x->holders_tail;
+		if (x->holders_tail != NULL)
+			x->holders_tail->knext = xh;
+		else
+			x->holders = xh;
+		x->holders_tail = xh;
+	}
+	if (x != NULL)
+		x->nholders++;
+	h->oprev = NULL;
+	h->onext = o->holds;
+	if (o->holds != NULL)
+		o->holds->oprev = h;
+	o->holds = h;
+	o->nholds++;
+	lt->c.held++;
+	if (g->ttl_ms != 0)
+		lt_heap_set(lt, h, g->now_ms + g->ttl_ms);
+}
+
+static inline uint64_t
+lt_next_token(struct locktable *lt)
+{
+	if (lt->hooks.next_token != NULL)
+		return lt->hooks.next_token(lt->hooks.arg);
+	return ++lt->last_token;
+}
+
+/* One grant, however many keys (keylockd-protocol(7), STATS). */
+static inline void
+lt_grant_count(struct locktable *lt, uint64_t waited_ms)
+{
+	lt->c.grants++;
+	kl_hist_add(&lt->c.wait_ms, waited_ms);
+}
 
 #endif /* LT_IMPL_H */

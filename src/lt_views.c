@@ -132,10 +132,18 @@ hot_offer(const struct lt_key **h, size_t n, size_t max,
 	return n;
 }
 
+/*
+ * The keys with no waiters that fill the rest are taken from their first
+ * holders, owner by owner (newest first), and not by bucket: an order that
+ * a client can see must not tell it anything about the hash (lt_hash.c).
+ * Each such key has one first holder, so it comes once.
+ */
 size_t
 locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
     size_t max)
 {
+	const struct lt_owner	*o;
+	const struct lt_hold	*h;
 	const struct lt_key	*k;
 	size_t			 n = 0, i;
 
@@ -148,10 +156,12 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 		hot_swap(out, 0, i - 1);
 		hot_down(out, i - 1, 0);
 	}
-	for (i = 0; i < lt->nbuckets && n < max; i++)
-		for (k = lt->buckets[i]; k != NULL && n < max; k = k->next)
-			if (lt_key_nwaiters(k) == 0)
+	for (o = lt->owners; o != NULL && n < max; o = o->next)
+		for (h = o->holds; h != NULL && n < max; h = h->onext) {
+			k = lt_hold_key(h);
+			if (lt_key_nwaiters(k) == 0 && lt_key_first(k) == h)
 				out[n++] = k;
+		}
 	return n;
 }
 

@@ -442,6 +442,7 @@ locktable_suite(void)
 	cl_add_errors(s);
 	cl_add_lifetime(s);
 	cl_add_views(s);
+	cl_add_hash(s);
 	return s;
 }
 

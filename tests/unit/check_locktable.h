@@ -134,5 +134,7 @@ void		 cl_add_errors(Suite *s);
 void		 cl_add_lifetime(Suite *s);
 /* counters, views (locktable_views.c) */
 void		 cl_add_views(Suite *s);
+/* the keyed hash, and views that must not show it (locktable_hash.c) */
+void		 cl_add_hash(Suite *s);
 
 #endif /* CHECK_LOCKTABLE_H */
