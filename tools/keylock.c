@@ -67,7 +67,9 @@ static const struct subcommand {
 	const char	*name;
 	int		(*fn)(const struct cli *, int, char **);
 } subcommands[] = {
+	{ "clients",	admin_clients },
 	{ "info",	show_info },
+	{ "kill",	admin_kill },
 	{ "ping",	show_ping },
 	{ "stats",	show_stats },
 	{ "top",	show_top },
@@ -457,6 +459,8 @@ usage(void)
 "       keylock [options] info KEY [--json]\n"
 "       keylock [options] ping\n"
 "       keylock [options] top [-n COUNT] [-d SECONDS]\n"
+"       keylock [options] clients [--json]      (the operator's)\n"
+"       keylock [options] kill ID               (the operator's)\n"
 "\n"
 "Takes the keys from keylockd, all at once, runs the command, releases.\n"
 "\n"

@@ -4,7 +4,8 @@
  * What the CLI's files share: the parsed command line, the exit codes of
  * keylock(1), and the helpers that connect and report errors. keylock.c
  * parses, keylock_run.c holds a lock around a command, keylock_show.c is
- * the one-shot subcommands (stats, info, ping, top).
+ * the one-shot subcommands (stats, info, ping, top), keylock_admin.c the
+ * operator's (clients, kill).
  */
 #ifndef KEYLOCK_CLI_H
 #define KEYLOCK_CLI_H
@@ -78,5 +79,8 @@ int		 show_stats(const struct cli *cli, int argc, char **argv);
 int		 show_info(const struct cli *cli, int argc, char **argv);
 int		 show_ping(const struct cli *cli, int argc, char **argv);
 int		 show_top(const struct cli *cli, int argc, char **argv);
+
+int		 admin_clients(const struct cli *cli, int argc, char **argv);
+int		 admin_kill(const struct cli *cli, int argc, char **argv);
 
 #endif /* KEYLOCK_CLI_H */

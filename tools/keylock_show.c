@@ -134,6 +134,10 @@ show_info(const struct cli *cli, int argc, char **argv)
 		    show_str(o, "mode"),
 		    show_int(o, "waited_ms"));
 	}
+	if (json_array_size(json_object_get(root, "holders")) > 0)
+		printf("(a holder that is stuck: keylock kill CLIENT, as the "
+		    "operator, closes its connection and releases its locks)"
+		    "\n");
 	json_decref(root);
 	keylock_free(kl);
 	return fflush(stdout) == 0 ? 0 : CLI_EXIT_OSERR;

@@ -6,7 +6,8 @@ bin_PROGRAMS += tools/keylock
 tools_keylock_SOURCES = \
 	tools/keylock.c tools/keylock_cli.h \
 	tools/keylock_run.c \
-	tools/keylock_show.c
+	tools/keylock_show.c \
+	tools/keylock_admin.c
 tools_keylock_CPPFLAGS = -I$(top_srcdir)/lib
 tools_keylock_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tools_keylock_LDADD = lib/libkeylock.la $(JANSSON_LIBS)
@@ -40,6 +41,7 @@ CLI_TESTS = \
 	tests/cli/serialised.sh \
 	tests/cli/lease.sh \
 	tests/cli/subcommands.sh \
+	tests/cli/operator.sh \
 	tests/cli/auth.sh \
 	tests/cli/tls.sh \
 	tests/cli/examples.sh
