@@ -349,6 +349,81 @@ START_TEST(calls_during_a_pending_lock_are_refused)
 }
 END_TEST
 
+/* CANCEL: the wait goes, the connection and its other locks stay. */
+START_TEST(lock_cancel_withdraws_the_wait_and_keeps_the_connection)
+{
+	struct keylock	*a = lk_client(NULL), *b = lk_client(NULL);
+	const char	*key = "k", *other = "mine";
+	uint64_t	 t = 0;
+
+	ck_assert_st(a, keylock_lock(a, &key, 1, NULL, 0, NULL), KEYLOCK_OK);
+	ck_assert_st(b, keylock_lock(b, &other, 1, NULL, 0, NULL), KEYLOCK_OK);
+	ck_assert_st(b, keylock_lock_cancel(b), KEYLOCK_ERR_INVAL);
+	ck_assert_st(b, keylock_lock_send(b, &key, 1, NULL,
+	    KEYLOCK_WAIT_FOREVER), KEYLOCK_OK);
+	ck_assert_st(b, keylock_lock_recv(b, 50, &t), KEYLOCK_PENDING);
+	ck_assert_st(b, keylock_lock_cancel(b), KEYLOCK_OK);
+	ck_assert_st(b, keylock_lock_recv(b, 2000, &t),
+	    KEYLOCK_ERR_CANCELLED);
+	ck_assert_str_eq(keylock_status_word(KEYLOCK_ERR_CANCELLED),
+	    "CANCELLED");
+	ck_assert_uint_eq(t, 0);
+	ck_assert_st(b, keylock_ping(b), KEYLOCK_OK);
+	ck_assert_int_eq(lk_stats_int(b, "waiting"), 0);
+	ck_assert_st(b, keylock_unlock(b, &other, 1, NULL), KEYLOCK_OK);
+	keylock_free(a);
+	keylock_free(b);
+}
+END_TEST
+
+/* The race, many times: a grant that lands while the CANCEL is in flight
+ * is reported (the lock is held), never lost, never doubled. */
+START_TEST(lock_cancel_racing_a_grant_reports_which_won)
+{
+	struct keylock	*a = lk_client(NULL), *b = lk_client(NULL);
+	const char	*key = "r";
+	int		 granted = 0, cancelled = 0;
+
+	for (int i = 0; i < 300; i++) {
+		enum keylock_status	st;
+		uint64_t		t = 0;
+
+		ck_assert_st(a, keylock_lock(a, &key, 1, NULL, 0, NULL),
+		    KEYLOCK_OK);
+		ck_assert_st(b, keylock_lock_send(b, &key, 1, NULL,
+		    KEYLOCK_WAIT_FOREVER), KEYLOCK_OK);
+		/* either order on the wire: both outcomes happen */
+		if (i % 2 == 0) {
+			ck_assert_st(a, keylock_unlock(a, &key, 1, NULL),
+			    KEYLOCK_OK);
+			ck_assert_st(b, keylock_lock_cancel(b), KEYLOCK_OK);
+		} else {
+			ck_assert_st(b, keylock_lock_cancel(b), KEYLOCK_OK);
+			ck_assert_st(a, keylock_unlock(a, &key, 1, NULL),
+			    KEYLOCK_OK);
+		}
+		st = keylock_lock_recv(b, 5000, &t);
+		if (st == KEYLOCK_OK) {
+			ck_assert_uint_gt(t, 0);
+			ck_assert_st(b, keylock_unlock(b, &key, 1, NULL),
+			    KEYLOCK_OK);
+			granted++;
+		} else {
+			ck_assert_st(b, st, KEYLOCK_ERR_CANCELLED);
+			cancelled++;
+		}
+	}
+	ck_assert_int_eq(granted + cancelled, 300);
+	ck_assert_int_gt(granted, 0);
+	ck_assert_int_gt(cancelled, 0);
+	ck_assert_int_eq(lk_stats_int(a, "keys"), 0);
+	fprintf(stderr, "cancel race: %d granted first, %d cancelled\n",
+	    granted, cancelled);
+	keylock_free(a);
+	keylock_free(b);
+}
+END_TEST
+
 START_TEST(close_withdraws_a_pending_wait)
 {
 	struct keylock	*a = lk_client(NULL), *b = lk_client(NULL),
@@ -441,5 +516,8 @@ lk_add_async(Suite *s)
 	tcase_add_test(tc, lock_recv_is_pending_until_the_grant);
 	tcase_add_test(tc, calls_during_a_pending_lock_are_refused);
 	tcase_add_test(tc, close_withdraws_a_pending_wait);
+	tcase_add_test(tc,
+	    lock_cancel_withdraws_the_wait_and_keeps_the_connection);
+	tcase_add_test(tc, lock_cancel_racing_a_grant_reports_which_won);
 	tcase_add_test(tc, lock_forever_outlasts_the_reply_timeout);
 }
