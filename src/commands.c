@@ -420,7 +420,8 @@ static void
 cmd_info(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	cmd_json_reply(c, stats_info_json(backend_table(cmds->be),
-	    req->args[0], req->arglens[0], kl_now_ms(), cmd_owner_name));
+	    req->args[0], req->arglens[0], kl_now_ms(), cmd_owner_name,
+	    KL_INFO_LIST_MAX));
 }
 
 static void

@@ -128,6 +128,7 @@ struct info_walk {
 	stats_name_fn	 name;
 	size_t		 nholders;	/* listed so far */
 	size_t		 nwaiters;
+	size_t		 max;		/* entries listed of each */
 };
 
 static const char *
@@ -142,7 +143,7 @@ stats_info_holder(void *arg, const struct lt_holder_view *h)
 	struct info_walk	*w = arg;
 	json_t			*o;
 
-	if (w->nholders++ == KL_INFO_LIST_MAX)
+	if (w->nholders++ == w->max)
 		return true;	/* listed enough; go on to the waiters */
 	o = stats_client(json_object(), h->owner, w->name);
 	SET_U(o, "token", h->token);
@@ -160,7 +161,7 @@ stats_info_waiter(void *arg, const struct lt_waiter_view *v)
 	struct info_walk	*w = arg;
 	json_t			*o;
 
-	if (w->nwaiters++ == KL_INFO_LIST_MAX)
+	if (w->nwaiters++ == w->max)
 		return false;
 	o = stats_client(json_object(), v->owner, w->name);
 	json_object_set_new(o, "mode", json_string(stats_mode(v->mode)));
@@ -171,7 +172,7 @@ stats_info_waiter(void *arg, const struct lt_waiter_view *v)
 
 char *
 stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
-    uint64_t now_ms, stats_name_fn name)
+    uint64_t now_ms, stats_name_fn name, size_t max)
 {
 	const struct lt_key	*k = locktable_find(lt, key, keylen);
 	struct lt_key_view	 v;
@@ -184,6 +185,7 @@ stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
 	w.holders = json_array();
 	w.waiters = json_array();
 	w.name = name;
+	w.max = max;
 	json_object_set_new(o, "key", json_stringn(key, keylen));
 	if (k != NULL) {
 		locktable_key_view(k, &v);
@@ -193,8 +195,9 @@ stats_info_json(const struct locktable *lt, const char *key, size_t keylen,
 	SET_U(o, "limit", v.limit);
 	json_object_set_new(o, "holders", w.holders);
 	json_object_set_new(o, "waiters", w.waiters);
-	/* The lists stop at KL_INFO_LIST_MAX entries, so that one reply
-	 * stays far below max-output; the totals are always exact. */
+	/* The lists stop at max entries (INFO: KL_INFO_LIST_MAX), so that
+	 * one reply stays far below max-output and its cost bounded; the
+	 * totals are always exact. */
 	SET_U(o, "holders_total", v.nholders);
 	SET_U(o, "waiters_total", v.nwaiters);
 	return stats_dump(o);

@@ -38,7 +38,7 @@ typedef const char *(*stats_name_fn)(const struct lt_owner *o);
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
 	    uint64_t now_ms, const char *version, const char *backend);
 char	*stats_info_json(const struct locktable *lt, const char *key,
-	    size_t keylen, uint64_t now_ms, stats_name_fn name);
+	    size_t keylen, uint64_t now_ms, stats_name_fn name, size_t max);
 
 /* One connection in CLIENTS (keylockd-protocol(7), COMMANDS). */
 struct stats_client {

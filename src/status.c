@@ -74,7 +74,7 @@ status_keys(const json_t *stats, const struct locktable *lt,
 		if (json_is_string(key))
 			info = status_load(stats_info_json(lt,
 			    json_string_value(key), json_string_length(key),
-			    now_ms, status_owner_name));
+			    now_ms, status_owner_name, STATUS_LIST_MAX));
 		if (info == NULL || status_cut(info, "holders") == -1 ||
 		    status_cut(info, "waiters") == -1) {
 			json_decref(info);

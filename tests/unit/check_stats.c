@@ -214,7 +214,8 @@ cs_stats_at(uint64_t now)
 void
 cs_info_at(const char *key, uint64_t now)
 {
-	set_doc(stats_info_json(cs_lt, key, strlen(key), now, owner_name));
+	set_doc(stats_info_json(cs_lt, key, strlen(key), now, owner_name,
+	    KL_INFO_LIST_MAX));
 }
 
 json_t *
