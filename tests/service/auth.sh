@@ -44,10 +44,11 @@ expect_eq 1 "$(grep -c 'warn: client [0-9]* from 127\.0\.0\.1:[0-9]*: AUTH faile
 expect_nogrep 's3cret' "$TMP/daemon.log" "the secret in the log"
 pass "one warning for three failures, with the peer address, no secret"
 
-# No option takes the secret itself: --help lists auth-file only, and
-# the names a secret option might have are unknown (exit 64).
+# No option takes the secret itself: --help lists auth-file and
+# admin-auth-file only (files), and the names a secret option might have
+# are unknown (exit 64).
 "$KEYLOCKD" --help >"$TMP/help"
-expect_eq "auth-file" \
+expect_eq "$(printf 'auth-file\nadmin-auth-file')" \
     "$(sed -n 's/^  --\([a-z-]*\) .*/\1/p' "$TMP/help" |
     grep -i -e secret -e auth -e pass)" "the options about secrets"
 for opt in --secret --auth-secret --password --requirepass; do
