@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "backend_etcd.h"
 #include "clock.h"
 #include "config.h"
 #include "locktable.h"
@@ -270,5 +271,7 @@ struct backend *
 backend_new(const struct config *cfg, struct event_base *base,
     const struct be_hooks *hooks, char *err, size_t errlen)
 {
+	if (strcmp(cfg->backend, "etcd") == 0)
+		return backend_etcd_new(cfg, base, hooks, err, errlen);
 	return backend_local_new(cfg, base, hooks, err, errlen);
 }

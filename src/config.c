@@ -108,6 +108,21 @@ static const struct setting settings[] = {
 	    "TLS port on every bind address (0: any free port)", false },
 	{ "log-level", "LEVEL", SET_LEVEL, OFF(log_level), 0, 0,
 	    "error, warn, info or debug", true },
+	{ "backend", "NAME", SET_STRING, OFF(backend), 0, 0,
+	    "local (the table in this process) or etcd (replicated)", false },
+	{ "etcd-endpoints", "URL,...", SET_STRING, OFF(etcd_endpoints), 0, 0,
+	    "etcd members' client URLs (backend etcd)", false },
+	{ "etcd-prefix", "PREFIX", SET_STRING, OFF(etcd_prefix), 0, 0,
+	    "etcd key prefix of this lock service", false },
+	{ "etcd-lease-ttl", "S", SET_INT, OFF(etcd_lease_ttl),
+	    KL_ETCD_LEASE_TTL_MIN, 3600,
+	    "s a dead front end's locks outlive it", false },
+	{ "etcd-timeout", "MS", SET_INT, OFF(etcd_timeout), 100, 600000,
+	    "ms an etcd request may take (then ERR BACKEND)", false },
+	{ "etcd-max-txn-ops", "N", SET_INT, OFF(etcd_max_txn_ops), 1, 100000,
+	    "operations per etcd transaction (etcd's --max-txn-ops)", false },
+	{ "etcd-connections", "N", SET_INT, OFF(etcd_connections), 1, 64,
+	    "HTTP connections to etcd for requests", false },
 };
 #undef OFF
 #define NSETTINGS	(sizeof(settings) / sizeof(settings[0]))
@@ -155,6 +170,12 @@ config_defaults(struct config *cfg)
 	cfg->keepalive_interval = 10;
 	cfg->keepalive_count = 3;
 	cfg->log_level = LOG_LEVEL_INFO;
+	cfg->backend = config_strdup("local");
+	cfg->etcd_prefix = config_strdup(KL_ETCD_PREFIX_DEFAULT);
+	cfg->etcd_lease_ttl = KL_ETCD_LEASE_TTL_DEFAULT;
+	cfg->etcd_timeout = KL_ETCD_TIMEOUT_DEFAULT;
+	cfg->etcd_max_txn_ops = KL_ETCD_MAX_TXN_OPS_DEFAULT;
+	cfg->etcd_connections = KL_ETCD_CONNECTIONS_DEFAULT;
 }
 
 static void
@@ -429,6 +450,38 @@ config_scan_argv(struct config *cfg, int argc, char *argv[],
 	return 0;
 }
 
+/* backend and the etcd settings, together. */
+static int
+config_check_backend(const struct config *cfg)
+{
+	if (strcmp(cfg->backend, "local") != 0 &&
+	    strcmp(cfg->backend, "etcd") != 0) {
+		fprintf(stderr, "keylockd: backend %s: local or etcd\n",
+		    cfg->backend);
+		return EX_KL_CONFIG;
+	}
+	if (strcmp(cfg->backend, "etcd") != 0)
+		return 0;
+	if (cfg->etcd_endpoints == NULL) {
+		fprintf(stderr, "keylockd: backend etcd needs etcd-endpoints\n");
+		return EX_KL_CONFIG;
+	}
+	if (cfg->etcd_timeout * 3 > cfg->etcd_lease_ttl * 1000) {
+		fprintf(stderr, "keylockd: etcd-timeout %" PRId64 " ms is over "
+		    "a third of etcd-lease-ttl %" PRId64 " s: a keepalive "
+		    "could not be tried again before the lease is at risk\n",
+		    cfg->etcd_timeout, cfg->etcd_lease_ttl);
+		return EX_KL_CONFIG;
+	}
+	if (cfg->max_keys > cfg->etcd_max_txn_ops) {
+		fprintf(stderr, "keylockd: max-keys %" PRId64 " is over "
+		    "etcd-max-txn-ops %" PRId64 ": a LOCK is one etcd "
+		    "transaction\n", cfg->max_keys, cfg->etcd_max_txn_ops);
+		return EX_KL_CONFIG;
+	}
+	return 0;
+}
+
 /* Checks that need several settings at once. */
 static int
 config_check(const struct config *cfg)
@@ -444,7 +497,7 @@ config_check(const struct config *cfg)
 		fprintf(stderr, "keylockd: tls-key needs tls-cert\n");
 		return EX_KL_CONFIG;
 	}
-	return 0;
+	return config_check_backend(cfg);
 }
 
 int
@@ -576,5 +629,8 @@ config_cleanup(struct config *cfg)
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
 	free(cfg->tls_client_ca);
+	free(cfg->backend);
+	free(cfg->etcd_endpoints);
+	free(cfg->etcd_prefix);
 	memset(cfg, 0, sizeof(*cfg));
 }

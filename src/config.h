@@ -19,6 +19,14 @@
 #define EX_KL_USAGE	64	/* sysexits.h EX_USAGE */
 #define EX_KL_CONFIG	78	/* sysexits.h EX_CONFIG */
 
+/* backend etcd (keylockd.conf(5), BACKEND ETCD) */
+#define KL_ETCD_PREFIX_DEFAULT	"keylock/"
+#define KL_ETCD_LEASE_TTL_DEFAULT 15	/* s */
+#define KL_ETCD_LEASE_TTL_MIN	2	/* etcd's own least, 3 members */
+#define KL_ETCD_TIMEOUT_DEFAULT	5000	/* ms */
+#define KL_ETCD_MAX_TXN_OPS_DEFAULT 128	/* etcd's --max-txn-ops */
+#define KL_ETCD_CONNECTIONS_DEFAULT 4
+
 struct config {
 	char		*file;		/* the config file read, or NULL */
 	char		*binds[KL_BINDS_MAX];
@@ -48,6 +56,13 @@ struct config {
 	char		*tls_key;
 	char		*tls_client_ca;		/* NULL: no client certs */
 	int		 tls_port;
+	char		*backend;		/* "local" or "etcd" */
+	char		*etcd_endpoints;	/* URL,... */
+	char		*etcd_prefix;
+	int64_t		 etcd_lease_ttl;	/* s */
+	int64_t		 etcd_timeout;		/* ms */
+	int64_t		 etcd_max_txn_ops;
+	int64_t		 etcd_connections;
 	enum log_level	 log_level;
 	bool		 check_config;
 	int		 argc;		/* what it was loaded from, for */

@@ -62,4 +62,6 @@ src/status_html.c: src/status.html
 
 # backend etcd: the etcd v3 client (JSON gateway over evhttp).
 src_libkeylockd_a_SOURCES += \
-	src/etcd.c src/etcd.h src/etcd_impl.h src/etcd_json.c src/etcd_watch.c
+	src/etcd.c src/etcd.h src/etcd_impl.h src/etcd_json.c src/etcd_watch.c \
+	src/backend_etcd.c src/backend_etcd.h src/etcd_backend.h \
+	src/etcd_replica.c src/etcd_commit.c

@@ -154,6 +154,12 @@ locktable_owner_udata(const struct lt_owner *o)
 	return o->udata;
 }
 
+void
+locktable_owner_set_udata(struct lt_owner *o, void *udata)
+{
+	o->udata = udata;
+}
+
 size_t
 locktable_owner_nholds(const struct lt_owner *o)
 {

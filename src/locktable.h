@@ -127,6 +127,8 @@ void		 locktable_owner_free(struct locktable *lt, struct lt_owner *o,
 		    uint64_t now_ms);
 uint64_t	 locktable_owner_id(const struct lt_owner *o);
 void		*locktable_owner_udata(const struct lt_owner *o);
+/* backend etcd: an owner that outlives its connection drops it. */
+void		 locktable_owner_set_udata(struct lt_owner *o, void *udata);
 size_t		 locktable_owner_nholds(const struct lt_owner *o);
 bool		 locktable_owner_is_waiting(const struct lt_owner *o);
 /* The keys of o's queued request in request order (duplicates once) to

@@ -21,6 +21,7 @@
 
 #include <event2/event.h>
 
+#include "check_main.h"
 #include "etcd_test.h"
 
 struct ec		 t_ec;
@@ -329,22 +330,24 @@ etcd_pure_suite(void)
 	return s;
 }
 
-int
-main(void)
+static void
+t_init(const char *name)
 {
-	SRunner	*sr;
-	int	 nfailed;
-
 	if (ec_start(&t_ec, 3) != 0)
-		return EXIT_FAILURE;
-	fprintf(stderr, "etcd cluster: %s\n", t_ec.endpoints);
-	sr = srunner_create(etcd_pure_suite());
-	srunner_add_suite(sr, etcd_kv_suite());
-	srunner_add_suite(sr, etcd_watch_suite());
-	srunner_add_suite(sr, etcd_fault_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	nfailed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	ec_down(&t_ec);
-	return nfailed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+		exit(1);
+	fprintf(stderr, "%s: etcd cluster %s\n", name, t_ec.endpoints);
 }
+
+static void
+t_done(void)
+{
+	ec_down(&t_ec);
+}
+
+const struct check_program check_program = {
+	.name = "etcd_client_test",
+	.init = t_init,
+	.done = t_done,
+	.suites = { etcd_pure_suite, etcd_kv_suite, etcd_watch_suite,
+	    etcd_fault_suite, NULL }
+};

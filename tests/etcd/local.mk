@@ -14,9 +14,9 @@ tests_etcd_etcd_client_test_SOURCES = \
 	tests/etcd/etcd_client_faults.c \
 	tests/etcd/etcd_test.h
 tests_etcd_etcd_client_test_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
-	$(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
-tests_etcd_etcd_client_test_LDADD = tests/etcd/libec.a $(KEYLOCKD_LIBS) \
-	$(CHECK_LIBS)
+	$(CHECK_MAIN_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
+tests_etcd_etcd_client_test_LDADD = $(CHECK_MAIN_LDADD) tests/etcd/libec.a \
+	$(KEYLOCKD_LIBS) $(CHECK_LIBS)
 
 ETCD_TESTS = \
 	tests/etcd/cluster_test.sh \
@@ -25,3 +25,14 @@ ETCD_TESTS = \
 TESTS += $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh
+
+# The front ends (backend etcd) through the protocol, with faults.
+check_PROGRAMS += tests/etcd/frontend_test
+tests_etcd_frontend_test_SOURCES = tests/etcd/frontend_test.c
+tests_etcd_frontend_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS) \
+	$(LIBEVENT_CFLAGS)
+tests_etcd_frontend_test_LDADD = $(CHECK_MAIN_LDADD) \
+	tests/integration/libkltest.a tests/etcd/libec.a $(KEYLOCKD_LIBS) \
+	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+TESTS += tests/etcd/frontend_test
+

@@ -253,6 +253,7 @@ config_suite(void)
 
 	cf_add_cmdline(s);
 	cf_add_file(s);
+	cf_add_etcd(s);
 	return s;
 }
 

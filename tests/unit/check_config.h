@@ -65,5 +65,7 @@ bool		 cf_ends_with(const char *s, const char *suffix);
 void		 cf_add_cmdline(Suite *s);
 /* file, precedence (config_file.c) */
 void		 cf_add_file(Suite *s);
+/* etcd: backend and the etcd settings (config_etcd.c) */
+void		 cf_add_etcd(Suite *s);
 
 #endif /* CHECK_CONFIG_H */

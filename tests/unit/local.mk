@@ -61,7 +61,8 @@ tests_unit_check_config_SOURCES = \
 	tests/unit/check_config.c \
 	tests/unit/check_config.h \
 	tests/unit/config_cmdline.c \
-	tests/unit/config_file.c
+	tests/unit/config_file.c \
+	tests/unit/config_etcd.c
 tests_unit_check_config_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_config_LDADD = $(UNIT_LDADD)
 tests_unit_check_stats_SOURCES = \

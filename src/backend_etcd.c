@@ -1,0 +1,1015 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * backend etcd (keylockd(8), BACKEND ETCD): the lock table as a state
+ * machine replicated by etcd. A LOCK is one transaction putting one entry
+ * per key (etcd_commit.c); every front end applies the same watch events
+ * in revision order to its own table (etcd_replica.c), which decides the
+ * request there; the front end whose client asked answers it. Releases,
+ * withdrawals and ttl expiries are deletes of the owner's entries. Every
+ * operation is BE_PENDING but REFRESH, which only restarts our own timers.
+ *
+ * Here: the seam's operations, start-up (lease, heartbeat, range, watch;
+ * backend_etcd_new() returns once the table is built), the lease kept alive
+ * every TTL/3, and its loss: when etcd has not confirmed the lease for TTL
+ * minus a margin, or says it is gone, every client that holds or waits is
+ * disconnected (a dropped connection is the protocol's "lock lost"), new
+ * requests get ERR BACKEND, and a new lease and a fresh range bring the
+ * front end back by itself.
+ */
+#include <sys/time.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include <jansson.h>
+
+#include "backend_etcd.h"
+#include "clock.h"
+#include "config.h"
+#include "conn.h"
+#include "etcd_backend.h"
+#include "log.h"
+#include "util.h"
+
+static void	ebe_step(struct ebe *e);
+static void	ebe_recover_in(struct ebe *e, int ms);
+
+static struct ebe *
+ebe_of(struct backend *be)
+{
+	return (struct ebe *)be;
+}
+
+static void
+tv_ms(struct timeval *tv, uint64_t ms)
+{
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+}
+
+void
+ebe_end_turn(struct ebe *e)
+{
+	commit_flush(e);
+	/* in backend_etcd_new() the caller's side is not built yet; in
+	 * ebe_free() it is gone */
+	if (!e->in_new && e->state != EBE_STOPPING)
+		e->hooks.end_turn(e->hooks.arg);
+}
+
+void
+ebe_done(struct ebe *e, struct eowner *o, const struct be_result *r)
+{
+	if (o->gone || !o->ours)
+		return;
+	if (r->op == BE_LOCK)
+		o->open = NULL;
+	else
+		o->op_open = false;
+	e->hooks.done(e->hooks.arg, o->lo, r);
+}
+
+static void
+be_backend(struct be_result *r, enum be_op op, const char *text)
+{
+	memset(r, 0, sizeof(*r));
+	r->op = op;
+	r->err = KL_ERR_BACKEND;
+	r->text = text;
+}
+
+/* An UNLOCK's or UNLOCKALL's deletes: n more committed, or failed. */
+void
+ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
+{
+	struct be_result r;
+
+	if (!o->op_open)
+		return;
+	if (why != NULL) {
+		snprintf(e->why, sizeof(e->why), "etcd did not take the release "
+		    "in time (%s); it is tried again", why);
+		be_backend(&r, o->op, e->why);
+		ebe_done(e, o, &r);
+		return;
+	}
+	o->op_left = n >= o->op_left ? 0 : o->op_left - n;
+	if (o->op_left > 0)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.op = o->op;
+	r.value = o->op_n;
+	ebe_done(e, o, &r);
+}
+
+/* ---- the lease ---- */
+
+static void
+guard_arm(struct ebe *e)
+{
+	struct timeval	tv;
+	uint64_t	now = kl_now_ms(), at = e->lease_until - e->margin_ms;
+
+	tv_ms(&tv, at > now ? at - now : 0);
+	evtimer_add(e->guard, &tv);
+}
+
+/*
+ * May we act on the lease now? Not after TTL minus the margin without
+ * etcd's word on it: by then etcd may have let it go and given our
+ * clients' locks to others. Checked before anything is answered.
+ */
+bool
+ebe_lease_safe(struct ebe *e)
+{
+	char why[96];
+
+	if (e->state == EBE_LOST || e->state == EBE_STOPPING || e->fe == 0)
+		return false;
+	if (kl_now_ms() + e->margin_ms < e->lease_until)
+		return true;
+	snprintf(why, sizeof(why), "etcd has not renewed our lease for "
+	    "%" PRId64 " s", e->ttl_s);
+	ebe_lose(e, why);
+	return false;
+}
+
+static void
+guard_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ebe *e = arg;
+
+	if (ebe_lease_safe(e))
+		guard_arm(e);
+	ebe_end_turn(e);
+}
+
+static void
+keepalive_in(struct ebe *e, uint64_t ms)
+{
+	struct timeval tv;
+
+	tv_ms(&tv, ms);
+	evtimer_add(e->keepalive, &tv);
+}
+
+static void
+keepalive_cb_done(void *arg, const struct etcd_result *r)
+{
+	struct ebe	*e = arg;
+	uint64_t	 period = (uint64_t)e->ttl_s * 1000 / 3;
+
+	e->ka_call = NULL;
+	if (e->state == EBE_LOST || e->state == EBE_STOPPING)
+		return;
+	if (r->status == ETCD_OK && r->ttl > 0) {
+		e->lease_until = e->ka_sent + (uint64_t)r->ttl * 1000;
+		guard_arm(e);
+		keepalive_in(e, period);
+	} else if (r->status == ETCD_OK ||
+	    (r->status == ETCD_ERR_GRPC && r->grpc_code == ETCD_GRPC_NOT_FOUND)) {
+		ebe_lose(e, "etcd let our lease expire");
+	} else {
+		log_debug("backend etcd: keepalive: %s: %s",
+		    etcd_status_name(r->status), r->message);
+		keepalive_in(e, EBE_RETRY_MS * 2);	/* soon again */
+	}
+	ebe_end_turn(e);
+}
+
+/*
+ * Every TTL/3: the keepalive, and our heartbeat put, which the watch
+ * must bring back within the timeout, else the stream has gone quiet (a
+ * member cut off from its peers) and is started again elsewhere.
+ */
+static void
+keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ebe	*e = arg;
+	uint64_t	 now = kl_now_ms();
+
+	if (!ebe_lease_safe(e)) {
+		ebe_end_turn(e);
+		return;
+	}
+	if (e->ka_call == NULL) {
+		e->ka_sent = now;
+		e->ka_call = etcd_lease_keepalive(e->etcd, (int64_t)e->fe,
+		    ETCD_RETRY, keepalive_cb_done, e);
+	}
+	if (e->rev >= e->hb_rev)
+		e->hb_seen = true;	/* the range may have been past it */
+	if (e->state == EBE_READY && e->hb_acked_ms != 0 && !e->hb_seen &&
+	    now - e->hb_acked_ms > (uint64_t)e->timeout_ms) {
+		log_info("backend etcd: the watch did not bring our heartbeat "
+		    "(revision %" PRId64 ") in %d ms: watching again",
+		    e->hb_rev, e->timeout_ms);
+		etcd_watch_restart(e->etcd);
+		e->hb_acked_ms = 0;
+	}
+	if (e->state == EBE_READY && (e->hb_acked_ms == 0 || e->hb_seen))
+		commit_heartbeat(e);
+	if (e->ka_call == NULL)
+		keepalive_in(e, EBE_RETRY_MS * 2);
+	ebe_end_turn(e);
+}
+
+/* ---- loss and recovery ---- */
+
+/* Disconnects every client of ours that holds, waits or has a request
+ * open: after this, no lock of theirs is ours to vouch for. */
+static void
+drop_clients(struct ebe *e, const char *why)
+{
+	struct eowner	*o, **list;
+	size_t		 n = 0, i = 0;
+
+	TAILQ_FOREACH(o, &e->owners, entry)
+		n++;
+	if (n == 0 || (list = kl_calloc(n, sizeof(*list))) == NULL)
+		return;
+	TAILQ_FOREACH(o, &e->owners, entry)
+		if (o->ours && !o->gone && (o->open != NULL || o->op_open ||
+		    !TAILQ_EMPTY(&o->reqs)))
+			list[i++] = o;
+	/* closing calls ebe_owner_free(): list[] is stable meanwhile */
+	for (size_t k = 0; k < i; k++)
+		if (!list[k]->gone && locktable_owner_udata(list[k]->lo) != NULL)
+			conn_close(locktable_owner_udata(list[k]->lo), why);
+	kl_free(list);
+}
+
+void
+ebe_lose(struct ebe *e, const char *why)
+{
+	if (e->state == EBE_LOST || e->state == EBE_STOPPING)
+		return;
+	log_warnx("backend etcd: %s: disconnecting the clients that hold or "
+	    "wait, and starting over", why);
+	snprintf(e->why, sizeof(e->why), "etcd: %s; reconnecting", why);
+	e->state = EBE_LOST;
+	e->losses++;
+	if (e->fe != 0)
+		e->old_fe = e->fe;
+	e->fe = 0;
+	etcd_watch_stop(e->etcd);
+	if (e->ka_call != NULL)
+		etcd_cancel(e->ka_call);
+	e->ka_call = NULL;
+	evtimer_del(e->keepalive);
+	evtimer_del(e->guard);
+	drop_clients(e, "lock lost: the etcd backend lost its lease");
+	commit_drop(e);
+	replica_clear(e);
+	e->start_pause_ms = EBE_RETRY_MS;
+	ebe_recover_in(e, 0);
+}
+
+/* A step of start-up or recovery failed: again after a pause. */
+void
+ebe_fail(struct ebe *e, const char *fmt, ...)
+{
+	va_list	ap;
+	char	msg[256];
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (e->state == EBE_READY || e->state == EBE_STOPPING)
+		return;
+	snprintf(e->why, sizeof(e->why), "etcd: %s", msg);
+	log_warnx("backend etcd: %s; trying again", msg);
+	if (e->state == EBE_RESYNC) {
+		ebe_lose(e, msg);
+		return;
+	}
+	e->state = EBE_LOST;
+	ebe_recover_in(e, e->start_pause_ms);
+	e->start_pause_ms = e->start_pause_ms * 2 > EBE_RETRY_MAX_MS * 4 ?
+	    EBE_RETRY_MAX_MS * 4 : e->start_pause_ms * 2;
+}
+
+static void
+revoke_done(void *arg, const struct etcd_result *r)
+{
+}
+
+static void
+grant_done(void *arg, const struct etcd_result *r)
+{
+	struct ebe *e = arg;
+
+	if (e->state == EBE_STOPPING)
+		return;
+	if (r->status != ETCD_OK || r->lease_id == 0) {
+		ebe_fail(e, "lease grant on %s: %s: %s", r->endpoint,
+		    etcd_status_name(r->status), r->message != NULL ?
+		    r->message : "no lease");
+		return;
+	}
+	e->fe = (uint64_t)r->lease_id;
+	e->lease_until = e->ka_sent + (uint64_t)r->ttl * 1000;
+	log_info("backend etcd: lease %016" PRIx64 " (%" PRId64 " s) from %s",
+	    e->fe, r->ttl, r->endpoint);
+	guard_arm(e);
+	keepalive_in(e, (uint64_t)e->ttl_s * 1000 / 3);
+	e->hb_acked_ms = 0;
+	commit_heartbeat(e);
+	if (replica_rebuild_start(e) != 0)
+		ebe_fail(e, "out of memory");
+	ebe_end_turn(e);
+}
+
+/* Start-up and recovery: a lease (the old one revoked), then the range. */
+static void
+ebe_step(struct ebe *e)
+{
+	if (e->state == EBE_STOPPING || e->state == EBE_READY)
+		return;
+	if (e->old_fe != 0) {
+		/* its entries, of clients we disconnected, go at once */
+		etcd_lease_revoke(e->etcd, (int64_t)e->old_fe, ETCD_RETRY,
+		    revoke_done, e);
+		e->old_fe = 0;
+	}
+	if (e->state == EBE_LOST)
+		e->state = EBE_STARTING;
+	e->ka_sent = kl_now_ms();
+	if (etcd_lease_grant(e->etcd, e->ttl_s, 0, ETCD_RETRY, grant_done,
+	    e) == NULL)
+		ebe_fail(e, "cannot ask etcd for a lease");
+}
+
+static void
+start_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ebe *e = arg;
+
+	ebe_step(e);
+	ebe_end_turn(e);
+}
+
+static void
+ebe_recover_in(struct ebe *e, int ms)
+{
+	struct timeval tv;
+
+	tv_ms(&tv, (uint64_t)ms);
+	evtimer_add(e->start, &tv);
+}
+
+/* ---- the watch ---- */
+
+static void
+watch_created(void *arg, int64_t rev)
+{
+	struct ebe *e = arg;
+
+	if (e->state == EBE_STARTING || e->state == EBE_RESYNC) {
+		log_info("backend etcd: serving; table at revision %" PRId64
+		    ", watching %s on %s", e->rev, e->prefix,
+		    etcd_current_endpoint(e->etcd));
+		e->state = EBE_READY;
+		e->start_pause_ms = EBE_RETRY_MS;
+	}
+	ebe_end_turn(e);
+}
+
+/*
+ * The watch's revision is compacted: events are missing. Our clients that
+ * hold or wait are disconnected (their holds cannot be vouched for across
+ * the gap) and the table is built again from a fresh range.
+ */
+static void
+watch_compacted(void *arg, int64_t crev)
+{
+	struct ebe *e = arg;
+
+	if (e->state != EBE_READY)
+		return;
+	log_warnx("backend etcd: the watch fell behind etcd's compaction "
+	    "(revision %" PRId64 "): rebuilding the table", crev);
+	snprintf(e->why, sizeof(e->why), "etcd: rebuilding the lock table");
+	e->state = EBE_RESYNC;
+	e->rebuilds++;
+	/* their deletes are dropped with the rest: the range shows their
+	 * entries, ours and unknown, and they are deleted then */
+	drop_clients(e, "lock lost: the etcd backend rebuilds its table");
+	commit_drop(e);
+	replica_clear(e);
+	if (replica_rebuild_start(e) != 0)
+		ebe_lose(e, "out of memory");
+	ebe_end_turn(e);
+}
+
+static void
+watch_down(void *arg, enum etcd_status st, const char *why)
+{
+	log_debug("backend etcd: watch cut (%s): %s; watching again",
+	    etcd_status_name(st), why);
+}
+
+static const struct etcd_watch_cbs ebe_watch_cbs = {
+	.events = replica_events,
+	.created = watch_created,
+	.compacted = watch_compacted,
+	.down = watch_down
+};
+
+/* The table is built at rev: watch from the next one. */
+void
+ebe_ready(struct ebe *e, int64_t rev)
+{
+	if (etcd_watch_start(e->etcd, e->prefix, e->prefixlen, rev + 1,
+	    &ebe_watch_cbs, e) != 0)
+		ebe_fail(e, "out of memory for the watch");
+}
+
+/* ---- the seam's operations ---- */
+
+static bool
+ebe_serving(struct ebe *e, struct be_result *r, enum be_op op)
+{
+	if (e->state == EBE_READY && ebe_lease_safe(e))
+		return true;
+	be_backend(r, op, e->why[0] != '\0' ? e->why :
+	    "etcd cannot be reached");
+	return false;
+}
+
+static struct lt_owner *
+ebe_owner_new(struct backend *be, uint64_t id, void *udata)
+{
+	struct eowner *o = eowner_new_ours(ebe_of(be), id, udata);
+
+	return o != NULL ? o->lo : NULL;
+}
+
+static void
+ebe_owner_free(struct backend *be, struct lt_owner *lo, uint64_t now_ms)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct ereq	*r, *next;
+
+	if (o == NULL)
+		return;
+	o->gone = true;
+	o->open = NULL;
+	o->op_open = false;
+	locktable_owner_set_udata(o->lo, NULL);
+	for (r = TAILQ_FIRST(&o->reqs); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		r->withdrawing = true;
+		r->why = LT_WHY_DISCONNECT;
+		for (size_t i = 0; i < r->nent; i++)
+			r->ent[i].releasing = true;
+		if (e->state != EBE_LOST)
+			commit_delete_req(e, r);
+	}
+	eowner_maybe_free(o);
+}
+
+static size_t
+distinct_keys(const struct lt_acquire *a)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < a->nkeys; i++) {
+		bool dup = false;
+
+		for (size_t j = 0; j < i && !dup; j++)
+			dup = a->keylens[j] == a->keylens[i] &&
+			    memcmp(a->keys[j], a->keys[i], a->keylens[i]) == 0;
+		n += !dup;
+	}
+	return n;
+}
+
+static enum be_status
+ebe_acquire(struct backend *be, struct lt_owner *lo,
+    const struct lt_acquire *a, uint64_t now_ms, struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct ereq	*q;
+
+	if (!ebe_serving(e, r, BE_LOCK))
+		return BE_DONE;
+	if (o == NULL || o->open != NULL) {
+		be_backend(r, BE_LOCK, "etcd: a LOCK is already open");
+		return BE_DONE;
+	}
+	if (distinct_keys(a) > e->max_ops) {
+		snprintf(e->why, sizeof(e->why), "a LOCK of more than %zu keys "
+		    "does not fit one etcd transaction (etcd-max-txn-ops)",
+		    e->max_ops);
+		be_backend(r, BE_LOCK, e->why);
+		return BE_DONE;
+	}
+	if ((q = ereq_new(e, o, e->fe, ++e->seq, a)) == NULL ||
+	    ereq_value(q, NULL) != 0 || commit_put(e, q) != 0) {
+		memset(r, 0, sizeof(*r));
+		r->op = BE_LOCK;
+		r->err = KL_ERR_NOMEM;
+		if (q != NULL) {
+			q->state = REQ_GONE;
+			ereq_maybe_free(q);
+		}
+		return BE_DONE;
+	}
+	o->open = q;
+	return BE_PENDING;
+}
+
+/* Our owner's holds on keys (duplicates once) into out[]; false with
+ * the key that is not held in r. */
+static bool
+held_entries(struct ebe *e, struct eowner *o, const char *const *keys,
+    const size_t *keylens, size_t nkeys, struct eentry **out, size_t *n,
+    struct be_result *r)
+{
+	*n = 0;
+	for (size_t i = 0; i < nkeys; i++) {
+		struct eentry	*x = eentry_held(e, o, keys[i], keylens[i]);
+		bool		 dup = false;
+
+		if (x == NULL || x->releasing) {
+			for (size_t j = 0; j < *n && !dup; j++)
+				dup = out[j]->lkeylen == keylens[i] &&
+				    memcmp(out[j]->lkey, keys[i],
+				    keylens[i]) == 0;
+			if (dup)
+				continue;
+			r->err = KL_ERR_NOTHELD;
+			r->why.key = keys[i];
+			r->why.keylen = keylens[i];
+			return false;
+		}
+		for (size_t j = 0; j < *n && !dup; j++)
+			dup = out[j] == x;
+		if (!dup)
+			out[(*n)++] = x;
+	}
+	return true;
+}
+
+/* Deletes ents for o's UNLOCK or UNLOCKALL, answered when committed. */
+static enum be_status
+ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
+    struct eentry **ents, size_t n, struct be_result *r)
+{
+	r->op = op;
+	r->value = n;
+	if (n == 0)
+		return BE_DONE;
+	for (size_t i = 0; i < n; i++) {
+		ents[i]->releasing = true;
+		if (ents[i]->ttl != NULL)
+			evtimer_del(ents[i]->ttl);
+	}
+	o->op = op;
+	o->op_open = true;
+	o->op_n = n;
+	o->op_left = commit_delete(e, ents, n, o);
+	if (o->op_left == 0) {
+		o->op_open = false;
+		return BE_DONE;
+	}
+	return BE_PENDING;
+}
+
+static enum be_status
+ebe_release(struct backend *be, struct lt_owner *lo, const char *const *keys,
+    const size_t *keylens, size_t nkeys, uint64_t now_ms,
+    struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct eentry	*stack[16], **ents = stack;
+	enum be_status	 st;
+	size_t		 n;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_UNLOCK;
+	if (!ebe_serving(e, r, BE_UNLOCK))
+		return BE_DONE;
+	if (nkeys > 16 && (ents = kl_calloc(nkeys, sizeof(*ents))) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	if (o == NULL || !held_entries(e, o, keys, keylens, nkeys, ents, &n,
+	    r))
+		st = BE_DONE;
+	else
+		st = ebe_release_ents(e, o, BE_UNLOCK, ents, n, r);
+	if (ents != stack)
+		kl_free(ents);
+	return st;
+}
+
+static enum be_status
+ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
+    struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct eentry	**ents;
+	struct ereq	*q;
+	size_t		 n = 0, cap = 0;
+	enum be_status	 st;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_UNLOCKALL;
+	if (!ebe_serving(e, r, BE_UNLOCKALL))
+		return BE_DONE;
+	if (o == NULL)
+		return BE_DONE;
+	TAILQ_FOREACH(q, &o->reqs, entry)
+		cap += q->nent;
+	if (cap == 0)
+		return BE_DONE;
+	if ((ents = kl_calloc(cap, sizeof(*ents))) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	TAILQ_FOREACH(q, &o->reqs, entry)
+		for (size_t i = 0; q->state == REQ_HELD && i < q->nent; i++)
+			if (q->ent[i].held && !q->ent[i].releasing)
+				ents[n++] = &q->ent[i];
+	st = ebe_release_ents(e, o, BE_UNLOCKALL, ents, n, r);
+	kl_free(ents);
+	return st;
+}
+
+/* REFRESH: our own ttl timers; etcd is not written. */
+static enum be_status
+ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
+    const size_t *keylens, size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
+    struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct eentry	*stack[16], **ents = stack;
+	size_t		 n = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_REFRESH;
+	if (!ebe_serving(e, r, BE_REFRESH))
+		return BE_DONE;
+	if (ttl_ms == 0) {
+		r->err = KL_ERR_SYNTAX;
+		return BE_DONE;
+	}
+	if (nkeys > 16 && (ents = kl_calloc(nkeys, sizeof(*ents))) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	if (o != NULL && held_entries(e, o, keys, keylens, nkeys, ents, &n,
+	    r)) {
+		for (size_t i = 0; i < n; i++)
+			replica_ttl_arm(ents[i], ttl_ms);
+		r->value = n;
+	}
+	if (ents != stack)
+		kl_free(ents);
+	return BE_DONE;
+}
+
+/*
+ * The end of o's waiting LOCK. Undecided yet: the verdict at its
+ * revision decides (a grant then wins the race). Queued: its entries are
+ * deleted, and the answer goes out when the watch brings the delete. A
+ * TRYLOCK's deadline (0) is not a withdrawal: its verdict is coming.
+ */
+static enum be_status
+ebe_withdraw(struct backend *be, struct lt_owner *lo, enum lt_why why,
+    uint64_t now_ms, struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e, lo);
+	struct ereq	*q = o != NULL ? o->open : NULL;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_LOCK;
+	if (q == NULL || q->replied || q->withdrawing || q->deadline ||
+	    (why == LT_WHY_TIMEOUT && q->a.try))
+		return BE_DONE;
+	q->why = why;
+	if (why == LT_WHY_SHUTDOWN || e->state != EBE_READY) {
+		/* no wait for etcd: the lease goes with us */
+		q->replied = true;
+		q->withdrawing = true;
+		o->open = NULL;
+		r->err = why == LT_WHY_SHUTDOWN ? KL_ERR_SHUTDOWN :
+		    KL_ERR_BACKEND;
+		r->text = e->why;
+		r->value = 1;
+		if (e->state == EBE_READY)
+			commit_delete_req(e, q);
+		return BE_DONE;
+	}
+	if (q->state == REQ_PUTTING) {
+		q->deadline = true;
+		return BE_PENDING;
+	}
+	q->withdrawing = true;
+	commit_delete_req(e, q);
+	return BE_PENDING;
+}
+
+static const struct locktable *
+ebe_table(const struct backend *be)
+{
+	return ((const struct ebe *)be)->lt;
+}
+
+static void
+ebe_freeze(struct backend *be)
+{
+	struct ebe *e = ebe_of(be);
+
+	e->frozen = true;
+}
+
+static void
+ebe_op_end_turn(struct backend *be)
+{
+	commit_flush(ebe_of(be));
+}
+
+static void
+tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/* Runs the loop until *done or ms have gone by (start-up and stop only:
+ * a tick of its own, never event_base_loopexit(), which would end the
+ * daemon's own loop later). */
+static void
+ebe_run_until(struct ebe *e, const bool *done, int ms)
+{
+	uint64_t	 deadline = kl_now_ms() + (uint64_t)ms;
+	struct timeval	 tv = { 0, 50000 };
+	struct event	*tick = evtimer_new(e->base, tick_cb, NULL);
+
+	if (tick == NULL)
+		return;
+	while (!*done && kl_now_ms() < deadline) {
+		evtimer_add(tick, &tv);
+		event_base_loop(e->base, EVLOOP_ONCE);
+	}
+	event_free(tick);
+}
+
+static void
+stop_revoked(void *arg, const struct etcd_result *r)
+{
+	*(bool *)arg = true;
+}
+
+static void
+ebe_free(struct backend *be)
+{
+	struct ebe	*e = ebe_of(be);
+	bool		 revoked = false;
+	enum ebe_state	 was = e->state;
+
+	/* transactions still on the wire end unheard (commit_txn_cb) */
+	e->state = EBE_STOPPING;
+	e->losses++;
+	if (e->keepalive != NULL)
+		evtimer_del(e->keepalive);
+	if (e->guard != NULL)
+		evtimer_del(e->guard);
+	if (e->start != NULL)
+		evtimer_del(e->start);
+	if (e->retry != NULL)
+		evtimer_del(e->retry);
+	if (e->fe != 0 && e->etcd != NULL && was != EBE_LOST) {
+		/* our entries go now, not at the lease's expiry */
+		etcd_watch_stop(e->etcd);
+		if (etcd_lease_revoke(e->etcd, (int64_t)e->fe, 0, stop_revoked,
+		    &revoked) != NULL)
+			ebe_run_until(e, &revoked, e->timeout_ms);
+	}
+	commit_drop(e);
+	replica_free(e);
+	etcd_free(e->etcd);
+	if (e->keepalive != NULL)
+		event_free(e->keepalive);
+	if (e->guard != NULL)
+		event_free(e->guard);
+	if (e->start != NULL)
+		event_free(e->start);
+	if (e->retry != NULL)
+		event_free(e->retry);
+	kl_free(e->prefix);
+	kl_free(e);
+}
+
+static const struct backend_ops ebe_ops = {
+	.name = "etcd",
+	.owner_new = ebe_owner_new,
+	.owner_free = ebe_owner_free,
+	.acquire = ebe_acquire,
+	.release = ebe_release,
+	.release_owner = ebe_release_owner,
+	.refresh = ebe_refresh,
+	.withdraw = ebe_withdraw,
+	.table = ebe_table,
+	.freeze = ebe_freeze,
+	.end_turn = ebe_op_end_turn,
+	.free = ebe_free,
+};
+
+struct backend *
+backend_etcd_new(const struct config *cfg, struct event_base *base,
+    const struct be_hooks *hooks, char *err, size_t errlen)
+{
+	struct ebe		*e;
+	struct etcd_opts	 eo;
+	const char		*why = NULL;
+	bool			 ready = false;
+	uint64_t		 deadline;
+
+	if ((e = kl_calloc(1, sizeof(*e))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	e->be.ops = &ebe_ops;
+	e->hooks = *hooks;
+	e->base = base;
+	e->state = EBE_STARTING;
+	e->ttl_s = cfg->etcd_lease_ttl;
+	e->timeout_ms = (int)cfg->etcd_timeout;
+	e->max_ops = (size_t)cfg->etcd_max_txn_ops;
+	e->margin_ms = (uint64_t)e->ttl_s * 1000 / 4;
+	if (e->margin_ms < EBE_MARGIN_MIN_MS)
+		e->margin_ms = EBE_MARGIN_MIN_MS;
+	e->start_pause_ms = EBE_RETRY_MS;
+	TAILQ_INIT(&e->queue);
+	TAILQ_INIT(&e->later);
+	memset(&eo, 0, sizeof(eo));
+	eo.conns = (int)cfg->etcd_connections;
+	eo.timeout_ms = e->timeout_ms;
+	if ((e->prefix = kl_strndup(cfg->etcd_prefix,
+	    strlen(cfg->etcd_prefix))) == NULL ||
+	    replica_new(e) != 0 ||
+	    (e->keepalive = evtimer_new(base, keepalive_cb, e)) == NULL ||
+	    (e->guard = evtimer_new(base, guard_cb, e)) == NULL ||
+	    (e->start = evtimer_new(base, start_cb, e)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	e->prefixlen = strlen(e->prefix);
+	if ((e->etcd = etcd_new(base, cfg->etcd_endpoints, &eo, &why)) ==
+	    NULL) {
+		snprintf(err, errlen, "etcd-endpoints: %s", why);
+		goto fail;
+	}
+	log_info("backend etcd: endpoints %s, prefix %s, lease %" PRId64
+	    " s, timeout %d ms", cfg->etcd_endpoints, e->prefix, e->ttl_s,
+	    e->timeout_ms);
+	/* start-up runs on the loop; the daemon is ready once the table is
+	 * built (READY=1 follows backend_new()) */
+	e->in_new = true;
+	ebe_step(e);
+	deadline = kl_now_ms() + (uint64_t)cfg->etcd_timeout * 10;
+	while (e->state != EBE_READY && kl_now_ms() < deadline) {
+		ebe_run_until(e, &ready, 50);
+		commit_flush(e);
+	}
+	e->in_new = false;
+	if (e->state != EBE_READY) {
+		snprintf(err, errlen, "backend etcd: not ready within %" PRId64
+		    " ms: %s", cfg->etcd_timeout * 10, e->why[0] != '\0' ?
+		    e->why : "no answer from etcd");
+		goto fail;
+	}
+	e->why[0] = '\0';
+	return &e->be;
+fail:
+	ebe_free(&e->be);
+	return NULL;
+}
+
+/* ---- --check-config ---- */
+
+struct echeck {
+	int		 left;
+	bool		 ok[ETCD_ENDPOINTS_MAX];
+	char		 what[ETCD_ENDPOINTS_MAX][160];
+	int64_t		 cluster[ETCD_ENDPOINTS_MAX];
+};
+
+struct echeck_one {
+	struct echeck	*c;
+	int		 i;
+};
+
+static void
+check_cb(void *arg, const struct etcd_result *r)
+{
+	struct echeck_one	*one = arg;
+	struct echeck		*c = one->c;
+	const json_t		*hdr = json_object_get(r->json, "header");
+	const json_t		*cid = json_object_get(hdr, "cluster_id");
+	int64_t			 leader = 0, me = 0;
+
+	c->left--;
+	if (r->status != ETCD_OK) {
+		snprintf(c->what[one->i], sizeof(c->what[0]), "%s: %s",
+		    etcd_status_name(r->status), r->message != NULL ?
+		    r->message : "");
+		return;
+	}
+	if (json_is_string(cid))
+		c->cluster[one->i] = strtoll(json_string_value(cid), NULL, 10);
+	if (json_is_string(json_object_get(r->json, "leader")))
+		leader = strtoll(json_string_value(json_object_get(r->json,
+		    "leader")), NULL, 10);
+	if (json_is_string(json_object_get(hdr, "member_id")))
+		me = strtoll(json_string_value(json_object_get(hdr,
+		    "member_id")), NULL, 10);
+	c->ok[one->i] = true;
+	snprintf(c->what[one->i], sizeof(c->what[0]), "revision %" PRId64
+	    "%s", r->revision, leader == 0 ? ", no leader" : leader == me ?
+	    ", the leader" : "");
+}
+
+int
+backend_etcd_check(const struct config *cfg, char *err, size_t errlen)
+{
+	struct event_base	*base;
+	struct etcd		*all, *one[ETCD_ENDPOINTS_MAX];
+	struct echeck_one	 arg[ETCD_ENDPOINTS_MAX];
+	struct echeck		 c;
+	struct etcd_opts	 eo = { .conns = 1,
+	    .timeout_ms = (int)cfg->etcd_timeout };
+	const char		*why = NULL;
+	int			 n, reached = 0, rc = 0;
+	int64_t			 first = 0;
+
+	if (strcmp(cfg->backend, "etcd") != 0)
+		return 0;
+	memset(&c, 0, sizeof(c));
+	if ((base = event_base_new()) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if ((all = etcd_new(base, cfg->etcd_endpoints, &eo, &why)) == NULL) {
+		snprintf(err, errlen, "etcd-endpoints %s: %s",
+		    cfg->etcd_endpoints, why != NULL ? why : "bad");
+		event_base_free(base);
+		return -1;
+	}
+	n = (int)etcd_nendpoints(all);
+	for (int i = 0; i < n; i++) {
+		one[i] = etcd_new(base, etcd_endpoint(all, (size_t)i), &eo,
+		    NULL);
+		arg[i].c = &c;
+		arg[i].i = i;
+		if (one[i] != NULL && etcd_post(one[i],
+		    "/v3/maintenance/status", json_object(), 0, check_cb,
+		    &arg[i]) != NULL)
+			c.left++;
+		else
+			snprintf(c.what[i], sizeof(c.what[0]), "out of memory");
+	}
+	while (c.left > 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	for (int i = 0; i < n; i++) {
+		if (c.ok[i] && reached++ == 0)
+			first = c.cluster[i];
+		else if (c.ok[i] && c.cluster[i] != first) {
+			snprintf(err, errlen, "etcd-endpoints: %s belongs to "
+			    "another etcd cluster than the others",
+			    etcd_endpoint(all, (size_t)i));
+			rc = -1;
+		}
+		if (c.ok[i])
+			log_info("backend etcd: %s reached: %s",
+			    etcd_endpoint(all, (size_t)i), c.what[i]);
+		else
+			log_warnx("backend etcd: %s not reached: %s",
+			    etcd_endpoint(all, (size_t)i), c.what[i]);
+		etcd_free(one[i]);
+	}
+	if (rc == 0 && reached == 0) {
+		snprintf(err, errlen, "etcd-endpoints: none of %s answered "
+		    "within %" PRId64 " ms", cfg->etcd_endpoints,
+		    cfg->etcd_timeout);
+		rc = -1;
+	}
+	etcd_free(all);
+	event_base_free(base);
+	return rc;
+}

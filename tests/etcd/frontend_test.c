@@ -1,0 +1,513 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * backend etcd through the protocol only, against real processes: a
+ * private 3-member etcd cluster (tests/etcd/cluster.sh, started once by
+ * this program) and keylockd front ends started per test from the build
+ * tree (kltest.h), each test under an etcd prefix of its own. One table
+ * across front ends (LOCKED, FIFO, atomic multi-key, HELD, CONFLICT, BUSY,
+ * DEADLOCK, INFO, tokens), then the failures of issue 11: a client that
+ * disconnects, a front end SIGKILLed and one SIGSTOPped past its lease, a
+ * member and the leader killed, a majority stopped, and a watch cut and
+ * compacted. Short leases (3 s) keep the waits short; each fault test
+ * starts with every member running and healthy.
+ */
+#include <sys/time.h>
+
+#include <check.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "check_main.h"
+#include "ec.h"
+#include "etcd.h"
+#include "kltest.h"
+
+#define FE_TTL		"3"	/* s: etcd-lease-ttl of the fault tests */
+#define FE_TTL_MS	3000
+#define FE_TIMEOUT	"900"	/* ms: etcd-timeout, under a third of it */
+#define FE_SLACK_MS	2500	/* the lease reaper's lag, a loaded CPU */
+
+static struct ec	fe_ec;
+static char		fe_prefix[64];
+
+static void
+fe_init(const char *prog)
+{
+	kt_init(prog);
+	if (ec_start(&fe_ec, 3) != 0)
+		exit(1);
+}
+
+static void
+fe_done(void)
+{
+	ec_down(&fe_ec);
+}
+
+/* Every member running and healthy; a prefix of the test's own. */
+static void
+fe_setup(void)
+{
+	ck_assert_msg(ec_run(&fe_ec, NULL, 0, "heal", NULL) == 0,
+	    "the etcd cluster did not heal");
+	snprintf(fe_prefix, sizeof(fe_prefix), "kltest-%ld/", (long)getpid());
+	kt_setup_none();
+}
+
+/* A front end on endpoints (the cluster's when NULL) with a lease of
+ * ttl s and etcd requests of timeout ms. */
+static struct kt_daemon *
+fe_start_with(const char *endpoints, const char *ttl, const char *timeout)
+{
+	return kt_daemon_start_at(KT_AT, NULL, KT_ARGS("--backend", "etcd",
+	    "--etcd-endpoints", endpoints != NULL ? endpoints :
+	    fe_ec.endpoints, "--etcd-prefix", fe_prefix, "--etcd-lease-ttl",
+	    ttl, "--etcd-timeout", timeout));
+}
+
+static struct kt_daemon *
+fe_start(void)
+{
+	return fe_start_with(NULL, FE_TTL, FE_TIMEOUT);
+}
+
+/* The endpoint list with member i first (so a front end's calls and
+ * watch go there). */
+static const char *
+fe_endpoints_from(int first)
+{
+	static char	buf[EC_ENDPOINTS_MAX];
+	size_t		n = 0;
+
+	n += (size_t)snprintf(buf, sizeof(buf), "%s", ec_url(&fe_ec, first));
+	for (int i = 1; i <= fe_ec.n; i++)
+		if (i != first)
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",%s",
+			    ec_url(&fe_ec, i));
+	return buf;
+}
+
+static void
+member(const char *cmd, int i)
+{
+	char	name[8];
+
+	snprintf(name, sizeof(name), "m%d", i);
+	ck_assert_msg(ec_member(&fe_ec, cmd, name) == 0, "%s %s", cmd, name);
+}
+
+/* Polls a fresh connection to d until LOCK key works (the front end
+ * serves again); returns that connection, holding key. */
+static struct kt_conn *
+fe_wait_serving(struct kt_daemon *d, const char *key, int64_t ms)
+{
+	uint64_t	 deadline = kt_now_ms() + (uint64_t)kt_ms(ms);
+	struct kt_conn	*c = kt_connect_to(d, KT_TCP);
+
+	for (;;) {
+		kt_send(c, "LOCK %s timeout=%d", key, 1000);
+		kt_recv_within(c, kt_ms(5000));
+		if (kt_line_has_prefix(c, "OK "))
+			return c;
+		if (!kt_line_is_err(c, "BACKEND") || kt_now_ms() > deadline)
+			kt_fail("%s: LOCK %s: %s", d->addr, key, c->line);
+		kt_sleep_ms(200);
+	}
+}
+
+/* ---- one table across front ends ---- */
+
+START_TEST(locked_wait_and_handoff_across_front_ends)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	uint64_t		 ta, tb;
+	json_t			*st;
+
+	ta = kt_lock(ca, "LOCK k");
+	kt_send(cb, "TRYLOCK k");
+	kt_expect_err(cb, "LOCKED");
+	kt_send(cb, "LOCK k timeout=10000");
+	json_decref(kt_wait_queue(ca, "k", 1, 1));
+	kt_req(ca, "OK 1", "UNLOCK k");
+	tb = kt_expect_token(cb);
+	ck_assert_msg(tb > ta, "token %" PRIu64 " after %" PRIu64, tb, ta);
+	/* the holder on B is seen from A */
+	json_decref(kt_wait_queue(ca, "k", 1, 0));
+	kt_send(ca, "LOCK k timeout=300");
+	kt_expect_err(ca, "TIMEOUT");
+	st = kt_stats(ca);
+	ck_assert_str_eq(json_string_value(json_object_get(st, "backend")),
+	    "etcd");
+	json_decref(st);
+}
+END_TEST
+
+START_TEST(fifo_is_one_order_for_the_cluster)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*w[4];
+	uint64_t		 last;
+
+	last = kt_lock(h, "LOCK f");
+	for (int i = 0; i < 4; i++) {
+		w[i] = kt_connect_to(i % 2 == 0 ? b : a, KT_TCP);
+		kt_send(w[i], "LOCK f timeout=20000");
+		json_decref(kt_wait_queue(h, "f", 1, (size_t)i + 1));
+	}
+	kt_req(h, "OK 1", "UNLOCK f");
+	for (int i = 0; i < 4; i++) {
+		uint64_t t = kt_expect_token(w[i]);
+
+		ck_assert_msg(t > last, "waiter %d: token %" PRIu64 " after %"
+		    PRIu64, i, t, last);
+		last = t;
+		for (int j = i + 1; j < 4; j++)
+			kt_expect_silence(w[j], 0);
+		kt_req(w[i], "OK 1", "UNLOCK f");
+	}
+}
+END_TEST
+
+START_TEST(multikey_held_conflict_busy_deadlock_across_front_ends)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	json_t			*info;
+
+	kt_lock(cb, "LOCK y");
+	/* atomic: x is not taken while y waits */
+	kt_send(ca, "LOCK x y timeout=400");
+	kt_expect_err(ca, "TIMEOUT");
+	info = kt_info(cb, "x");
+	ck_assert_int_eq(kt_jint(info, "holders_total"), 0);
+	json_decref(info);
+	kt_send(cb, "LOCK y");
+	kt_expect_err(cb, "HELD");
+	kt_lock(ca, "LOCK s limit=2");
+	kt_send(cb, "LOCK s limit=3");
+	kt_expect_err(cb, "CONFLICT");
+	kt_send(ca, "LOCK y max_waiters=0");
+	kt_expect_err(ca, "BUSY");
+	/* A holds x and waits for y (B's); B asking for x closes a cycle */
+	kt_lock(ca, "LOCK x");
+	kt_send(ca, "LOCK y timeout=10000");
+	json_decref(kt_wait_queue(cb, "y", 1, 1));
+	kt_send(cb, "LOCK x timeout=10000");
+	kt_expect_err(cb, "DEADLOCK");
+	kt_req(cb, "OK 1", "UNLOCK y");
+	kt_expect_token(ca);
+}
+END_TEST
+
+/* ---- failures ---- */
+
+START_TEST(a_disconnect_releases_at_once)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	uint64_t		 t0;
+
+	kt_lock(ca, "LOCK d");
+	kt_send(cb, "LOCK d timeout=20000");
+	json_decref(kt_wait_queue(ca, "d", 1, 1));
+	t0 = kt_now_ms();
+	kt_conn_close(ca);
+	kt_expect_token(cb);
+	ck_assert_uint_lt(kt_now_ms() - t0, (uint64_t)kt_ms(1500));
+}
+END_TEST
+
+START_TEST(a_killed_front_end_is_released_by_its_lease)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*cc = kt_connect_to(b, KT_TCP);
+	uint64_t		 t0, dt;
+	json_t			*info;
+
+	kt_lock(ca, "LOCK k");
+	kt_lock(cc, "LOCK other");
+	kt_send(cb, "LOCK k timeout=30000");
+	json_decref(kt_wait_queue(cc, "k", 1, 1));
+	kt_daemon_signal(a, SIGKILL);
+	t0 = kt_now_ms();
+	kt_daemon_wait_at(KT_AT, a, false);
+	kt_daemon_free(a);
+	kt_recv_within(cb, FE_TTL_MS + kt_ms(FE_SLACK_MS));
+	ck_assert_msg(kt_line_has_prefix(cb, "OK "), "%s", cb->line);
+	dt = kt_now_ms() - t0;
+	ck_assert_msg(dt >= FE_TTL_MS / 3, "granted %" PRIu64 " ms after the "
+	    "kill: before the lease could expire", dt);
+	/* nobody else's locks are touched */
+	info = kt_info(cc, "other");
+	ck_assert_int_eq(kt_jint(info, "holders_total"), 1);
+	json_decref(info);
+	kt_req(cc, "OK 1", "UNLOCK other");
+}
+END_TEST
+
+START_TEST(a_stopped_front_end_drops_its_clients_and_serves_again)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*c2;
+	json_t			*info;
+
+	kt_lock(ca, "LOCK k");
+	kt_send(cb, "LOCK k timeout=30000");
+	json_decref(kt_wait_queue(ca, "k", 1, 1));
+	kt_daemon_signal(a, SIGSTOP);
+	kt_recv_within(cb, FE_TTL_MS + kt_ms(FE_SLACK_MS));
+	ck_assert_msg(kt_line_has_prefix(cb, "OK "), "%s", cb->line);
+	kt_daemon_signal(a, SIGCONT);
+	/* A must not go on vouching for a lock etcd gave away */
+	kt_expect_eof(ca, kt_ms(3000));
+	c2 = fe_wait_serving(a, "fresh", 10000);
+	kt_req(c2, "OK 1", "UNLOCK fresh");
+	info = kt_info(c2, "k");
+	ck_assert_int_eq(kt_jint(info, "holders_total"), 1);
+	json_decref(info);
+	kt_send(c2, "TRYLOCK k");
+	kt_expect_err(c2, "LOCKED");
+}
+END_TEST
+
+/* LOCK/UNLOCK cycles on c for ms: every reply OK. */
+static int
+cycles_for(struct kt_conn *c, const char *key, int64_t ms, void (*at)(void),
+    int64_t at_ms)
+{
+	uint64_t	t0 = kt_now_ms();
+	int		n = 0;
+	bool		done = false;
+
+	while ((int64_t)(kt_now_ms() - t0) < ms) {
+		if (!done && (int64_t)(kt_now_ms() - t0) >= at_ms) {
+			at();
+			done = true;
+		}
+		kt_send(c, "LOCK %s", key);
+		kt_recv_within(c, kt_ms(10000));
+		ck_assert_msg(kt_line_has_prefix(c, "OK "), "cycle %d: %s", n,
+		    c->line);
+		kt_req(c, "OK 1", "UNLOCK %s", key);
+		n++;
+	}
+	return n;
+}
+
+static int	killed;
+
+static void
+kill_follower(void)
+{
+	char	leader[16];
+
+	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
+	killed = atoi(leader + 1) % 3 + 1;
+	member("kill", killed);
+}
+
+static void
+kill_leader(void)
+{
+	char	leader[16];
+
+	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
+	killed = atoi(leader + 1);
+	member("kill", killed);
+}
+
+START_TEST(killed_members_cost_latency_not_errors_or_locks)
+{
+	/* an election takes a second or two, more on a loaded machine: a
+	 * longer timeout than the default's */
+	struct kt_daemon	*a = fe_start_with(NULL, "30", "8000");
+	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
+	json_t			*info;
+	int			 n;
+
+	kt_lock(h, "LOCK held");
+	n = cycles_for(c, "m", 3000, kill_follower, 500);
+	fprintf(stderr, "a follower (m%d) killed: %d cycles, no error\n",
+	    killed, n);
+	member("restart", killed);
+	ck_assert_int_eq(ec_wait_healthy(&fe_ec, 30), 0);
+	n = cycles_for(c, "m", 4000, kill_leader, 500);
+	fprintf(stderr, "the leader (m%d) killed: %d cycles, no error\n",
+	    killed, n);
+	info = kt_info(c, "held");
+	ck_assert_int_eq(kt_jint(info, "holders_total"), 1);
+	json_decref(info);
+	kt_req(h, "OK 1", "UNLOCK held");
+}
+END_TEST
+
+START_TEST(a_lost_majority_fails_writes_in_time_and_drops_holders)
+{
+	struct kt_daemon	*a = fe_start();
+	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*c2;
+	uint64_t		 t0;
+
+	kt_lock(h, "LOCK held");
+	member("stop", 2);
+	member("stop", 3);
+	t0 = kt_now_ms();
+	kt_send(c, "LOCK z");
+	kt_expect_err(c, "BACKEND");
+	ck_assert_uint_lt(kt_now_ms() - t0, (uint64_t)kt_ms(900 + 1500));
+	/* the holder goes before its lease could expire */
+	kt_expect_eof(h, FE_TTL_MS);
+	member("cont", 2);
+	member("cont", 3);
+	c2 = fe_wait_serving(a, "z", 15000);
+	kt_req(c2, "OK 1", "UNLOCK z");
+}
+END_TEST
+
+struct compact_res {
+	bool	done;
+	int64_t	rev;
+	int	st;
+};
+
+static void
+compact_cb(void *arg, const struct etcd_result *res)
+{
+	struct compact_res *r = arg;
+
+	r->done = true;
+	r->rev = res->revision;
+	r->st = res->status;
+}
+
+/* Compacts etcd at its newest revision, through member first; returns
+ * the revision. */
+static int64_t
+etcd_revision_and_compact(int first)
+{
+	struct event_base	*base = event_base_new();
+	struct etcd		*e = etcd_new(base, fe_endpoints_from(first), NULL,
+				    NULL);
+	struct compact_res	 r = { 0 };
+	struct etcd_range	 rg = { .key = "x", .keylen = 1,
+	    .count_only = true };
+	char			 buf[24];
+	json_t			*b;
+
+	ck_assert_ptr_nonnull(e);
+	etcd_range(e, &rg, ETCD_RETRY, compact_cb, &r);
+	while (!r.done)
+		event_base_loop(base, EVLOOP_ONCE);
+	ck_assert_int_eq(r.st, ETCD_OK);
+	snprintf(buf, sizeof(buf), "%" PRId64, r.rev);
+	b = json_object();
+	json_object_set_new(b, "revision", json_string(buf));
+	r.done = false;
+	etcd_post(e, "/v3/kv/compaction", b, ETCD_RETRY, compact_cb, &r);
+	while (!r.done)
+		event_base_loop(base, EVLOOP_ONCE);
+	ck_assert_int_eq(r.st, ETCD_OK);
+	etcd_free(e);
+	event_base_free(base);
+	return r.rev;
+}
+
+START_TEST(a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant)
+{
+	struct kt_daemon	*a, *b;
+	struct kt_conn		*ca, *cb, *c2;
+	json_t			*info;
+	enum kt_read		 r;
+	char			 leader[16];
+	int			 f;
+
+	/* A works through a follower, which is stopped; B through the
+	 * other follower, so its writes go on (no election) */
+	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
+	f = atoi(leader + 1) % 3 + 1;
+	a = fe_start_with(fe_endpoints_from(f), "4", FE_TIMEOUT);
+	b = fe_start_with(fe_endpoints_from(f % 3 + 1), "4", FE_TIMEOUT);
+	ca = kt_connect_to(a, KT_TCP);
+	cb = kt_connect_to(b, KT_TCP);
+	kt_lock(cb, "LOCK k");
+	kt_send(ca, "LOCK k timeout=30000");
+	json_decref(kt_wait_queue(cb, "k", 1, 1));
+	member("stop", f);
+	/* history A's watch will not get: then compacted */
+	for (int i = 0; i < 5; i++) {
+		kt_lock(cb, "LOCK churn");
+		kt_req(cb, "OK 1", "UNLOCK churn");
+	}
+	etcd_revision_and_compact(f % 3 + 1);
+	/* A's waiter is dropped, never granted k while B holds it */
+	r = kt_conn_readline(ca, kt_ms(15000));
+	ck_assert_msg(r != KT_TIMEOUT, "A's waiter neither dropped nor "
+	    "answered");
+	ck_assert_msg(r != KT_LINE || !kt_line_has_prefix(ca, "OK "),
+	    "A granted k while B holds it: %s", ca->line);
+	member("cont", f);
+	c2 = fe_wait_serving(a, "fresh", 15000);
+	info = kt_info(c2, "k");
+	ck_assert_int_eq(kt_jint(info, "holders_total"), 1);
+	json_decref(info);
+	kt_send(c2, "TRYLOCK k");
+	kt_expect_err(c2, "LOCKED");
+}
+END_TEST
+
+static Suite *
+frontend_suite(void)
+{
+	Suite	*s = suite_create("frontend");
+	TCase	*tc;
+
+	tc = tcase_create("one_table");
+	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, locked_wait_and_handoff_across_front_ends);
+	tcase_add_test(tc, fifo_is_one_order_for_the_cluster);
+	tcase_add_test(tc,
+	    multikey_held_conflict_busy_deadlock_across_front_ends);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("failures");
+	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, a_disconnect_releases_at_once);
+	tcase_add_test(tc, a_killed_front_end_is_released_by_its_lease);
+	tcase_add_test(tc,
+	    a_stopped_front_end_drops_its_clients_and_serves_again);
+	tcase_add_test(tc, killed_members_cost_latency_not_errors_or_locks);
+	tcase_add_test(tc,
+	    a_lost_majority_fails_writes_in_time_and_drops_holders);
+	tcase_add_test(tc,
+	    a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+const struct check_program check_program = {
+	.name = "frontend_test",
+	.init = fe_init,
+	.done = fe_done,
+	.suites = { frontend_suite, NULL }
+};
