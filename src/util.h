@@ -58,9 +58,13 @@ kl_u64_len(uint64_t v)
 }
 
 /*
- * Four digits at a time from the right, each four as two pairs: one
- * division by 10000 per four digits, by multiplication, and for the last
- * four at most, one by 100 (r * 5243 >> 19 is r / 100 below 43699).
+ * Writes the len digits of v from the left: v / 10^k (the first one or
+ * two digits) and the rest as a 64-bit fraction, by one 64 x 64 -> 128-bit
+ * multiplication with m = floor(2^64 / 10^k) + 1; each multiplication of
+ * the fraction by 100 then brings the next two digits into the top half.
+ * The fraction is too large by less than v / 2^64, which after the k
+ * digits is under v * 10^k / 2^64 < 1 while v * 10^k < 2^64: for up to ten
+ * digits. Longer numbers give their last four digits at a time first.
  */
 static inline void
 kl_u64_put(char *p, size_t len, uint64_t v)
@@ -70,29 +74,41 @@ kl_u64_put(char *p, size_t len, uint64_t v)
 	    "31323334353637383940414243444546474849505152535455565758596061"
 	    "6263646566676869707172737475767778798081828384858687888990919293"
 	    "949596979899";
-	char			*end = p + len;
-	uint32_t		 r, hi;
+	static const uint64_t	recip[10] = {	/* floor(2^64 / 10^k) + 1 */
+		0, 0x199999999999999aULL, 0x28f5c28f5c28f5dULL,
+		0x4189374bc6a7f0ULL, 0x68db8bac710ccULL, 0xa7c5ac471b48ULL,
+		0x10c6f7a0b5eeULL, 0x1ad7f29abcbULL, 0x2af31dc462ULL, 0x44b82fa0aULL
+	};
+	unsigned __int128	t;
+	size_t			k;
+	uint32_t		r, hi;
 
-	while (v >= 10000) {
+	while (len > 10) {
 		r = (uint32_t)(v % 10000);
 		v /= 10000;
-		hi = (r * 5243) >> 19;
-		end -= 4;
-		memcpy(end, pairs + 2 * hi, 2);
-		memcpy(end + 2, pairs + 2 * (r - 100 * hi), 2);
+		hi = (r * 5243) >> 19;	/* r / 100 below 43699 */
+		len -= 4;
+		memcpy(p + len, pairs + 2 * hi, 2);
+		memcpy(p + len + 2, pairs + 2 * (r - 100 * hi), 2);
 	}
-	r = (uint32_t)v;
-	if (r >= 100) {
-		hi = (r * 5243) >> 19;
-		end -= 2;
-		memcpy(end, pairs + 2 * (r - 100 * hi), 2);
-		r = hi;
+	if (len <= 2) {
+		if (len == 2)
+			memcpy(p, pairs + 2 * v, 2);
+		else
+			*p = (char)('0' + v);
+		return;
 	}
-	if (r >= 10) {
-		end -= 2;
-		memcpy(end, pairs + 2 * r, 2);
-	} else {
-		*--end = (char)('0' + r);
+	k = len - 2 + (len & 1);
+	t = (unsigned __int128)v * recip[k];
+	if (len & 1)
+		*p++ = (char)('0' + (uint64_t)(t >> 64));
+	else {
+		memcpy(p, pairs + 2 * (uint64_t)(t >> 64), 2);
+		p += 2;
+	}
+	for (; k > 0; k -= 2, p += 2) {
+		t = (unsigned __int128)(uint64_t)t * 100;
+		memcpy(p, pairs + 2 * (uint64_t)(t >> 64), 2);
 	}
 }
 
