@@ -21,6 +21,9 @@
 #include <emmintrin.h>
 #define PROTO_SIMD 1
 #endif
+/* The short path looks no further: a command word, a space, the longest
+ * key, CR and LF. */
+#define PROTO_SHORT_MAX	(PROTO_WORD + KL_KEY_MAX + 2)
 
 /* A command word or option name is echoed only when short and printable. */
 #define PROTO_ECHO_MAX	32
@@ -192,8 +195,10 @@ static inline const struct proto_cmd *proto_find_word(uint64_t, uint64_t,
 			    size_t);
 static inline bool	 proto_cmd_is(const struct proto_cmd *, uint64_t,
 			    uint64_t, size_t);
-static inline bool	 proto_short_form(const unsigned char *, size_t,
-			    size_t *);
+static inline bool	 proto_scan(const unsigned char *, size_t, size_t *,
+			    size_t *) __attribute__((always_inline));
+static inline bool	 proto_short_request(const char *, size_t, size_t,
+			    struct request *);
 static inline const struct proto_cmd *proto_short_cmd(uint64_t, size_t);
 static inline bool	 proto_parse_short(const char *, size_t,
 			    struct request *);
@@ -735,85 +740,106 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 }
 
 #ifdef PROTO_SIMD
-/* Bit i set: byte i of the 16 at p is not plain (keylockd-protocol(7),
- * KEYS). Signed compares: a byte of 0x80 or more is below ' '. */
+/*
+ * Bit i set: byte i of v is not plain (keylockd-protocol(7), KEYS). Adding
+ * 0x80 - 0x21 moves '!'..'~' to the lowest signed bytes, -128..-35, so one
+ * signed compare tests the range; then '=' is taken out.
+ */
 static inline unsigned
-proto_not_plain16(const unsigned char *p)
+proto_not_plain_v(__m128i v)
 {
-	__m128i	v = _mm_loadu_si128((const __m128i *)(const void *)p);
 	__m128i	ok;
 
-	ok = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(' ')),
-	    _mm_cmplt_epi8(v, _mm_set1_epi8(0x7f)));
+	ok = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(0x80 - 0x21)),
+	    _mm_set1_epi8((char)(0x80 + ('~' - '!') + 1)));
 	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
 	return ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
 }
 
-/* The same for 8 <= len < 16 bytes, as bits by offset in the line: the
- * first eight and the last eight, overlapping. */
 static inline unsigned
-proto_not_plain_short(const unsigned char *p, size_t len)
+proto_not_plain16(const unsigned char *p)
 {
-	__m128i	v, ok;
-	unsigned m;
-
-	v = _mm_set_epi64x((long long)proto_le64(p + len - PROTO_WORD),
-	    (long long)proto_le64(p));
-	ok = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(' ')),
-	    _mm_cmplt_epi8(v, _mm_set1_epi8(0x7f)));
-	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
-	m = ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
-	return (m & 0xff) | (m >> 8) << (len - PROTO_WORD);
+	return proto_not_plain_v(_mm_loadu_si128((const __m128i *)
+	    (const void *)p));
 }
 
 /*
- * Whether line[0..len), 8 bytes or more, is a word, one space at offset
- * sp < 8 and plain bytes to the end: sixteen bytes at a time.
+ * The offsets of the first and second bytes of u[0..n) that are not
+ * plain, n >= 8, looking no further than PROTO_SHORT_MAX bytes; *second
+ * is n (or past PROTO_SHORT_MAX) when there is none. Thirty-two bytes at
+ * once, enough for most requests, then sixteen at a time; under that, the
+ * first and the last sixteen or eight, overlapping. false: no such byte in
+ * the first eight.
  */
-static inline bool
-proto_short_form(const unsigned char *u, size_t len, size_t *spp)
+static inline __attribute__((always_inline)) bool
+proto_scan(const unsigned char *u, size_t n, size_t *first, size_t *second)
 {
-	unsigned	m;
-	size_t		i, sp;
+	uint32_t	m;
+	size_t		i;
 
-	m = len < 16 ? proto_not_plain_short(u, len) : proto_not_plain16(u);
-	if (m == 0 || (m & (m - 1)) != 0)
+	if (n >= 32) {
+		m = proto_not_plain16(u) | proto_not_plain16(u + 16) << 16;
+		i = 32;
+	} else if (n >= 16) {
+		m = proto_not_plain16(u) | proto_not_plain16(u + n - 16) <<
+		    (n - 16);
+		i = n;
+	} else {
+		m = proto_not_plain_v(_mm_set_epi64x((long long)proto_le64(u +
+		    n - PROTO_WORD), (long long)proto_le64(u)));
+		m = (m & 0xff) | (m >> 8) << (n - PROTO_WORD);
+		i = n;
+	}
+	if ((m & 0xff) == 0)
 		return false;
-	sp = (size_t)__builtin_ctz(m);
-	if (sp == 0 || sp >= PROTO_WORD || u[sp] != ' ' || sp + 1 == len)
-		return false;
-	for (i = 16; i + 16 <= len; i += 16)
-		if (proto_not_plain16(u + i) != 0)
-			return false;
-	if (i < len && (proto_not_plain16(u + len - 16) >> (16 - (len - i)))
-	    != 0)
-		return false;
-	*spp = sp;
+	*first = (size_t)__builtin_ctz(m);
+	if ((m &= m - 1) != 0) {
+		*second = (size_t)__builtin_ctz(m);
+		return true;
+	}
+	for (; i < PROTO_SHORT_MAX && i < n; i += 16) {
+		if (i + 16 > n)
+			m = proto_not_plain16(u + n - 16) >> (16 - (n - i));
+		else
+			m = proto_not_plain16(u + i);
+		if (m != 0) {
+			*second = i + (size_t)__builtin_ctz(m);
+			return true;
+		}
+	}
+	*second = i < n ? i : n;
 	return true;
 }
 #else
 /* The same, eight bytes at a time. */
-static inline bool
-proto_short_form(const unsigned char *u, size_t len, size_t *spp)
+static inline __attribute__((always_inline)) bool
+proto_scan(const unsigned char *u, size_t n, size_t *first, size_t *second)
 {
-	uint64_t	marks;
-	size_t		i, sp;
+	uint64_t	m;
+	size_t		i;
 
-	if ((marks = proto_not_plain(proto_le64(u))) == 0)
+	if ((m = proto_not_plain(proto_le64(u))) == 0)
 		return false;
-	sp = (size_t)__builtin_ctzll(marks) / 8;
-	/* the space, then plain bytes to the end of the word (if any) */
-	if (sp == 0 || u[sp] != ' ' || len == sp + 1 ||
-	    (marks >> (8 * sp) >> 8) != 0)
-		return false;
-	for (i = PROTO_WORD; i + PROTO_WORD <= len; i += PROTO_WORD)
-		if (proto_not_plain(proto_le64(u + i)) != 0)
-			return false;
-	/* The last bytes: the word that ends the line, less what is done. */
-	if (i < len && (proto_not_plain(proto_le64(u + len - PROTO_WORD)) &
-	    ~UINT64_C(0) << (8 * (PROTO_WORD - (len - i)))) != 0)
-		return false;
-	*spp = sp;
+	*first = (size_t)__builtin_ctzll(m) / 8;
+	if ((m &= m - 1) != 0) {
+		*second = (size_t)__builtin_ctzll(m) / 8;
+		return true;
+	}
+	for (i = PROTO_WORD; i < PROTO_SHORT_MAX; i += PROTO_WORD) {
+		if (i + PROTO_WORD > n) {
+			if (i >= n)
+				break;
+			/* the word that ends the input, less what is done */
+			m = proto_not_plain(proto_le64(u + n - PROTO_WORD)) >>
+			    (8 * (PROTO_WORD - (n - i)));
+		} else
+			m = proto_not_plain(proto_le64(u + i));
+		if (m != 0) {
+			*second = i + (size_t)__builtin_ctzll(m) / 8;
+			return true;
+		}
+	}
+	*second = i < n ? i : n;
 	return true;
 }
 #endif
@@ -837,6 +863,35 @@ proto_short_cmd(uint64_t w, size_t sp)
 }
 
 /*
+ * The request of a short form, "WORD key": the word is u[0..sp), sp < 8,
+ * and the key u[sp + 1..end). Fills req if the word names a command that
+ * takes it as a whole request (short_ok) and the key fits; false leaves
+ * req as it was.
+ */
+static inline bool
+proto_short_request(const char *line, size_t sp, size_t end,
+    struct request *req)
+{
+	const struct proto_cmd	*cmd;
+
+	if (end - sp - 1 - 1 >= KL_KEY_MAX ||
+	    (cmd = proto_short_cmd(proto_le64(line), sp)) == NULL)
+		return false;
+	req->cmd = cmd->id;
+	req->nargs = 1;
+	req->args[0] = line + sp + 1;
+	req->arglens[0] = end - sp - 1;
+	req->opts = 0;
+	req->timeout_ms = 0;
+	req->ttl_ms = 0;
+	req->limit = 1;
+	req->max_waiters = 0;
+	req->shared = false;
+	req->why[0] = '\0';
+	return true;
+}
+
+/*
  * The common request, a command word of up to seven letters, one space and
  * one plain key ("LOCK k", "UNLOCK k"), in one pass over the line and
  * without the token loop. The loop would find the same two plain tokens,
@@ -849,26 +904,55 @@ static inline bool
 proto_parse_short(const char *line, size_t len, struct request *req)
 {
 	const unsigned char	*u = (const unsigned char *)line;
-	const struct proto_cmd	*cmd;
-	size_t			 sp;
+	size_t			 sp, end;
 
-	if (len < PROTO_WORD || len > PROTO_WORD + KL_KEY_MAX ||
-	    !proto_short_form(u, len, &sp) ||
-	    (cmd = proto_short_cmd(proto_le64(u), sp)) == NULL ||
-	    len - sp - 1 > KL_KEY_MAX)
-		return false;
-	req->cmd = cmd->id;
-	req->nargs = 1;
-	req->args[0] = line + sp + 1;
-	req->arglens[0] = len - sp - 1;
-	req->opts = 0;
-	req->timeout_ms = 0;
-	req->ttl_ms = 0;
-	req->limit = 1;
-	req->max_waiters = 0;
-	req->shared = false;
-	req->why[0] = '\0';
-	return true;
+	return len >= PROTO_WORD && proto_scan(u, len, &sp, &end) &&
+	    end == len && u[sp] == ' ' && sp > 0 &&
+	    proto_short_request(line, sp, end, req);
+}
+
+/* The line's end at u[end] (end < avail): the bytes up to and with its
+ * LF, if it is "\n" or "\r\n" and the LF is within max; else 0. */
+static inline size_t
+proto_line_end(const unsigned char *u, size_t avail, size_t max, size_t end)
+{
+	size_t	lf = end;
+
+	if (u[end] == '\r' && end + 1 < avail)
+		lf = end + 1;
+	return u[lf] == '\n' && lf < max ? lf + 1 : 0;
+}
+
+size_t
+proto_parse_next(const char *buf, size_t avail, size_t max,
+    struct request *req)
+{
+	const unsigned char	*u = (const unsigned char *)buf;
+	size_t			 sp, end, n;
+
+#ifdef PROTO_SIMD
+	/* Most pipelined requests: the line and its end in 32 bytes. */
+	if (avail >= 32) {
+		uint32_t	m, rest;
+
+		m = proto_not_plain16(u) | proto_not_plain16(u + 16) << 16;
+		rest = m & (m - 1);
+		sp = (size_t)__builtin_ctz(m | 1u << 31);
+		end = (size_t)__builtin_ctz(rest | 1u << 31);
+		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' && rest != 0 &&
+		    (n = proto_line_end(u, avail, max, end)) > 0 &&
+		    proto_short_request(buf, sp, end, req))
+			return n;
+		if (rest != 0)
+			return 0;
+	}
+#endif
+	if (avail < PROTO_WORD || !proto_scan(u, avail, &sp, &end) ||
+	    end >= avail || u[sp] != ' ' || sp == 0 ||
+	    (n = proto_line_end(u, avail, max, end)) == 0 ||
+	    !proto_short_request(buf, sp, end, req))
+		return 0;
+	return n;
 }
 
 enum kl_err

@@ -91,6 +91,17 @@ struct request {
  */
 enum kl_err	 proto_parse(const char *line, size_t len, struct request *req);
 
+/*
+ * Frames and parses at once the first line of buf[0..avail) when it is the
+ * common request, a command word, one space and a plain key ("LOCK k"),
+ * with its LF within the first max bytes: returns the bytes of the line,
+ * LF and a CR before it included, with req filled as proto_parse() fills
+ * it for that line. Any other input returns 0 with req as it was: the
+ * caller frames it and calls proto_parse().
+ */
+size_t		 proto_parse_next(const char *buf, size_t avail, size_t max,
+		    struct request *req);
+
 /* Checks one key against keylockd-protocol(7)'s rules; on failure writes a reason
  * (which never echoes the bad bytes) into why. */
 bool		 proto_key_is_valid(const char *key, size_t len, char *why,

@@ -1,10 +1,11 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * libFuzzer harness for proto_parse(): any bytes in, and the result must
- * keep the promises of proto.h and keylockd-protocol(7). It also links with
- * replay.c, so make check runs the seed corpus without libFuzzer. It
- * checks with abort(), not assert(), so NDEBUG cannot turn it off.
+ * libFuzzer harness for proto_parse() and proto_parse_next(): any bytes in,
+ * and the result must keep the promises of proto.h and
+ * keylockd-protocol(7). It also links with replay.c, so make check runs
+ * the seed corpus without libFuzzer. It checks with abort(), not
+ * assert(), so NDEBUG cannot turn it off.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -138,6 +139,35 @@ fuzz_check_ok(const struct request *req, const char *line, size_t len)
 	FUZZ_CHECK(req->cmd != CMD_TRYLOCK || !(req->opts & OPT_TIMEOUT));
 }
 
+/*
+ * proto_parse_next() on the bytes as a buffer: where it takes a first
+ * line, framing that line at its LF within max and parsing it, one CR
+ * dropped, gives the same request.
+ */
+static void
+fuzz_check_next(const char *buf, size_t size, size_t max)
+{
+	static struct request	 got, want;
+	const char		*lf;
+	size_t			 n, len;
+
+	if ((n = proto_parse_next(buf, size, max, &got)) == 0)
+		return;
+	lf = memchr(buf, '\n', size < max ? size : max);
+	FUZZ_CHECK(lf != NULL && n == (size_t)(lf - buf) + 1);
+	len = (size_t)(lf - buf);
+	if (len > 0 && buf[len - 1] == '\r')
+		len--;
+	FUZZ_CHECK(proto_parse(buf, len, &want) == KL_OK);
+	FUZZ_CHECK(got.cmd == want.cmd && got.nargs == 1 && want.nargs == 1);
+	FUZZ_CHECK(got.args[0] == want.args[0] &&
+	    got.arglens[0] == want.arglens[0]);
+	FUZZ_CHECK(got.opts == want.opts && got.limit == want.limit &&
+	    got.shared == want.shared && got.timeout_ms == want.timeout_ms &&
+	    got.ttl_ms == want.ttl_ms && got.max_waiters == want.max_waiters);
+	FUZZ_CHECK(got.why[0] == '\0');
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -156,6 +186,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* BADKEY is only ever about a key. */
 	FUZZ_CHECK(err != KL_ERR_BADKEY || (req.cmd != CMD_NONE &&
 	    fuzz_cmds[req.cmd].kind == PROTO_ARG_KEY));
+
+	/* The same bytes as a buffer of lines, framed at a bound that the
+	 * last byte picks, and at the default. */
+	fuzz_check_next(line, size, size > 0 ? 9 + (size_t)data[size - 1] :
+	    9);
+	fuzz_check_next(line, size, KL_MAX_LINE_DEFAULT);
 
 	/* Pure: the same bytes give the same answer. */
 	FUZZ_CHECK(proto_parse(line, size, &again) == err);

@@ -311,6 +311,99 @@ START_TEST(err_word_names_every_code)
 }
 END_TEST
 
+/*
+ * proto_parse_next(): where it takes the first line of a buffer, framing
+ * that line at its LF (within max) and handing it, one CR dropped, to
+ * proto_parse() gives the same request. Buffers are exactly avail bytes,
+ * so the sanitizers see any read past them.
+ */
+static void
+check_next_agrees(const char *bytes, size_t avail, size_t max, bool want)
+{
+	static struct request	 ra, rb;
+	char			*buf = malloc(avail ? avail : 1);
+	const char		*lf;
+	size_t			 n, len;
+
+	/* one check per buffer: each ck_assert costs a message */
+	if (buf == NULL)
+		ck_abort_msg("out of memory");
+	memcpy(buf, bytes, avail);
+	n = proto_parse_next(buf, avail, max, &rb);
+	if (n == 0 && want) {
+		for (size_t i = 0; i < avail; i++)
+			fprintf(stderr, "%02x ", (unsigned char)bytes[i]);
+		ck_abort_msg("%zu bytes (max %zu) not taken by the short path",
+		    avail, max);
+	}
+	if (n > 0) {
+		lf = memchr(buf, '\n', avail < max ? avail : max);
+		len = lf != NULL ? (size_t)(lf - buf) : 0;
+		if (len > 0 && buf[len - 1] == '\r')
+			len--;
+		if (lf == NULL || n != (size_t)(lf - buf) + 1 ||
+		    proto_parse(buf, len, &ra) != KL_OK || ra.cmd != rb.cmd ||
+		    ra.nargs != 1 || rb.nargs != 1 ||
+		    ra.args[0] != rb.args[0] ||
+		    ra.arglens[0] != rb.arglens[0] || ra.opts != rb.opts ||
+		    ra.limit != rb.limit || ra.shared != rb.shared ||
+		    ra.timeout_ms != rb.timeout_ms || ra.ttl_ms != rb.ttl_ms ||
+		    ra.max_waiters != rb.max_waiters || rb.why[0] != '\0')
+			ck_abort_msg("\"%.*s\" (%zu bytes, max %zu): took %zu "
+			    "bytes, not as framing and proto_parse()",
+			    (int)avail, bytes, avail, max, n);
+	}
+	free(buf);
+}
+
+START_TEST(short_path_frames_as_memchr_and_parse_do)
+{
+	/* the first four take the short path */
+	static const char *const words[] = {
+		"LOCK", "unlock", "TryLock", "INFO", "REFRESH", "PING",
+		"UNLOCKALL", "LOCKS", "L", "KILL"
+	};
+	static const char *const ends[] = {
+		"\n", "\r\n", "\r\r\n", "\r", "", " \n", "\n\n",
+		"\nLOCK b\n"
+	};
+	static const size_t maxes[] = { 4096, 64, 20, 12, 9 };
+	char	buf[400];
+
+	for (size_t w = 0; w < NELEM(words); w++)
+	for (size_t e = 0; e < NELEM(ends); e++)
+	for (size_t klen = 1; klen <= 40; klen += klen < 20 ? 1 : 7)
+	for (int c = 0; c < 256; c += 17) {
+		size_t	wl = strlen(words[w]), el = strlen(ends[e]), n;
+		bool	plain = c > 0x20 && c < 0x7f && c != '=';
+
+		memcpy(buf, words[w], wl);
+		buf[wl] = ' ';
+		memset(buf + wl + 1, 'k', klen);
+		buf[wl + 1 + klen / 2] = (char)c;
+		memcpy(buf + wl + 1 + klen, ends[e], el);
+		n = wl + 1 + klen + el;
+		/* then padding, so that both sides of 32 bytes are tried */
+		for (size_t pad = 0; pad <= 40; pad += 8) {
+			memset(buf + n, 'p', pad);
+			for (size_t m = 0; m < NELEM(maxes); m++)
+				check_next_agrees(buf, n + pad, maxes[m],
+				    plain && w < 4 && e < 2 && n + pad >= 8 &&
+				    wl + 1 + klen + e < maxes[m]);
+		}
+	}
+	/* the longest key, and one byte more */
+	for (size_t klen = KL_KEY_MAX - 1; klen <= KL_KEY_MAX + 1; klen++) {
+		memcpy(buf, "LOCK ", 5);
+		memset(buf + 5, 'k', klen);
+		buf[5 + klen] = '\n';
+		check_next_agrees(buf, 6 + klen, 4096, klen <= KL_KEY_MAX);
+	}
+	/* under eight bytes: the caller frames it */
+	ck_assert_uint_eq(proto_parse_next("LOCK a\n", 7, 4096, NULL), 0);
+}
+END_TEST
+
 void
 cp_add_commands(Suite *s)
 {
@@ -328,5 +421,6 @@ cp_add_commands(Suite *s)
 	tcase_add_test(tc, name_of_65_bytes_is_syntax);
 	tcase_add_test(tc, secret_of_256_bytes_is_accepted);
 	tcase_add_test(tc, secret_of_257_bytes_is_syntax);
+	tcase_add_test(tc, short_path_frames_as_memchr_and_parse_do);
 	suite_add_tcase(s, tc);
 }
