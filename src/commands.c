@@ -51,6 +51,10 @@ struct cmd_entry {
 	unsigned	flags;
 };
 
+static void	 cmd_check(struct commands *, struct conn *,
+		    const struct request *, const struct cmd_entry *)
+		    __attribute__((noinline));
+
 /* ---- the secret ---- */
 
 /* Reads an AUTH secret: the file's first line, without its line end.
@@ -302,7 +306,10 @@ cmd_finish(struct commands *cmds, struct conn *c, enum be_status st,
 
 /* ---- lock handlers ---- */
 
-/* The effective timeout of a LOCK: < 0 waits forever, 0 does not wait. */
+/*
+ * The effective timeout of a LOCK: < 0 waits forever, 0 does not wait.
+ * false: over max-timeout, and answered LIMIT.
+ */
 static bool
 cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
     int64_t *timeout)
@@ -315,17 +322,17 @@ cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
 		*timeout = (int64_t)req->timeout_ms;
 	else
 		*timeout = cfg->default_timeout;
-	if (cfg->max_timeout == KL_NONE)
+	if (cfg->max_timeout == KL_NONE ||
+	    (*timeout >= 0 && *timeout <= cfg->max_timeout))
 		return true;
 	if (*timeout < 0) {
 		*timeout = cfg->max_timeout;
-	} else if (*timeout > cfg->max_timeout) {
-		conn_reply_err(c, KL_ERR_LIMIT, "timeout %" PRId64 " ms is "
-		    "over the server's max-timeout of %" PRId64 " ms",
-		    *timeout, cfg->max_timeout);
-		return false;
+		return true;
 	}
-	return true;
+	conn_reply_err(c, KL_ERR_LIMIT, "timeout %" PRId64 " ms is over the "
+	    "server's max-timeout of %" PRId64 " ms", *timeout,
+	    cfg->max_timeout);
+	return false;
 }
 
 static void
@@ -335,12 +342,11 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	struct backend		*be = cmds->be;
 	struct lt_acquire	 a;
 	struct be_result	 r;
-	uint64_t		 now = kl_now_ms();
+	uint64_t		 now;
 	int64_t			 timeout;
 
 	if (!cmd_timeout(cmds, c, req, &timeout))
 		return;
-	memset(&a, 0, sizeof(a));
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
@@ -351,6 +357,7 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	    (int64_t)req->max_waiters : cfg->default_max_waiters;
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
+	now = kl_now_ms();
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
 	else
@@ -584,12 +591,31 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_UNLOCKALL]	= { cmd_unlockall,	0 },
 };
 
+/*
+ * Every request passes the shared checks at once unless a secret is set
+ * or it is an operator's command, or has keys enough to check; the others
+ * go on to cmd_check(). Either way the handler is the last call.
+ */
 void
 commands_execute(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
 	const struct cmd_entry	*e = &cmd_table[req->cmd];
 
+	if ((cmds->client.s == NULL || (e->flags & CMD_NO_AUTH)) &&
+	    !(e->flags & CMD_ADMIN) && (req->nargs <= 1 ||
+	    !(e->flags & CMD_KEYS))) {
+		e->fn(cmds, c, req);
+		return;
+	}
+	cmd_check(cmds, c, req, e);
+}
+
+/* The shared checks in the protocol's order: AUTH, operator, LIMIT. */
+static void
+cmd_check(struct commands *cmds, struct conn *c, const struct request *req,
+    const struct cmd_entry *e)
+{
 	if (!(e->flags & CMD_NO_AUTH) && cmds->client.s != NULL &&
 	    !conn_is_authed(c)) {
 		conn_reply_err(c, KL_ERR_AUTH, "authentication required");

@@ -528,8 +528,22 @@ conn_reserve(struct conn *c, size_t n)
 	return true;
 }
 
-/* The reply's bytes are in: count them for the turn, and flush later. */
-static void
+/*
+ * Every reply is written in place through these two: conn_room() gives
+ * room for n bytes at the end of the output (inline while the buffer has
+ * it, else conn_reserve()), or NULL if c is closed or was closed for it;
+ * conn_appended() counts the n bytes written there for the turn and
+ * flushes them later.
+ */
+static inline __attribute__((always_inline)) char *
+conn_room(struct conn *c, size_t n)
+{
+	if (c->olen + n <= c->ocap && c->state != CONN_CLOSED)
+		return c->obuf + c->olen;
+	return conn_reserve(c, n) ? c->obuf + c->olen : NULL;
+}
+
+static inline __attribute__((always_inline)) void
 conn_appended(struct conn *c, size_t n)
 {
 	c->olen += n;
@@ -537,6 +551,7 @@ conn_appended(struct conn *c, size_t n)
 	conn_schedule(c);
 }
 
+/* "HEAD TEXT\n", or "HEAD\n" for an empty text. */
 static void __attribute__((format(printf, 3, 0)))
 conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
 {
@@ -549,9 +564,8 @@ conn_vappend(struct conn *c, const char *head, const char *fmt, va_list ap)
 	rc = vsnprintf(small, sizeof(small), fmt, ap2);
 	va_end(ap2);
 	n = rc > 0 ? (size_t)rc : 0;
-	if (!conn_reserve(c, hlen + n + 2))
+	if ((p = conn_room(c, hlen + n + 2)) == NULL)
 		return;
-	p = c->obuf + c->olen;
 	memcpy(p, head, hlen);
 	if (n > 0)
 		p[hlen++] = ' ';
@@ -579,28 +593,55 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	size_t	 n = strlen(s);
 	char	*p;
 
-	if (!conn_reserve(c, n + 4))
+	if ((p = conn_room(c, n + 4)) == NULL)
 		return;
-	p = c->obuf + c->olen;
 	memcpy(p, "OK ", 3);
 	memcpy(p + 3, s, n);
 	p[n + 3] = '\n';
 	conn_appended(c, n + 4);
 }
 
-/* "OK N": the reply of most requests, formatted in place without printf. */
-void
-conn_reply_u64(struct conn *c, uint64_t v)
+/* "OK N" into p: n + 4 bytes, n the digits of v. */
+static inline void
+conn_put_u64(char *p, size_t n, uint64_t v)
 {
-	size_t	 n = kl_u64_len(v);
-	char	*p;
-
-	if (!conn_reserve(c, n + 4))
-		return;
-	p = c->obuf + c->olen;
 	memcpy(p, "OK ", 3);
 	kl_u64_put(p + 3, n, v);
 	p[3 + n] = '\n';
+}
+
+/* conn_reply_u64() when the buffer needs to grow first (or c is closed). */
+static void __attribute__((noinline))
+conn_reply_u64_grow(struct conn *c, uint64_t v, size_t n)
+{
+	char	*p;
+
+	if ((p = conn_room(c, n + 4)) == NULL)
+		return;
+	conn_put_u64(p, n, v);
+	conn_appended(c, n + 4);
+}
+
+/*
+ * "OK N": the reply of most requests, formatted in place without printf,
+ * and without a call while the buffer has room.
+ */
+void
+conn_reply_u64(struct conn *c, uint64_t v)
+{
+	size_t	 n = v < 10 ? 1 : kl_u64_len(v);
+	char	*p;
+
+	if (c->olen + n + 4 > c->ocap || c->state == CONN_CLOSED) {
+		conn_reply_u64_grow(c, v, n);
+		return;
+	}
+	p = c->obuf + c->olen;
+	if (n == 1) {
+		memcpy(p, "OK 0\n", 5);
+		p[3] = (char)(p[3] + v);
+	} else
+		conn_put_u64(p, n, v);
 	conn_appended(c, n + 4);
 }
 
@@ -657,6 +698,15 @@ conn_process(struct conn *c, char *buf, size_t len)
 		    c->produced >= CONN_TURN_OUTPUT) {
 			conn_set_state(c, CONN_DEFERRED);
 			break;
+		}
+		/* The common request, framed and parsed in one pass. */
+		if (!c->discarding && (n = proto_parse_next(p, avail, max,
+		    &c->cs->req)) > 0) {
+			off += n;
+			c->cs->st->requests++;
+			commands_execute(c->cs->cmds, c, &c->cs->req);
+			handled++;
+			continue;
 		}
 		if (c->discarding) {
 			if ((lf = memchr(p, '\n', avail)) == NULL)
