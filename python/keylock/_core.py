@@ -445,13 +445,17 @@ class Core:
         try:
             return await pending.fut
         except asyncio.CancelledError:
-            await self._settle(conn, self._withdraw(conn, pending, names))
+            # CANCEL leaves now; the rest must finish whatever comes
+            cancel = conn.request("CANCEL")
+            await self._settle(conn, self._withdraw(conn, pending, cancel,
+                                                    names))
             raise
 
     async def _withdraw(self, conn: Conn, lock: Pending,
+                        cancel: "asyncio.Future[Reply]",
                         names: List[str]) -> None:
-        """CANCEL; the two replies say whether the grant won the race."""
-        cancel = conn.request("CANCEL")
+        """After CANCEL: the two replies, in order, say whether the grant
+        won the race (keylockd-protocol(7), CANCEL); a grant is released."""
         if lock.done:
             reply = lock.line           # granted before the cancellation
         else:

@@ -1,0 +1,313 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""Cancellation at every await point (CANCEL, protocol 1.1): waiting,
+being granted, in the block, releasing; and KeyboardInterrupt in the
+threading face. The server is the judge: nothing stays held or waiting,
+every grant was released by UNLOCK (none by a dropped connection), and no
+two holders ever overlapped."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Dict
+
+import pytest
+
+import keylock
+import keylock.aio
+from conftest import Daemon, clean_env
+
+needs_timeout_cm = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="asyncio.timeout is Python 3.11+")
+
+
+def counters(server: Daemon) -> Dict[str, int]:
+    st = server.stats()
+    return {k: st[k] for k in ("grants", "releases", "disconnect_releases",
+                               "expired", "timeouts")}
+
+
+def delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def test_cancelled_wait_is_withdrawn_and_the_connection_kept(
+        server: Daemon) -> None:
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(server.addr)
+        other = keylock.aio.KeyedLock(server.addr)
+        async with other.lock("cw:b"):
+            async def nested() -> None:
+                async with locks.lock("cw:a"):
+                    me = (await locks.info("cw:a"))["holders"][0]["client"]
+                    task = asyncio.current_task()
+                    assert task is not None
+                    asyncio.get_running_loop().call_later(0.2, task.cancel)
+                    try:
+                        async with locks.lock("cw:b"):
+                            raise AssertionError("granted")
+                    except asyncio.CancelledError:
+                        pass
+                    # withdrawn, and the outer lock is still ours
+                    assert (await locks.info("cw:b"))["waiters"] == []
+                    info = await locks.info("cw:a")
+                    assert [h["client"] for h in info["holders"]] == [me]
+                    # the same connection goes on working
+                    async with locks.lock("cw:c"):
+                        c = (await locks.info("cw:c"))["holders"][0]
+                        assert c["client"] == me
+            await nested()
+        await locks.aclose()
+        await other.aclose()
+    before = counters(server)
+    asyncio.run(main())
+    server.wait_idle()
+    assert delta(before, counters(server))["disconnect_releases"] == 0
+
+
+def test_cancelled_during_release_still_releases(server: Daemon) -> None:
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(server.addr)
+        for _ in range(50):
+            body_done = asyncio.Event()
+
+            async def holder() -> None:
+                async with locks.lock("cr:k"):
+                    body_done.set()
+            task = asyncio.ensure_future(holder())
+            await body_done.wait()
+            task.cancel()               # lands in __aexit__'s await
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            async with locks.lock("cr:k", timeout=2):
+                pass
+        await locks.aclose()
+    before = counters(server)
+    asyncio.run(main())
+    server.wait_idle()
+    d = delta(before, counters(server))
+    assert d["grants"] == 100 and d["releases"] == 100, d
+    assert d["disconnect_releases"] == 0
+
+
+def test_grant_racing_the_cancel_is_released(server: Daemon,
+                                             report: Any) -> None:
+    """The holder's UNLOCK and the waiter's CANCEL leave together, in
+    either order: the server grants first or withdraws first; either way
+    nobody is left holding, and every grant is released by UNLOCK."""
+    async def main() -> int:
+        a = keylock.aio.KeyedLock(server.addr)
+        b = keylock.aio.KeyedLock(server.addr)
+        ran = 0
+        for i in range(300):
+            async def waiter() -> None:
+                nonlocal ran
+                async with b.lock("race:k"):
+                    ran += 1
+            hold = a.lock("race:k")
+            await hold.__aenter__()
+            w = asyncio.ensure_future(waiter())
+            while not (await a.info("race:k"))["waiters"]:
+                await asyncio.sleep(0.001)
+            if i % 3 == 0:          # UNLOCK, then CANCEL, same turn
+                release = asyncio.ensure_future(
+                    hold.__aexit__(None, None, None))
+                await asyncio.sleep(0)
+                w.cancel()
+                await release
+            elif i % 3 == 1:        # CANCEL on the wire first
+                w.cancel()
+                await asyncio.sleep(0)          # w runs: CANCEL is sent
+                await hold.__aexit__(None, None, None)
+            else:                   # the grant is surely on its way
+                await hold.__aexit__(None, None, None)
+                w.cancel()
+            try:
+                await w
+            except asyncio.CancelledError:
+                pass
+            assert (await a.info("race:k"))["holders"] == []
+        await a.aclose()
+        await b.aclose()
+        return ran
+    before = counters(server)
+    ran = asyncio.run(main())
+    server.wait_idle()
+    d = delta(before, counters(server))
+    won = d["grants"] - 300 - ran
+    assert d["releases"] == d["grants"] and d["disconnect_releases"] == 0
+    report(f"300 CANCELs racing a hand-off: the grant won {won} times "
+           f"(released before the CancelledError), the block ran {ran} "
+           "times (the cancel came too late to matter)")
+
+
+CONCURRENT = 60
+
+
+@needs_timeout_cm
+def test_thousands_of_cancellations(server: Daemon, report: Any) -> None:
+    """3,000 tasks on 3 keys, 60 at a time, cancelled after random delays
+    by asyncio.timeout, wait_for and cancel(), while waiting, being
+    granted, in the block and releasing; 5% check with INFO that the
+    server lists them as the key's only holder."""
+    keys = [f"storm:{i}" for i in range(3)]
+    rng = random.Random(12)
+    outcome: Dict[str, int] = collections.Counter()
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(server.addr, max_idle=CONCURRENT)
+        inside: Dict[str, int] = collections.Counter()
+        sem = asyncio.Semaphore(CONCURRENT)
+
+        async def warm(i: int) -> None:     # the connections, open first
+            async with locks.lock(f"storm:warm:{i}"):
+                await asyncio.sleep(0.01)
+        await asyncio.gather(*(warm(i) for i in range(CONCURRENT)))
+
+        async def body(key: str, check: bool) -> None:
+            async with locks.lock(key) as h:
+                inside[key] += 1
+                try:
+                    assert inside[key] == 1, f"{key}: two in the block"
+                    outcome["entered"] += 1
+                    if check:
+                        info = await locks.info(key)
+                        assert [x["token"] for x in info["holders"]] == \
+                            [h.token], info
+                    await asyncio.sleep(rng.random() * 0.002)
+                finally:
+                    inside[key] -= 1
+                outcome["body_done"] += 1
+
+        async def one(i: int) -> None:
+            key = rng.choice(keys)
+            delay = 10 ** rng.uniform(-4, -0.5)     # 0.1 to 316 ms
+            how = i % 3
+            check = rng.random() < 0.05
+            async with sem:
+                try:
+                    if how == 0:
+                        async with asyncio.timeout(delay):
+                            await body(key, check)
+                    elif how == 1:
+                        await asyncio.wait_for(body(key, check), delay)
+                    else:
+                        t = asyncio.ensure_future(body(key, check))
+                        asyncio.get_running_loop().call_later(delay,
+                                                              t.cancel)
+                        try:
+                            await t
+                        except asyncio.CancelledError:
+                            if not t.cancelled():
+                                raise
+                            raise TimeoutError from None
+                    outcome["completed"] += 1
+                except TimeoutError:
+                    outcome["cancelled"] += 1
+        await asyncio.gather(*(one(i) for i in range(3000)))
+        for key in keys:
+            info = await locks.info(key)
+            assert info["holders"] == [] and info["waiters"] == [], info
+        await locks.aclose()
+    before = counters(server)
+    t0 = time.monotonic()
+    asyncio.run(main())
+    wall = time.monotonic() - t0
+    st = server.wait_idle()
+    d = delta(before, counters(server))
+    assert st["keys"] == 0 and st["held"] == 0 and st["waiting"] == 0
+    assert d["releases"] == d["grants"], d
+    assert d["disconnect_releases"] == 0, d
+    assert outcome["cancelled"] + outcome["completed"] == 3000
+    d["grants"] -= CONCURRENT           # the warm-up's
+    d["releases"] -= CONCURRENT
+    cancelled_waiting = 3000 - d["grants"]
+    race = d["grants"] - outcome["entered"]
+    in_block = outcome["entered"] - outcome["body_done"]
+    after_block = outcome["cancelled"] - cancelled_waiting - race - in_block
+    assert cancelled_waiting > 0 and in_block > 0
+    report(f"3,000 tasks, {outcome['cancelled']} cancelled: "
+           f"{cancelled_waiting} while waiting, {race} granted as the "
+           f"cancel came (released by the client), {in_block} in the "
+           f"block, {after_block} after it; {d['grants']} grants, all "
+           f"released by UNLOCK; keys 0; {wall:.2f} s")
+
+
+def test_keyboard_interrupt_withdraws_the_wait(server: Daemon) -> None:
+    """The threading face: Ctrl-C while a nested hold() waits withdraws
+    the wait, keeps the outer lock and the connection, and propagates."""
+    script = textwrap.dedent(f"""
+        import json, keylock
+        locks = keylock.KeyedLock({server.addr!r})
+        with locks.hold("ki:outer") as outer:
+            me = locks.info("ki:outer")["holders"][0]["client"]
+            print("waiting", flush=True)
+            try:
+                with locks.hold("ki:inner"):
+                    print(json.dumps({{"granted": True}}))
+            except KeyboardInterrupt:
+                info = locks.info("ki:outer")
+                print(json.dumps({{
+                    "interrupted": True, "lost": outer.lost.is_set(),
+                    "outer": [h["client"] for h in info["holders"]],
+                    "me": me,
+                    "inner": locks.info("ki:inner")["waiters"]}}),
+                    flush=True)
+    """)
+    with keylock.KeyedLock(server.addr) as locks:
+        with locks.hold("ki:inner"):
+            proc = subprocess.Popen([sys.executable, "-c", script],
+                                    stdout=subprocess.PIPE, env=clean_env())
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"waiting\n"
+            deadline = time.monotonic() + 10
+            while not locks.info("ki:inner")["waiters"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=20)
+    got: Dict[str, Any] = json.loads(out)
+    assert got["interrupted"] and not got["lost"]
+    assert got["outer"] == [got["me"]] and got["inner"] == []
+    server.wait_idle()
+
+
+def test_keyboard_interrupt_after_the_grant_releases_it(
+        server: Daemon) -> None:
+    """Ctrl-C that lands while the grant is on its way: the threading
+    face releases what it got before re-raising (many tries, both
+    orders)."""
+    script = textwrap.dedent(f"""
+        import sys, keylock
+        locks = keylock.KeyedLock({server.addr!r})
+        print("ready", flush=True)
+        try:
+            while True:
+                with locks.hold("ki:race"):
+                    pass
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.stdin.readline()
+    """)
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", script],
+                                stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=clean_env())
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(0.05 + random.random() * 0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout.readline() == b"interrupted\n"
+        # the process lives on, connection open: nothing may be held
+        assert server.info("ki:race")["holders"] == []
+        proc.stdin.close()
+        proc.wait(10)
+    server.wait_idle()
+
