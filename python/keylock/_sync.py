@@ -46,11 +46,12 @@ class _Runner:
         self.loop.run_forever()
 
     def call(self, coro: Coroutine[Any, Any, T],
-             undo: Optional[Callable[[T], Coroutine[Any, Any, Any]]] = None
-             ) -> T:
+             undo: Optional[Callable[[T], Coroutine[Any, Any, Any]]] = None,
+             cancel: bool = True) -> T:
         """Runs ``coro`` on the loop and returns its result. Interrupted,
-        it cancels the coroutine, waits for it, runs ``undo`` on a result
-        that came anyway, and re-raises."""
+        it cancels the coroutine (unless ``cancel`` is false: a release
+        runs to its end), waits for it, runs ``undo`` on a result that
+        came anyway, and re-raises."""
         done = threading.Event()
         box: List["asyncio.Task[T]"] = []
 
@@ -59,18 +60,30 @@ class _Runner:
             task.add_done_callback(lambda _: done.set())
             box.append(task)
 
-        self.loop.call_soon_threadsafe(start)
+        def stop() -> None:         # runs after start, if start was sent
+            if box:
+                box[0].cancel()
+            else:
+                coro.close()
+                done.set()
+
         try:
+            self.loop.call_soon_threadsafe(start)
             done.wait()
-        except BaseException:
-            self.loop.call_soon_threadsafe(lambda: box[0].cancel())
-            _wait_through_interrupts(done)
             task = box[0]
-            if undo is not None and not task.cancelled() and \
-                    task.exception() is None:
-                self.call(undo(task.result()))
+            if not task.cancelled() and task.exception() is None:
+                # returned from inside the try: an interrupt that lands
+                # after the result is known is still caught below
+                return task.result()
+        except BaseException:
+            if cancel:
+                self.loop.call_soon_threadsafe(stop)
+            _wait_through_interrupts(done)
+            if undo is not None and box and not box[0].cancelled() and \
+                    box[0].exception() is None:
+                self.call(undo(box[0].result()), cancel=False)
             raise
-        return box[0].result()
+        return task.result()        # raises what the coroutine raised
 
 
 def _wait_through_interrupts(done: threading.Event) -> None:
@@ -157,18 +170,18 @@ class Hold:
                                req.names, req.line, req.ttl_ms,
                                self._refresh, Handle),
             self._core.release)
+        # No call from here on: a signal handler runs only at a call or a
+        # loop, and the grant is the with block's once this returns.
         self._handle = handle
-        assert isinstance(handle, Handle)
-        return handle
+        return handle  # type: ignore[return-value]
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
         handle = self._handle
-        assert handle is not None
-        if handle.inherited:
+        if handle is None or handle._generation != _fork.generation:
             return              # the parent's lock: nothing to send
-        _get_runner().call(self._core.release(handle))
+        _get_runner().call(self._core.release(handle), cancel=False)
         if handle.lost_reason is not None and \
                 (exc_type is None or issubclass(exc_type, Exception)):
             raise handle._lost_error()
