@@ -2,47 +2,22 @@
 # keylock-bench smoke test, run by make check: one second of lock-unlock
 # cycles against a private keylockd, then the --json output must parse and
 # report cycles. No timing is asserted here; bench/compare.sh judges speed.
-# make check exports KEYLOCKD; KEYLOCK_BENCH defaults to the build tree's.
-set -u
+# The daemon, the mktemp directory and the EXIT trap are those of the shell
+# tests (tests/lib/daemon.sh); KEYLOCK_BENCH defaults to the build tree's.
+BENCH=${KEYLOCK_BENCH:-}	# read first: daemon.sh unsets KEYLOCK_*
+. "$(dirname "$0")/../tests/lib/daemon.sh"
 
-TEST=smoke
-if [ -z "${KEYLOCKD:-}" ]; then
-	echo "$TEST: SKIP: KEYLOCKD must name the daemon (make check sets it)" >&2
-	exit 77
-fi
-BENCH=${KEYLOCK_BENCH:-$(dirname "$KEYLOCKD")/../tools/keylock-bench}
-if [ ! -x "$BENCH" ]; then
-	echo "$TEST: SKIP: no keylock-bench at $BENCH" >&2
-	exit 77
-fi
+BENCH=${BENCH:-$(dirname "$KEYLOCKD")/../tools/keylock-bench}
+[ -x "$BENCH" ] || skip "no keylock-bench at $BENCH"
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylock-bench-smoke.XXXXXX") || exit 1
-DPID=
-READY_S=10		# daemon readiness deadline, seconds
-
-cleanup() {
-	status=$?
-	trap - EXIT INT TERM HUP
-	if [ -n "$DPID" ]; then
-		kill -TERM "$DPID" 2>/dev/null
-		wait "$DPID" 2>/dev/null
-	fi
-	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
-		for f in daemon.log bench.json hold.json bench.err; do
-			[ -s "$TMP/$f" ] || continue
-			echo "--- $TEST: $f" >&2
-			tail -n 30 "$TMP/$f" >&2
-		done
-	fi
-	rm -rf "$TMP"
-	exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-fail() {
-	echo "FAIL: $TEST: $*" >&2
-	exit 1
+# On failure, what the bench wrote (daemon.sh adds the daemon's log).
+cleanup_suite() {
+	[ "$status" -ne 0 ] && [ "$status" -ne 77 ] || return 0
+	for f in bench.json hold.json bench.err; do
+		[ -s "$TMP/$f" ] || continue
+		echo "--- $TEST: $f" >&2
+		tail -n 30 "$TMP/$f" >&2
+	done
 }
 
 # json_get A B ...: reads the JSON document on stdin and prints its member
@@ -62,22 +37,11 @@ print(v)' "$@" 2>/dev/null
 		    for my $k (@ARGV) { ref $v eq "HASH" && exists $v->{$k}
 		    or exit 1; $v = $v->{$k} } print "$v\n"' "$@"
 	else
-		echo "$TEST: SKIP: no JSON parser (jq, python3, perl)" >&2
-		exit 77
+		skip "no JSON parser (jq, python3, perl)"
 	fi
 }
 
-"$KEYLOCKD" --bind 127.0.0.1 --port 0 --port-file "$TMP/port" --unix '' \
-    --state-dir "$TMP" >"$TMP/daemon.log" 2>&1 &
-DPID=$!
-deadline=$(($(date +%s) + READY_S))
-until grep -qx '[0-9][0-9]*' "$TMP/port" 2>/dev/null; do
-	kill -0 "$DPID" 2>/dev/null || fail "keylockd exited at start"
-	[ "$(date +%s)" -le "$deadline" ] ||
-	    fail "keylockd not ready within $READY_S s"
-	sleep 0.05
-done
-PORT=$(cat "$TMP/port")
+daemon_launch --unix ''
 
 "$BENCH" -S "127.0.0.1:$PORT" -c 4 -P 4 -t 1 --no-progress --json \
     >"$TMP/bench.json" 2>"$TMP/bench.err" ||
@@ -104,5 +68,5 @@ case $per in
 	fail "table_bytes_per_key is '$per', not a positive number"
 	;;
 esac
-echo "ok: $TEST: $cycles lock-unlock cycles in about a second;" \
+pass "$cycles lock-unlock cycles in about a second;" \
     "$per table bytes per held key"

@@ -1,11 +1,20 @@
-# Sourced (through their lib.sh) by the shell suites in tests/cli/ and
-# tests/service/, in tmux's regress manner: each script works in its own
+# The one daemon launcher of the shell tests, sourced by the suites in
+# tests/cli/ and tests/service/ (through their lib.sh), by tests/lib/ and by
+# bench/smoke.sh, in tmux's regress manner: each script works in its own
 # mktemp -d directory, starts its own keylockd there (TCP on port 0, learnt
 # from the port file; a unix socket), polls with deadlines instead of
 # sleeping, and is cleaned up by the EXIT trap however it ends. Its exit
 # status is the verdict (77: skipped). KEYLOCKD names the daemon
 # (AM_TESTS_ENVIRONMENT). A suite's lib.sh adds its own helpers and may
-# define cleanup_suite, run first by the EXIT trap.
+# define cleanup_suite, run first by the EXIT trap (the exit status is in
+# $status).
+#
+# Hermetic: every keylockd a test runs gets --config /dev/null ahead of the
+# test's own options (a test's --config comes later and wins), so the
+# operator's keylockd.conf never reaches it; and the caller's KEYLOCK_*
+# variables (KEYLOCK_SERVER, KEYLOCK_AUTH_FILE, KEYLOCK_TLS_*) are unset
+# here, so they never reach the test's clients. tests/lib/hermetic.sh
+# checks both.
 # shellcheck shell=sh
 
 set -u
@@ -17,6 +26,10 @@ skip() {
 	echo "$TEST: SKIP: $*" >&2
 	exit 77
 }
+
+for _v in $(env | sed -n 's/^\(KEYLOCK_[A-Za-z0-9_]*\)=.*/\1/p'); do
+	unset "$_v"
+done
 
 if [ -z "${KEYLOCKD:-}" ] || [ ! -x "$KEYLOCKD" ]; then
 	skip "KEYLOCKD must name the built daemon (make check sets it)"
@@ -90,17 +103,37 @@ expect_status() {
 	[ "$2" -eq "$1" ] || fail "$3: exit status $2, want $1"
 }
 
-# daemon_launch [OPTIONS...]: starts a private daemon (OPTIONS after the
-# defaults) and sets DPID and PORT. Readiness: the port file holds a port
-# number (written once it listens).
-daemon_launch() {
+# run_keylockd [OPTIONS...]: keylockd in the foreground, as every test runs
+# it (--config /dev/null first), for --check-config, --help and the like.
+run_keylockd() {
+	"$KEYLOCKD" --config /dev/null "$@"
+}
+
+# daemon_spawn [OPTIONS...]: starts a private daemon in the background
+# (OPTIONS after the defaults), its output appended to $TMP/daemon.log, and
+# sets DPID; it does not wait for readiness. Exported variables reach it
+# (NOTIFY_SOCKET, for one).
+daemon_spawn() {
 	rm -f "$TMP/port"
-	"$KEYLOCKD" --bind 127.0.0.1 --port 0 --port-file "$TMP/port" \
-	    --unix "$TMP/sock" --state-dir "$TMP" "$@" \
-	    >>"$TMP/daemon.log" 2>&1 &
+	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --port-file "$TMP/port" --unix "$TMP/sock" --state-dir "$TMP" \
+	    "$@" >>"$TMP/daemon.log" 2>&1 &
 	DPID=$!
-	wait_for "grep -q '^[0-9][0-9]*\$' '$TMP/port' 2>/dev/null" \
-	    "$READY_S" || fail "keylockd not ready within $READY_S s"
+}
+
+# daemon_launch [OPTIONS...]: daemon_spawn, then readiness: the port file
+# holds a port number (written once it listens); sets PORT.
+daemon_launch() {
+	daemon_spawn "$@"
+	wait_for "grep -q '^[0-9][0-9]*\$' '$TMP/port' 2>/dev/null ||
+	    ! kill -0 $DPID 2>/dev/null" "$READY_S" ||
+	    fail "keylockd not ready within $READY_S s"
+	if ! grep -q '^[0-9][0-9]*$' "$TMP/port" 2>/dev/null; then
+		wait "$DPID"
+		_rc=$?
+		DPID=
+		fail "keylockd exited during startup with status $_rc"
+	fi
 	PORT=$(head -n 1 "$TMP/port")
 }
 

@@ -47,12 +47,12 @@ pass "one warning for three failures, with the peer address, no secret"
 # No option takes the secret itself: --help lists auth-file and
 # admin-auth-file only (files), and the names a secret option might have
 # are unknown (exit 64).
-"$KEYLOCKD" --help >"$TMP/help"
+run_keylockd --help >"$TMP/help"
 expect_eq "$(printf 'auth-file\nadmin-auth-file')" \
     "$(sed -n 's/^  --\([a-z-]*\) .*/\1/p' "$TMP/help" |
     grep -i -e secret -e auth -e pass)" "the options about secrets"
 for opt in --secret --auth-secret --password --requirepass; do
-	"$KEYLOCKD" --check-config "$opt" s3cret-Value >/dev/null 2>&1
+	run_keylockd --check-config "$opt" s3cret-Value >/dev/null 2>&1
 	expect_status 64 $? "$opt on the command line"
 done
 pass "the secret is never taken on the command line"

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 CONF=$TOP_SRCDIR/etc/keylockd.conf
 
-"$KEYLOCKD" --check-config --config "$CONF" >"$TMP/out" 2>&1
+run_keylockd --check-config --config "$CONF" >"$TMP/out" 2>&1
 expect_status 0 $? "--check-config on etc/keylockd.conf"
 expect_grep "configuration .*keylockd.conf is valid" "$TMP/out" "the verdict"
 # Uncommented, every default line must be valid too (unix-group, the
@@ -16,13 +16,13 @@ sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' \
     -e '/^auth-file /d' -e '/^admin-auth-file /d' -e '/^tls-cert /d' \
     -e '/^tls-key /d' \
     -e '/^tls-client-ca /d' "$CONF" >"$TMP/uncommented.conf"
-"$KEYLOCKD" --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
+run_keylockd --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
 expect_status 0 $? "--check-config on the uncommented defaults"
 pass "etc/keylockd.conf is valid, commented and uncommented"
 
 # Every setting --help lists is in the file, commented out, and in both
 # man pages; and nothing else is in the file.
-"$KEYLOCKD" --help >"$TMP/help" || fail "--help"
+run_keylockd --help >"$TMP/help" || fail "--help"
 sed -n 's/^  --\([a-z][a-z-]*\) .*/\1/p' "$TMP/help" |
     grep -v -e '^config$' -e '^check-config$' | sort >"$TMP/settings"
 [ "$(wc -l <"$TMP/settings")" -ge 20 ] ||
@@ -50,7 +50,7 @@ log-level loud
 
 unix-mode 0660
 EOF
-"$KEYLOCKD" --check-config --config "$TMP/bad.conf" >"$TMP/out" 2>&1
+run_keylockd --check-config --config "$TMP/bad.conf" >"$TMP/out" 2>&1
 expect_status 78 $? "a file with three bad lines"
 expect_eq 3 "$(grep -c "^$TMP/bad.conf:[0-9]*: " "$TMP/out")" \
     "FILE:LINE messages"
@@ -58,21 +58,21 @@ expect_grep "^$TMP/bad.conf:2: max-keys: " "$TMP/out" "line 2"
 expect_grep "^$TMP/bad.conf:4: no-such-setting: unknown setting" "$TMP/out" \
     "line 4"
 expect_grep "^$TMP/bad.conf:5: log-level: " "$TMP/out" "line 5"
-"$KEYLOCKD" --config "$TMP/bad.conf" --state-dir "$TMP" --unix '' \
+run_keylockd --config "$TMP/bad.conf" --state-dir "$TMP" --unix '' \
     --port 0 >"$TMP/out" 2>&1
 expect_status 78 $? "starting with a bad file"
-"$KEYLOCKD" --check-config --config "$TMP/missing.conf" >"$TMP/out" 2>&1
+run_keylockd --check-config --config "$TMP/missing.conf" >"$TMP/out" 2>&1
 expect_status 78 $? "a missing --config file"
 expect_grep "missing.conf" "$TMP/out" "the message names the file"
 pass "bad lines: every one as FILE:LINE, exit 78"
 
-"$KEYLOCKD" --no-such-option >"$TMP/out" 2>&1
+run_keylockd --no-such-option >"$TMP/out" 2>&1
 expect_status 64 $? "an unknown option"
-"$KEYLOCKD" --max-keys 0 --check-config >"$TMP/out" 2>&1
+run_keylockd --max-keys 0 --check-config >"$TMP/out" 2>&1
 expect_status 64 $? "an option out of range"
-"$KEYLOCKD" --check-config extra-argument >"$TMP/out" 2>&1
+run_keylockd --check-config extra-argument >"$TMP/out" 2>&1
 expect_status 64 $? "an operand"
-"$KEYLOCKD" --version >"$TMP/out" 2>&1
+run_keylockd --version >"$TMP/out" 2>&1
 expect_status 0 $? "--version"
 expect_grep "^keylockd [0-9]" "$TMP/out" "--version"
 pass "usage errors exit 64"

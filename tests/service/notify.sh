@@ -20,11 +20,10 @@ run_case() {
 	wait_for "grep -q '^listening$' '$out'" "$READY_S" ||
 	    fail "notify_recv did not bind $addr: $(cat "$out")"
 
-	rm -f "$TMP/port"
-	NOTIFY_SOCKET=$addr "$KEYLOCKD" --bind 127.0.0.1 --port 0 \
-	    --port-file "$TMP/port" --unix "$TMP/sock" --state-dir "$TMP" \
-	    >>"$TMP/daemon.log" 2>&1 &
-	DPID=$!
+	NOTIFY_SOCKET=$addr
+	export NOTIFY_SOCKET
+	daemon_spawn
+	unset NOTIFY_SOCKET
 	# Readiness comes from the notification alone, not from polling
 	# the port: after READY=1 the very first attempt must be served.
 	wait_for "grep -q '^READY=1$' '$out'" "$READY_S" ||

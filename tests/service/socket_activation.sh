@@ -15,9 +15,9 @@ while :; do
 	PORT=$((20000 + ($$ * 7 + attempt * 7919) % 40000))
 	rm -f "$TMP/sock" "$TMP/daemon.log"
 	systemd-socket-activate -l "127.0.0.1:$PORT" -l "$TMP/sock" \
-	    --fdname=tcp:unix "$KEYLOCKD" --state-dir "$TMP" \
-	    --unix "$TMP/ignored.sock" --bind 127.0.0.2 --port 1 \
-	    --port-file "$TMP/port" >"$TMP/daemon.log" 2>&1 &
+	    --fdname=tcp:unix "$KEYLOCKD" --config /dev/null \
+	    --state-dir "$TMP" --unix "$TMP/ignored.sock" --bind 127.0.0.2 \
+	    --port 1 --port-file "$TMP/port" >"$TMP/daemon.log" 2>&1 &
 	DPID=$!
 	wait_for "grep -q 'as 4' '$TMP/daemon.log' ||
 	    ! kill -0 $DPID 2>/dev/null" "$READY_S" ||
