@@ -2,34 +2,14 @@
 # TLS: keylock over the daemon's TLS listener, checking the server's
 # certificate (IP address and DNS name) and presenting a client certificate
 # for mutual TLS. An untrusted server exits 77 before anything is sent; a
-# foreign or missing client certificate is refused and nothing runs.
+# foreign or missing client certificate is refused and nothing runs. The
+# certificates are the shared ones (tests/certs: ca signs srv, for
+# 127.0.0.1 and localhost, and cli; other, a CA nobody trusts, signs
+# rogue).
 . "$(dirname "$0")/lib.sh"
-command -v openssl >/dev/null || {
-	echo "$TEST: SKIP: openssl not installed" >&2
-	exit 77
-}
 
 cd "$TMP" || exit 1
-mkcert() {	# name, CN, signing CA or "" for a self-signed CA, [extfile]
-	if [ -z "$3" ]; then
-		openssl req -x509 -newkey ec -pkeyopt \
-		    ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
-		    -out "$1.pem" -days 2 -subj "/CN=$2" 2>/dev/null
-	else
-		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
-		    -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$2" \
-		    2>/dev/null &&
-		openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" \
-		    -CAcreateserial -out "$1.pem" -days 2 \
-		    ${4:+-extfile "$4"} 2>/dev/null
-	fi || fail "cannot make certificate $1"
-}
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >srv.ext
-mkcert ca testca ""
-mkcert srv localhost ca srv.ext
-mkcert cli client ca
-mkcert other other ""
-mkcert rogue client other
+cp "$TEST_CERTS"/*.pem "$TEST_CERTS"/*.key . || fail "no certificates"
 
 daemon_start --tls-port 0 --tls-cert srv.pem --tls-key srv.key \
     --tls-client-ca ca.pem

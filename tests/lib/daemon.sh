@@ -40,6 +40,8 @@ case $(date +%s%3N) in
 	;;
 esac
 
+# The certificates every TLS test uses, read-only (tests/certs/make.sh).
+TEST_CERTS=${top_srcdir:-$(dirname "$0")/../..}/tests/certs
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylockd-$TEST.XXXXXX") || exit 1
 DPID=
 BGPIDS=

@@ -1,5 +1,6 @@
 # keylockd as a system service (issue 3): config file, systemd units and
-# socket activation, sd_notify, SIGHUP, AUTH, metrics, man pages, install.
+# socket activation, sd_notify, SIGHUP, AUTH, TLS, metrics, man pages,
+# install.
 # Shell scripts in tmux's regress manner (lib.sh); each starts its own
 # daemon from KEYLOCKD (AM_TESTS_ENVIRONMENT) and finds the helpers below
 # and the generated units beside it in the build tree.
@@ -15,6 +16,7 @@ SERVICE_TESTS = \
 	tests/service/notify.sh \
 	tests/service/reload.sh \
 	tests/service/auth.sh \
+	tests/service/tls.sh \
 	tests/service/metrics.sh \
 	tests/service/status_page.sh \
 	tests/service/manpages.sh \

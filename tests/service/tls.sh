@@ -2,30 +2,14 @@
 # TLS listener, checked with openssl s_client as an independent client:
 # requests over TLS, mutual TLS refusing a missing or foreign client
 # certificate, and a TLS holder's disconnect granting a plain waiter. The
-# private daemon, the mktemp directory and the EXIT trap are those of
-# tests/lib/daemon.sh.
+# certificates are the shared ones (tests/certs: ca signs srv and cli;
+# other, a CA nobody trusts, signs rogue).
 
-. "$(dirname "$0")/../lib/daemon.sh"
+. "$(dirname "$0")/lib.sh"
 
 command -v openssl >/dev/null || skip "openssl not installed"
 cd "$TMP" || exit 1
-
-mkcert() {	# name, CN, CA name or "" for self-signed
-	if [ -z "$3" ]; then
-		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
-		    -out "$1.pem" -days 2 -subj "/CN=$2" 2>/dev/null
-	else
-		openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
-		    -out "$1.csr" -subj "/CN=$2" 2>/dev/null &&
-		openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" \
-		    -CAcreateserial -out "$1.pem" -days 2 2>/dev/null
-	fi || fail "cannot make certificate $1"
-}
-mkcert ca testca ""
-mkcert srv localhost ca
-mkcert cli client ca
-mkcert other other ""
-mkcert rogue client other
+cp "$TEST_CERTS"/*.pem "$TEST_CERTS"/*.key . || fail "no certificates"
 
 # The port file is written whole (rename), so its tls line is there once
 # daemon_launch has read the TCP port.

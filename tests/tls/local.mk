@@ -1,2 +1,0 @@
-TESTS += tests/tls/tls.sh
-EXTRA_DIST += tests/tls/tls.sh
