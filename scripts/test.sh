@@ -116,6 +116,9 @@ step valgrind	test_valgrind
 step package	tests/package/debs.sh
 
 for _n in $ONLY; do
-	case " $RAN " in *" $_n "*) ;; *) echo "no step $_n" >&2; exit 64 ;; esac
+	case " $RAN " in
+	*" $_n "*) ;;
+	*) echo "no step $_n" >&2; exit 64 ;;
+	esac
 done
 echo "all tests passed:$RAN, in $(($(date +%s) - T0)) s"

@@ -225,7 +225,8 @@ START_TEST(tls_to_a_plain_server_fails_in_the_handshake)
 
 	keylock_set_timeout(kl, 5000);
 	ck_assert_st(kl, keylock_set_tls(kl, &o), KEYLOCK_OK);
-	ck_assert_st(kl, keylock_connect(kl, kt_d->addr, NULL), KEYLOCK_ERR_TLS);
+	ck_assert_st(kl, keylock_connect(kl, kt_d->addr, NULL),
+	    KEYLOCK_ERR_TLS);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "TLS handshake"));
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);

@@ -4,9 +4,10 @@
  * The harness's daemons (kltest.h), the one launcher of the C tests: each
  * keylockd starts from the build tree (or under KEYLOCKD_WRAPPER) in its
  * own mkdtemp directory under the run's, with --config /dev/null, and with
- * fork/exec and PR_SET_PDEATHSIG so a killed test cannot leave one behind. Ready means the port file holds a port and both the TCP
- * port and the unix socket accept a connection; nothing sleeps to
- * synchronise. Stopping is SIGTERM and a reap with a deadline.
+ * fork/exec and PR_SET_PDEATHSIG so a killed test cannot leave one
+ * behind. Ready means the port file holds a port and both the TCP port
+ * and the unix socket accept a connection; nothing sleeps to synchronise.
+ * Stopping is SIGTERM and a reap with a deadline.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

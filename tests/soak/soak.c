@@ -101,7 +101,8 @@ run_start(struct run *r)
 	char		 clients[16];
 
 	r->secs = kt_env_int("SOAK_SECONDS", 60, 1, 86400);
-	r->nworkers = kt_env_int("SOAK_WORKERS", kt_slow() > 1 ? 4 : 16, 1, 256);
+	r->nworkers = kt_env_int("SOAK_WORKERS", kt_slow() > 1 ? 4 : 16, 1,
+	    256);
 	r->per = (int)(kt_env_int("SOAK_CLIENTS", kt_slow() > 1 ? 48 : 320, 1,
 	    5000) / r->nworkers);
 	if (r->per == 0)
