@@ -851,6 +851,9 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 	e->ttl_s = cfg->etcd_lease_ttl;
 	e->timeout_ms = (int)cfg->etcd_timeout;
 	e->max_ops = (size_t)cfg->etcd_max_txn_ops;
+	/* one connection of the pool stays free for keepalives */
+	e->max_inflight = cfg->etcd_connections > 1 ?
+	    (int)cfg->etcd_connections - 1 : 1;
 	e->margin_ms = (uint64_t)e->ttl_s * 1000 / 4;
 	if (e->margin_ms < EBE_MARGIN_MIN_MS)
 		e->margin_ms = EBE_MARGIN_MIN_MS;

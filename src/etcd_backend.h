@@ -34,7 +34,6 @@ struct event;
 #define EBE_ID_HEX	16		/* digits of FE and of SEQ */
 #define EBE_VALUE_VERSION "k1"
 #define EBE_TOKEN_SHIFT	20		/* token: revision << 20 | n */
-#define EBE_TXNS_INFLIGHT 2		/* transactions on the wire */
 #define EBE_RANGE_PAGE	1000		/* entries per range while rebuilding */
 #define EBE_RETRY_MS	100		/* first pause before trying again */
 #define EBE_RETRY_MAX_MS 1000
@@ -168,6 +167,7 @@ struct ebe {
 	int64_t			 ttl_s;
 	int			 timeout_ms;
 	size_t			 max_ops;
+	int			 max_inflight;	/* transactions on the wire */
 	uint64_t		 margin_ms;
 
 	/* the lease; fe is its id, 0 while there is none */

@@ -3,7 +3,7 @@
  *
  * backend etcd's group commit (etcd_backend.h): what every client asked
  * for since the last transaction goes into the next one, up to etcd's
- * --max-txn-ops, with EBE_TXNS_INFLIGHT transactions on the wire at most;
+ * --max-txn-ops, with etcd-connections less one transactions on the wire;
  * that, not one commit per request, is what makes throughput grow with
  * the number of clients. Inside a transaction the deletes come first,
  * then the puts, so every replica applies a release before a LOCK written
@@ -32,6 +32,8 @@
 struct etxn {
 	struct ebe	*e;
 	uint64_t	 gen;		/* e->losses when sent */
+	uint64_t	 sent_ms;
+	size_t		 ops;
 	size_t		 n;
 	struct eitem	*items[];
 };
@@ -240,6 +242,8 @@ commit_send(struct ebe *e)
 	}
 	ctx->e = e;
 	ctx->gen = e->losses;
+	ctx->sent_ms = kl_now_ms();
+	ctx->ops = ops;
 	for (size_t i = 0; i < n; i++) {
 		ctx->items[i] = it = TAILQ_FIRST(&e->queue);
 		TAILQ_REMOVE(&e->queue, it, entry);
@@ -307,7 +311,7 @@ nomem:
 void
 commit_flush(struct ebe *e)
 {
-	while (e->inflight < EBE_TXNS_INFLIGHT && !TAILQ_EMPTY(&e->queue) &&
+	while (e->inflight < e->max_inflight && !TAILQ_EMPTY(&e->queue) &&
 	    e->fe != 0 && e->state != EBE_LOST && e->state != EBE_STOPPING)
 		commit_send(e);
 }
@@ -420,6 +424,11 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 		return;
 	}
 	e->inflight--;
+	if (log_is_debug())
+		log_debug("backend etcd: transaction of %zu operations at "
+		    "revision %" PRId64 ": %s in %" PRIu64 " ms", ctx->ops,
+		    res->revision, etcd_status_name(res->status),
+		    kl_now_ms() - ctx->sent_ms);
 	if (res->status == ETCD_OK) {
 		for (size_t i = 0; i < ctx->n; i++)
 			commit_item_ok(e, ctx->items[i], res);
