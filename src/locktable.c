@@ -31,7 +31,7 @@ LT_INLINE struct lt_hold *owner_scan_holds(const struct lt_owner *,
 		    const char *, size_t);
 static struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t);
-LT_INLINE void	 release_plain(struct locktable *, struct lt_key *, uint64_t);
+LT_INLINE void	 release_plain(struct locktable *, struct lt_key *);
 static enum kl_err release_keys(struct locktable *, struct lt_owner *,
 		    const char *const *, const size_t *, size_t, uint64_t,
 		    size_t *, size_t *) __attribute__((noinline));
@@ -547,14 +547,18 @@ locktable_withdraw(struct locktable *lt, struct lt_owner *o, uint64_t now_ms,
 
 /*
  * The common UNLOCK: o's own hold on a plain entry (no extension: nobody
- * waits for it and nobody else holds it), which then goes. What
- * hold_end() and key_touch() do, with what they test known.
+ * waits for it and nobody else holds it), with no ttl and held for less
+ * than a millisecond, which then goes back to its pool, the table keeping
+ * its size (lt_free_fits()). What hold_end(), key_touch() and
+ * lt_key_free() do, with what they test known, so that nothing is called.
  */
 LT_INLINE void
-release_plain(struct locktable *lt, struct lt_key *k, uint64_t now_ms)
+release_plain(struct locktable *lt, struct lt_key *k)
 {
 	struct lt_hold	*h = &k->own;
 	struct lt_owner	*o = h->owner;
+	struct lt_key	**pp;
+	struct lt_pool	*pl;
 
 	k->owned = 0;
 	if (h->oprev != NULL)
@@ -564,18 +568,27 @@ release_plain(struct locktable *lt, struct lt_key *k, uint64_t now_ms)
 	if (h->onext != NULL)
 		h->onext->oprev = h->oprev;
 	o->nholds--;
-	if (h->heap_idx != LT_NO_TTL)
-		lt_heap_remove(lt, h);
 	lt->c.held--;
-	kl_hist_add(&lt->c.hold_ms, lt_ms_since(now_ms, h->granted_ms));
+	kl_hist_add(&lt->c.hold_ms, 0);
 	lt->c.releases++;
-	lt_key_free(lt, k);
+	pp = &lt->buckets[lt_key_bucket(lt, k->hash)];
+	while (*pp != k)
+		pp = &(*pp)->next;
+	*pp = k->next;
+	lt->c.keys--;
+	pl = &lt->pools[lt_pool_class(lt_key_size(k->keylen))];
+	memcpy(k, &pl->head, sizeof(pl->head));
+	pl->head = k;
+	pl->n++;
+	lt->c.bytes -= lt_key_size(k->keylen);
+	LT_POISON(k, lt_pool_size(lt_pool_class(lt_key_size(k->keylen))));
 }
 
 /*
  * One key of an owner that holds a few, the common UNLOCK, is found among
- * its holds and, on a plain entry, released at once; the rest goes to
- * release_keys().
+ * its holds and, on a plain entry without a ttl, held for less than a
+ * millisecond, whose freeing calls nothing (lt_free_fits()), released at
+ * once: that path makes no call. The rest goes to release_keys().
  */
 enum kl_err
 locktable_release(struct locktable *lt, struct lt_owner *o,
@@ -587,9 +600,9 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 
 	if (nkeys == 1 && o->nholds <= LT_OWNER_SCAN &&
 	    (h = owner_scan_holds(o, keys[0], keylens[0])) != NULL &&
-	    h->inkey && (k = lt_hold_key(h))->x == NULL) {
-		release_plain(lt, k, now_ms);
-		settle(lt, now_ms);
+	    h->inkey && h->heap_idx == LT_NO_TTL && lt->dirty == NULL &&
+	    now_ms <= h->granted_ms && lt_free_fits(lt, k = lt_hold_key(h))) {
+		release_plain(lt, k);
 		if (n != NULL)
 			*n = 1;
 		return KL_OK;

@@ -365,10 +365,12 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 }
 
 /*
- * The common request: one key of a valid length, a plain lock, from an
- * owner not already waiting. If the key has no entry and max_holds has
- * room, nothing can be in its way: it is granted at once on a fresh
- * entry's own hold. Anything else goes on to acquire_full(), with the key
+ * The common request: one key of a valid length, a plain lock, no ttl,
+ * from an owner not already waiting. If the key has no entry and
+ * max_holds has room, nothing can be in its way: it is granted at once on
+ * a fresh entry's own hold. That path calls nothing but the token hook,
+ * last (a pooled entry, no resize: lt_fresh_fits()), so that it saves few
+ * registers. Anything else goes on to acquire_full(), with the key
  * already looked up.
  */
 enum kl_err
@@ -390,23 +392,23 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 	hash = lt_key_hash(lt, a->keys[0], a->keylens[0]);
 	k = lt_key_lookup(lt, a->keys[0], a->keylens[0], hash);
 	if (k != NULL || (a->max_holds != 0 && o->nholds >= a->max_holds) ||
-	    (a->ttl_ms != 0 && !lt_heap_reserve(lt, 1)) ||
-	    (k = lt_key_new(lt, a->keys[0], a->keylens[0], hash)) == NULL) {
+	    a->ttl_ms != 0 || !lt_fresh_fits(lt, a->keylens[0])) {
 		struct lt_probe	p = { a->keys[0], a->keylens[0], k, NULL, NULL,
 		    hash, false };
 
 		return acquire_full(lt, o, a, now_ms, granted, token, why,
 		    &p);
 	}
-	g.token = lt_next_token(lt);
+	k = lt_key_new(lt, a->keys[0], a->keylens[0], hash);
+	g.token = 0;
 	g.now_ms = now_ms;
-	g.ttl_ms = a->ttl_ms;
+	g.ttl_ms = 0;
 	g.mode = a->mode;
 	lt_key_insert(lt, k);
 	lt_hold_grant(lt, &k->own, k, o, &g);
 	lt_grant_count(lt, 0);
 	*granted = true;
-	*token = g.token;
+	*token = k->own.token = lt_next_token(lt);
 	return KL_OK;
 }
 

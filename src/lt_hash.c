@@ -18,7 +18,9 @@
  * flooding, provided the client never learns the key, and nothing tells
  * it: no reply depends on a hash or on bucket order (locktable_hot_keys()
  * fills its list in grant order), only lookups take longer or shorter.
- * It costs a few multiplications per key where SipHash costs rounds.
+ * It costs a few multiplications per key where SipHash costs rounds. The
+ * short keys' path is inline in lt_impl.h (lt_key_hash); longer keys come
+ * here.
  */
 #include <string.h>
 
@@ -26,15 +28,8 @@
 #include "lt_impl.h"
 #include "util.h"
 
-typedef unsigned __int128 lt_u128;
-
 static uint64_t	 splitmix64(uint64_t *);
-static inline uint64_t hash_le64(const unsigned char *);
-static inline uint64_t hash_short(const unsigned char *, size_t);
 static inline uint64_t hash_tail(const unsigned char *, size_t, size_t);
-static inline uint32_t hash_final(const struct locktable *, lt_u128);
-static uint32_t	 hash_long(const struct locktable *, const unsigned char *,
-		    size_t) __attribute__((noinline));
 
 /* Expands the 64-bit seed into the hash's key words. */
 static uint64_t
@@ -66,100 +61,20 @@ lt_hash_init(struct locktable *lt, uint64_t seed)
 	return true;
 }
 
-/* Eight bytes as a little-endian word, whatever the host's order. */
-static inline uint64_t
-hash_le64(const unsigned char *p)
-{
-	uint64_t	w;
-
-	memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	w = __builtin_bswap64(w);
-#endif
-	return w;
-}
-
-/* A key of 1 to 7 bytes as a word: two overlapping 4-byte loads, or the
- * first, middle and last byte. */
-static inline uint64_t
-hash_short(const unsigned char *p, size_t n)
-{
-	uint32_t	a, b;
-
-	if (n >= 4) {
-		memcpy(&a, p, 4);
-		memcpy(&b, p + n - 4, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-		a = __builtin_bswap32(a);
-		b = __builtin_bswap32(b);
-#endif
-		return (uint64_t)a | (uint64_t)b << (8 * (n - 4));
-	}
-	if (n == 0)
-		return 0;
-	return (uint64_t)p[0] | (uint64_t)p[n / 2] << (8 * (n / 2)) |
-	    (uint64_t)p[n - 1] << (8 * (n - 1));
-}
-
 /* Bytes p[i..len), fewer than eight, as a word: from the word that ends
- * the key when there is one to read back over. */
+ * the key, which is there to read back over. */
 static inline uint64_t
 hash_tail(const unsigned char *p, size_t len, size_t i)
 {
 	size_t	n = len - i;
 
-	if (n == 0)
-		return 0;
-	if (len >= 8)
-		return hash_le64(p + len - 8) >> (8 * (8 - n));
-	return hash_short(p + i, n);
+	return n == 0 ? 0 : lt_hash_le64(p + len - 8) >> (8 * (8 - n));
 }
 
-/* The top half of (hmul * acc) mod 2^128: multiply-shift's 32 bits. */
-static inline uint32_t
-hash_final(const struct locktable *lt, lt_u128 acc)
-{
-	uint64_t	lo = (uint64_t)acc, hi = (uint64_t)(acc >> 64);
-
-	hi = (uint64_t)(((lt_u128)lt->hmul[0] * lo) >> 64) +
-	    lt->hmul[0] * hi + lt->hmul[1] * lo;
-	return (uint32_t)(hi >> 32);
-}
-
-/*
- * The key is read as words m[0..w) with w = len / 8 + 1: its bytes, zeros,
- * and len in the top byte of the last word, so that different keys give
- * different words. NH sums (m[2i] + k[2i]) * (m[2i+1] + k[2i+1]) in 128
- * bits (a missing last word is 0); multiply-shift keeps the top 32 bits of
- * that sum times an odd 128-bit multiplier. Keys longer than the longest
- * one (never in the table) reuse the key words. Keys under 16 bytes, most
- * of them, are one product.
- */
+/* lt_key_hash() of keys of 16 bytes or more: the words two at a time. */
 uint32_t
-lt_key_hash(const struct locktable *lt, const char *key, size_t len)
-{
-	const unsigned char	*p = (const unsigned char *)key;
-	const uint64_t		*k = lt->hkey;
-	uint64_t		 a, b, top = (uint64_t)(len & 0xff) << 56;
-
-	if (len >= 16)
-		return hash_long(lt, p, len);
-	if (len >= 8) {
-		/* the last len - 8 bytes: none when the shift is 64 */
-		a = hash_le64(p);
-		b = (hash_le64(p + len - 8) >> (63 - 8 * (len - 8)) >> 1) |
-		    top;
-	} else {
-		a = hash_short(p, len) | top;
-		b = 0;
-	}
-	return hash_final(lt, (lt_u128)(a + k[0]) * (b + k[1]));
-}
-
-/* The same, for keys of 16 bytes or more; not inlined, so that the short
- * path needs no saved registers. */
-static uint32_t
-hash_long(const struct locktable *lt, const unsigned char *p, size_t len)
+lt_key_hash_long(const struct locktable *lt, const unsigned char *p,
+    size_t len)
 {
 	const uint64_t	*k = lt->hkey;
 	lt_u128		 acc = 0;
@@ -167,17 +82,17 @@ hash_long(const struct locktable *lt, const unsigned char *p, size_t len)
 	size_t		 i = 0, j = 0;
 
 	for (; len - i >= 16; i += 16, j = (j + 2) % LT_HASH_WORDS)
-		acc += (lt_u128)(hash_le64(p + i) + k[j]) *
-		    (hash_le64(p + i + 8) + k[j + 1]);
+		acc += (lt_u128)(lt_hash_le64(p + i) + k[j]) *
+		    (lt_hash_le64(p + i + 8) + k[j + 1]);
 	if (len - i < 8) {
 		a = hash_tail(p, len, i) | (uint64_t)(len & 0xff) << 56;
 		b = 0;
 	} else {
-		a = hash_le64(p + i);
+		a = lt_hash_le64(p + i);
 		b = hash_tail(p, len, i + 8) | (uint64_t)(len & 0xff) << 56;
 	}
 	acc += (lt_u128)(a + k[j]) * (b + k[j + 1]);
-	return hash_final(lt, acc);
+	return lt_hash_final(lt, acc);
 }
 
 /*

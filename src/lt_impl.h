@@ -465,7 +465,86 @@ bool		 lt_req_is_grantable(const struct lt_req *);
 bool		 lt_hash_init(struct locktable *, uint64_t);
 void		 lt_hash_cleanup(struct locktable *);
 void		 lt_hash_resize(struct locktable *, unsigned);
-uint32_t	 lt_key_hash(const struct locktable *, const char *, size_t);
+uint32_t	 lt_key_hash_long(const struct locktable *, const unsigned char *,
+		    size_t);
+
+/*
+ * The keyed hash of lt_hash.c (see there why it is safe), inline for keys
+ * under 16 bytes: every request hashes one. The key is read as words
+ * m[0..w) with w = len / 8 + 1: its bytes, zeros, and len in the top byte
+ * of the last word, so that different keys give different words. NH sums
+ * (m[2i] + k[2i]) * (m[2i+1] + k[2i+1]) in 128 bits (a missing last word
+ * is 0); multiply-shift keeps the top 32 bits of that sum times an odd
+ * 128-bit multiplier. A key under 16 bytes is one product.
+ */
+typedef unsigned __int128 lt_u128;
+
+/* Eight bytes as a little-endian word, whatever the host's order. */
+static inline uint64_t
+lt_hash_le64(const unsigned char *p)
+{
+	uint64_t	w;
+
+	memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
+	return w;
+}
+
+/* A key of 0 to 7 bytes as a word: two overlapping 4-byte loads, or the
+ * first, middle and last byte. */
+static inline uint64_t
+lt_hash_short(const unsigned char *p, size_t n)
+{
+	uint32_t	a, b;
+
+	if (n >= 4) {
+		memcpy(&a, p, 4);
+		memcpy(&b, p + n - 4, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		a = __builtin_bswap32(a);
+		b = __builtin_bswap32(b);
+#endif
+		return (uint64_t)a | (uint64_t)b << (8 * (n - 4));
+	}
+	if (n == 0)
+		return 0;
+	return (uint64_t)p[0] | (uint64_t)p[n / 2] << (8 * (n / 2)) |
+	    (uint64_t)p[n - 1] << (8 * (n - 1));
+}
+
+/* The top half of (hmul * acc) mod 2^128: multiply-shift's 32 bits. */
+static inline uint32_t
+lt_hash_final(const struct locktable *lt, lt_u128 acc)
+{
+	uint64_t	lo = (uint64_t)acc, hi = (uint64_t)(acc >> 64);
+
+	hi = (uint64_t)(((lt_u128)lt->hmul[0] * lo) >> 64) +
+	    lt->hmul[0] * hi + lt->hmul[1] * lo;
+	return (uint32_t)(hi >> 32);
+}
+
+static inline uint32_t
+lt_key_hash(const struct locktable *lt, const char *key, size_t len)
+{
+	const unsigned char	*p = (const unsigned char *)key;
+	const uint64_t		*k = lt->hkey;
+	uint64_t		 a, b, top = (uint64_t)(len & 0xff) << 56;
+
+	if (len >= 16)
+		return lt_key_hash_long(lt, p, len);
+	if (len >= 8) {
+		/* the last len - 8 bytes: none when the shift is 64 */
+		a = lt_hash_le64(p);
+		b = (lt_hash_le64(p + len - 8) >> (63 - 8 * (len - 8)) >> 1) |
+		    top;
+	} else {
+		a = lt_hash_short(p, len) | top;
+		b = 0;
+	}
+	return lt_hash_final(lt, (lt_u128)(a + k[0]) * (b + k[1]));
+}
 
 /* The entries of the hash table, inline: every request looks one up, and
  * most lock or free one. */
@@ -511,6 +590,27 @@ lt_key_insert(struct locktable *lt, struct lt_key *k)
 	if (++lt->c.keys > lt->nbuckets &&
 	    lt->bshift > 32 - LT_BUCKETS_MAX_BITS)
 		lt_hash_resize(lt, 32 - lt->bshift + 1);
+}
+
+/*
+ * Whether a fresh entry for a key of len bytes comes from its pool and
+ * inserting it needs no resize: then neither makes a call.
+ */
+static inline bool
+lt_fresh_fits(const struct locktable *lt, size_t len)
+{
+	return lt->pools[lt_pool_class(lt_key_size(len))].head != NULL &&
+	    lt->c.keys < lt->nbuckets;
+}
+
+/* Whether freeing k returns it to its pool and needs no resize. */
+static inline bool
+lt_free_fits(const struct locktable *lt, const struct lt_key *k)
+{
+	return lt->pools[lt_pool_class(lt_key_size(k->keylen))].n <
+	    LT_POOL_KEEP && k->x == NULL &&
+	    (lt->c.keys - 1 >= lt->nbuckets / 4 ||
+	    lt->nbuckets <= LT_BUCKETS_MIN);
 }
 
 /* Shrinking keeps the load above a quarter: memory follows the keys. */
