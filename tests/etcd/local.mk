@@ -22,11 +22,13 @@ ETCD_TESTS = \
 	tests/etcd/cluster_test.sh \
 	tests/etcd/etcd_client_test \
 	tests/etcd/bench_etcd.sh \
+	tests/etcd/loopback.sh \
 	tests/etcd/integration.sh
 TESTS += $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh \
-	tests/etcd/integration.sh tests/etcd/frontend.sh
+	tests/etcd/integration.sh tests/etcd/frontend.sh \
+	tests/etcd/loopback.sh examples/etcd-loopback.sh
 
 # The front ends (backend etcd) through the protocol, with faults.
 check_PROGRAMS += tests/etcd/frontend_test
