@@ -10,7 +10,11 @@
  * event, never from inside an evhttp callback. It never blocks, and never
  * calls a callback from inside the function that made the call.
  */
+#include <sys/socket.h>
 #include <sys/time.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -207,6 +212,7 @@ etcd_new(struct event_base *base, const char *endpoints,
 	for (int i = 0; i < e->o.conns; i++) {
 		e->conns[i].e = e;
 		e->conns[i].ep = -1;
+		e->conns[i].nodelay_fd = -1;
 	}
 	*why = NULL;
 	return e;
@@ -432,6 +438,26 @@ etcd_cancel(struct etcd_call *c)
 	dispatch(e, false);
 }
 
+/*
+ * evhttp writes a request's headers and its body apart: with Nagle's
+ * algorithm the body would wait for the ACK of the headers (a delayed ACK,
+ * milliseconds per call). The socket exists once the request is made; a
+ * reconnection makes a new one.
+ */
+static void
+conn_nodelay(struct etcd_conn *conn)
+{
+	struct bufferevent	*bev = evhttp_connection_get_bufferevent(
+				    conn->evcon);
+	evutil_socket_t		 fd = bev != NULL ? bufferevent_getfd(bev) : -1;
+	int			 on = 1;
+
+	if (fd < 0 || fd == conn->nodelay_fd)
+		return;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on)) == 0)
+		conn->nodelay_fd = fd;
+}
+
 /* Sends c on conn (connected to e->cur); false if evhttp refused. */
 static bool
 call_send(struct etcd_conn *conn, struct etcd_call *c)
@@ -468,6 +494,7 @@ call_send(struct etcd_conn *conn, struct etcd_call *c)
 		e->nqueue++;
 		return false;
 	}
+	conn_nodelay(conn);
 	return true;
 }
 
@@ -496,6 +523,7 @@ dispatch(struct etcd *e, bool safe)
 			}
 			evhttp_connection_free(conn->evcon);
 			conn->evcon = NULL;
+			conn->nodelay_fd = -1;
 		}
 		if (conn->evcon == NULL) {
 			conn->ep = e->cur;

@@ -70,6 +70,7 @@ struct etcd_conn {
 	struct etcd			*e;
 	struct evhttp_connection	*evcon;
 	int				 ep;	/* of evcon; -1: none */
+	int				 nodelay_fd;	/* TCP_NODELAY set */
 	struct etcd_call		*call;	/* in flight, or NULL */
 };
 

@@ -28,7 +28,8 @@ TESTS += $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh \
 	tests/etcd/integration.sh tests/etcd/frontend.sh \
-	tests/etcd/loopback.sh examples/etcd-loopback.sh
+	tests/etcd/loopback.sh examples/etcd-loopback.sh \
+	bench/etcd_compare.sh bench/ETCD_RESULTS.md
 
 # The front ends (backend etcd) through the protocol, with faults.
 check_PROGRAMS += tests/etcd/frontend_test

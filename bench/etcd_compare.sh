@@ -1,0 +1,159 @@
+#!/bin/bash
+# bench/etcd_compare.sh [BUILDDIR]: keylockd front ends in backend etcd
+# against etcd's own lock API (/v3/lock/lock + /v3/lock/unlock), side by
+# side on one private 3-member etcd cluster on loopback, with the same
+# client (keylock-bench, --etcd for etcd's API), and bench/ETCD_RESULTS.md
+# from the figures (issue 11).
+#
+# It builds nothing: run `make` first (a build without sanitizers). Two
+# front ends run on the cluster (the keylockd rows use the first; the
+# second watches, as a real deployment's would). Each row runs ROUNDS
+# times (3), alternately keylockd and etcd (reversed in even rounds); a
+# figure is the median of the rounds with their min-max. DURATION (3) is
+# seconds per run. The writes per cycle are etcd revisions per cycle,
+# from etcd's revision before and after each run. RESULTS names the
+# output; KEEP=1 keeps the raw JSON.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=$(cd "${1:-.}" && pwd)
+KEYLOCKD=${KEYLOCKD:-$build/src/keylockd}
+KEYLOCK_BENCH=${KEYLOCK_BENCH:-$build/tools/keylock-bench}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-3}
+RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
+ROWS="lock-unlock:50 contended:4 contended:50"
+
+for p in "$KEYLOCKD" "$KEYLOCK_BENCH"; do
+	[ -x "$p" ] || { echo "etcd_compare.sh: $p: not found" >&2; exit 1; }
+done
+command -v etcd >/dev/null || { echo "etcd_compare.sh: no etcd" \
+    "(Debian: etcd-server)" >&2; exit 1; }
+perl -MJSON::PP -e 1 2>/dev/null ||
+    { echo "etcd_compare.sh: needs perl's JSON::PP" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylock-etcd-compare.XXXXXX")
+PIDS=
+cleanup() {
+	trap - EXIT INT TERM HUP
+	for p in $PIDS; do
+		kill -TERM "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" down || true
+	if [ "${KEEP:-0}" = 1 ]; then
+		echo "etcd_compare.sh: raw results kept in $TMP" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+endpoints=$(sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" start 3 --watch $$)
+member1=${endpoints%%,*}
+member1=${member1#http://}
+
+for i in 1 2; do
+	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --port-file "$TMP/port$i" --unix "" --state-dir "$TMP" \
+	    --backend etcd --etcd-endpoints "$endpoints" \
+	    --max-clients 100000 >"$TMP/frontend$i.log" 2>&1 &
+	PIDS="$PIDS $!"
+	for _ in $(seq 400); do
+		grep -q '^[0-9]' "$TMP/port$i" 2>/dev/null && break
+		sleep 0.05
+	done
+	grep -q '^[0-9]' "$TMP/port$i" ||
+	    { cat "$TMP/frontend$i.log" >&2; exit 1; }
+done
+frontend1=127.0.0.1:$(head -n 1 "$TMP/port1")
+
+revision() {
+	curl -s -X POST -d '{"key":"eA==","count_only":true}' \
+	    "http://$member1/v3/kv/range" |
+	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{header}{revision}'
+}
+
+# run SYSTEM WORK CONNS ROUND: one run, its JSON in $TMP/SYSTEM.WORK.CONNS.ROUND
+run() {
+	local sys=$1 work=$2 conns=$3 round=$4 out before after
+	out=$TMP/$sys.$work.$conns.$round.json
+	before=$(revision)
+	if [ "$sys" = etcd ]; then
+		"$KEYLOCK_BENCH" --etcd -S "$member1" -w "$work" -c "$conns" \
+		    -t "$DURATION" --json --no-progress >"$out"
+	else
+		"$KEYLOCK_BENCH" -S "$frontend1" -w "$work" -c "$conns" \
+		    -t "$DURATION" --json --no-progress >"$out"
+	fi
+	after=$(revision)
+	echo "$before $after" >"$out.rev"
+}
+
+for round in $(seq "$ROUNDS"); do
+	for row in $ROWS; do
+		work=${row%:*}
+		conns=${row#*:}
+		if [ $((round % 2)) -eq 1 ]; then
+			run keylockd "$work" "$conns" "$round"
+			run etcd "$work" "$conns" "$round"
+		else
+			run etcd "$work" "$conns" "$round"
+			run keylockd "$work" "$conns" "$round"
+		fi
+		echo "round $round: $row done" >&2
+	done
+done
+
+rev=$(cd "$top" && git describe --always --dirty 2>/dev/null || echo unknown)
+etcdv=$(etcd --version | sed -n 's/^etcd Version: //p')
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+ncpu=$(nproc)
+perl -MJSON::PP -e '
+my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu) = @ARGV;
+sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
+sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
+    local $/; my $j = decode_json(<$h>); close($h); return $j; }
+print "# keylockd backend etcd against etcd'"'"'s lock API\n\n";
+print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
+    "on loopback, two keylockd front ends (clients on the first), ",
+    "keylock-bench on the same machine ($cpu, $ncpu CPUs, shared), ",
+    "$rounds rounds of $dur s, medians [min-max]. A cycle is LOCK + ",
+    "UNLOCK through keylockd, /v3/lock/lock + /v3/lock/unlock (each ",
+    "connection with its lease) through etcd.\n\n";
+print "| workload | clients | keylockd cycles/s | etcd cycles/s | ",
+    "keylockd/etcd | keylockd p50/p99 ms | etcd p50/p99 ms | ",
+    "etcd writes per cycle, keylockd / etcd |\n";
+print "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+for my $row (split " ", $rows) {
+    my ($work, $conns) = split /:/, $row;
+    my (%c, %p50, %p99, %w, @ratio);
+    for my $r (1 .. $rounds) {
+        for my $s ("keylockd", "etcd") {
+            my $f = "$tmp/$s.$work.$conns.$r.json";
+            my $j = rd($f);
+            die "$f: not ok: $j->{failure}\n" unless $j->{ok};
+            push @{$c{$s}}, $j->{cycles_per_s};
+            push @{$p50{$s}}, $j->{latency_ms}{all}{p50};
+            push @{$p99{$s}}, $j->{latency_ms}{all}{p99};
+            open(my $h, "<", "$f.rev") or die; my ($b, $a) = split " ",
+                <$h>; close($h);
+            push @{$w{$s}}, $j->{cycles} > 0 ? ($a - $b) / $j->{cycles} : 0;
+        }
+        push @ratio, $c{etcd}[-1] > 0 ? $c{keylockd}[-1] / $c{etcd}[-1] : 0;
+    }
+    my @k = sort { $a <=> $b } @{$c{keylockd}};
+    my @e = sort { $a <=> $b } @{$c{etcd}};
+    printf "| %s | %d | %.0f [%.0f-%.0f] | %.0f [%.0f-%.0f] | %.1f | " .
+        "%.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n",
+        $work eq "contended" ? "one busy key" : "distinct keys", $conns,
+        med(@k), $k[0], $k[-1], med(@e), $e[0], $e[-1], med(@ratio),
+        med(@{$p50{keylockd}}), med(@{$p99{keylockd}}),
+        med(@{$p50{etcd}}), med(@{$p99{etcd}}),
+        med(@{$w{keylockd}}), med(@{$w{etcd}});
+}
+' "$TMP" "$ROUNDS" "$ROWS" "$DURATION" "$rev" "$etcdv" "$cpu" "$ncpu" \
+    >"$RESULTS"
+cat "$RESULTS"
