@@ -685,7 +685,9 @@ conn_handle_line(struct conn *c, const char *line, size_t len)
 static size_t
 conn_process(struct conn *c, char *buf, size_t len)
 {
-	size_t	max = (size_t)c->cs->cfg->max_line, off = 0, handled = 0;
+	struct conns	*cs = c->cs;
+	struct request	*req = &cs->req;
+	size_t		 max = (size_t)cs->cfg->max_line, off = 0, handled = 0;
 
 	c->produced = 0;
 	while (off < len && c->state == CONN_READY) {
@@ -700,11 +702,11 @@ conn_process(struct conn *c, char *buf, size_t len)
 			break;
 		}
 		/* The common request, framed and parsed in one pass. */
-		if (!c->discarding && (n = proto_parse_next(p, avail, max,
-		    &c->cs->req)) > 0) {
+		if (!c->discarding &&
+		    (n = proto_parse_next(p, avail, max, req)) > 0) {
 			off += n;
-			c->cs->st->requests++;
-			commands_execute(c->cs->cmds, c, &c->cs->req);
+			cs->st->requests++;
+			commands_execute(cs->cmds, c, req);
 			handled++;
 			continue;
 		}
