@@ -13,7 +13,10 @@
 # seconds per timed run; HOLD_KEYS (1000000) and IDLE_CONNS (50000, or as
 # many as the descriptor limit allows) size the memory rows; RESULTS names the output (bench/RESULTS.md beside this
 # script); KEEP=1 keeps the raw JSON; KEYLOCKD_REV names the daemon's
-# source revision (default: git describe of this tree).
+# source revision (default: git describe of this tree). Last, unless
+# INSTRUCTIONS=0, bench/instructions.sh counts the user-space instructions
+# per request of keylockd and of the echo floor under callgrind (c=50
+# P=16), printed beside the ratios and in RESULTS.md.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -477,8 +480,27 @@ stop "$EC_PID"
 for r in $(seq 1 "$ROUNDS"); do
 	memory_round "$r"
 done
+# Instructions per request (issue 14): "NAME TOTAL NET" lines, or none.
+IR_TARGET=300
+: >"$TMP/ir"
+if [ "${INSTRUCTIONS:-1}" != 0 ]; then
+	say "instructions per request under callgrind (bench/instructions.sh)"
+	if ! KEYLOCKD=$KEYLOCKD KEYLOCK_BENCH=$KEYLOCK_BENCH \
+	    ECHO_SERVER=$ECHO_SERVER SUMMARY="$TMP/ir" \
+	    SERVER_CPU=$SERVER_CPU CLIENT_CPU=$CLIENT_CPU \
+	    "$here/instructions.sh" "$build" >"$TMP/ir.out" 2>&1; then
+		say "instructions.sh failed: $(tail -n 1 "$TMP/ir.out")"
+		: >"$TMP/ir"
+	fi
+fi
 ELAPSED=$((SECONDS - T0))
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ir NAME total|net: a figure of instructions.sh, or "-".
+ir() {
+	awk -v n="$1" -v f="$2" '$1 == n { print f == "net" ? $3 : $2; x = 1 }
+	    END { if (!x) print "-" }' "$TMP/ir"
+}
 
 # --- RESULTS.md --------------------------------------------------------
 
@@ -568,11 +590,40 @@ verdict2() {
 	fi
 }
 
+# The c=50 P=16 row's instructions, under the throughput table.
+instructions_line() {
+	if [ "$(ir keylockd total)" = - ]; then
+		echo "Instructions per request: not measured (valgrind missing," \
+		    "or INSTRUCTIONS=0)."
+		return
+	fi
+	cat <<EOT
+User-space instructions per request at c=50 P=16, lock-unlock on random
+keys, 200,000 requests under \`valgrind --tool=callgrind\`
+(\`bench/instructions.sh\`; they do not depend on the machine's speed):
+
+| | keylockd | echo floor | keylockd/echo |
+|---|---:|---:|---:|
+| whole run / requests | $(num "$(ir keylockd total)" 1) | $(num "$(ir echo total)" 1) | $(ratio "$(ir keylockd total)" "$(ir echo total)") |
+| net of start and exit | $(num "$(ir keylockd net)" 1) | $(num "$(ir echo net)" 1) | $(ratio "$(ir keylockd net)" "$(ir echo net)") |
+EOT
+}
+
 targets_table() {
 	local x y
 
-	echo "| target (issue 5) | measured | verdict |"
+	echo "| target (issue 5, 14) | measured | verdict |"
 	echo "|---|---:|---|"
+	x=$(ir keylockd total)
+	if [ "$x" = - ]; then
+		echo "| ≤ $IR_TARGET user-space instructions per request," \
+		    "c=50 P=16 (issue 14) | not measured | not measured |"
+	else
+		echo "| ≤ $IR_TARGET user-space instructions per request," \
+		    "c=50 P=16 (issue 14) | $(num "$x" 1) (net of start and" \
+		    "exit $(num "$(ir keylockd net)" 1)); echo floor" \
+		    "$(num "$(ir echo total)" 1) | $(verdict "$x <= $IR_TARGET") |"
+	fi
 	x=$(ratio "$(med tp.50.1 k cps)" "$(med tp.50.1 r cps)")
 	y=$(med tp.50.1 k_r cps)
 	echo "| cycles/s ≥ 1.1× Redis SET+DEL at c=50 P=1 | ${x}×" \
@@ -656,6 +707,8 @@ $(machine)
 
 $(throughput_table)
 
+$(instructions_line)
+
 ## Request latency, all requests, ms (lower is better)
 
 $(latency_table)
@@ -736,4 +789,14 @@ EOF
 
 write_results >"$RESULTS.tmp"
 mv "$RESULTS.tmp" "$RESULTS"
+for row in $THROUGHPUT_ROWS; do
+	say "c=${row%:*} P=${row#*:}: keylockd/Redis" \
+	    "$(ratio "$(med "tp.${row%:*}.${row#*:}" k cps)" \
+	    "$(med "tp.${row%:*}.${row#*:}" r cps)"), keylockd/echo" \
+	    "$(ratio "$(med "tp.${row%:*}.${row#*:}" k cps)" \
+	    "$(med "tp.${row%:*}.${row#*:}" e cps)")"
+done
+say "instructions per request (c=50 P=16): keylockd $(ir keylockd total)" \
+    "(net $(ir keylockd net)), echo floor $(ir echo total)" \
+    "(net $(ir echo net))"
 say "wrote $RESULTS in $ELAPSED s"
