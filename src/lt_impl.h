@@ -599,7 +599,9 @@ lt_key_insert(struct locktable *lt, struct lt_key *k)
 static inline bool
 lt_fresh_fits(const struct locktable *lt, size_t len)
 {
-	return lt->pools[lt_pool_class(lt_key_size(len))].head != NULL &&
+	size_t	n = lt_key_size(len);
+
+	return n <= LT_POOL_MAX && lt->pools[lt_pool_class(n)].head != NULL &&
 	    lt->c.keys < lt->nbuckets;
 }
 
@@ -607,7 +609,9 @@ lt_fresh_fits(const struct locktable *lt, size_t len)
 static inline bool
 lt_free_fits(const struct locktable *lt, const struct lt_key *k)
 {
-	return lt->pools[lt_pool_class(lt_key_size(k->keylen))].n <
+	size_t	n = lt_key_size(k->keylen);
+
+	return n <= LT_POOL_MAX && lt->pools[lt_pool_class(n)].n <
 	    LT_POOL_KEEP && k->x == NULL &&
 	    (lt->c.keys - 1 >= lt->nbuckets / 4 ||
 	    lt->nbuckets <= LT_BUCKETS_MIN);

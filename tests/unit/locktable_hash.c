@@ -154,6 +154,27 @@ START_TEST(hot_keys_fill_in_grant_order)
 }
 END_TEST
 
+/*
+ * Keys of every length lock and unlock, twice, so that entries of every
+ * pool class, and those too big for any, are taken, freed and taken again
+ * (the sanitizers watch the pools' bounds).
+ */
+START_TEST(keys_of_every_length_lock_and_unlock)
+{
+	char	key[KL_KEY_MAX + 1];
+
+	memset(key, 'k', sizeof(key));
+	for (int round = 0; round < 2; round++)
+		for (size_t len = 1; len <= KL_KEY_MAX; len++) {
+			key[len] = '\0';
+			ck_assert_int_eq(cl_lock(1, key, 0), GRANTED);
+			ck_assert_int_eq(cl_unlock(1, key, 0), KL_OK);
+			key[len] = 'k';
+		}
+	cl_expect_gauges(0, 0, 0);
+}
+END_TEST
+
 void
 cl_add_hash(Suite *s)
 {
@@ -163,4 +184,5 @@ cl_add_hash(Suite *s)
 	tcase_add_test(tc, chosen_keys_spread_over_the_buckets);
 	tcase_add_test(tc, hash_depends_on_the_seed);
 	tcase_add_test(tc, hot_keys_fill_in_grant_order);
+	tcase_add_test(tc, keys_of_every_length_lock_and_unlock);
 }
