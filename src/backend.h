@@ -72,6 +72,9 @@ struct be_hooks {
 
 struct backend_ops {
 	const char	*name;		/* "local", as config spells it */
+	/* Releases complete after a commit: QUIT releases before its OK,
+	 * not by the close after it (keylockd-protocol(7), QUIT). */
+	bool		 quit_releases;
 	struct lt_owner	*(*owner_new)(struct backend *, uint64_t id,
 			    void *udata);
 	/* The owner is gone (its connection closed): everything it holds is

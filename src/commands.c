@@ -567,9 +567,25 @@ cmd_ping(struct commands *cmds, struct conn *c, const struct request *req)
 	conn_reply_ok(c, "PONG");
 }
 
+/*
+ * Over a replicated backend the locks go before the OK: the release is
+ * committed first, so a client that read the OK knows every lock of the
+ * connection is free (keylockd-protocol(7), QUIT). Whatever the release's
+ * outcome, the reply is OK and the connection closes; closing releases
+ * what is left.
+ */
 static void
 cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 {
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
+
+	if (be->ops->quit_releases && be->ops->release_owner(be,
+	    conn_owner(c), kl_now_ms(), &r) == BE_PENDING) {
+		conn_pend(c, false, -1, 0);
+		conn_quit(c);
+		return;
+	}
 	conn_reply_ok(c, "%s", "");
 	conn_quit(c);
 }
@@ -646,7 +662,10 @@ commands_done(struct commands *cmds, struct lt_owner *o,
 
 	if (c == NULL)
 		return;
-	cmd_reply(cmds, c, r);
+	if (conn_is_quitting(c))
+		conn_reply_ok(c, "%s", "");	/* QUIT's release */
+	else
+		cmd_reply(cmds, c, r);
 	conn_complete(c, r->err);
 }
 

@@ -118,6 +118,7 @@ struct conn {
 	bool			 cancel_asked;
 	bool			 cancel_skip;	/* scan inside an overlong line */
 	bool			 pending_lock;	/* the open request is a LOCK */
+	bool			 quit_after;	/* QUIT waits for its release */
 	bool			 discarding;	/* inside an overlong line */
 	bool			 queued;	/* on cs->runq */
 	bool			 read_paused;	/* ibuf full: watch for close */
@@ -1026,7 +1027,7 @@ conn_complete(struct conn *c, enum kl_err err)
 	c->pending_lock = false;
 	if (c->timer != NULL)
 		evtimer_del(c->timer);
-	conn_set_state(c, CONN_READY);
+	conn_set_state(c, c->quit_after ? CONN_DRAINING : CONN_READY);
 }
 
 static void
@@ -1062,7 +1063,16 @@ conn_cancel_result(struct conn *c)
 void
 conn_quit(struct conn *c)
 {
-	conn_set_state(c, CONN_DRAINING);
+	if (c->state == CONN_PENDING)
+		c->quit_after = true;
+	else
+		conn_set_state(c, CONN_DRAINING);
+}
+
+bool
+conn_is_quitting(const struct conn *c)
+{
+	return c->quit_after || c->state == CONN_DRAINING;
 }
 
 /* ---- accessors ---- */

@@ -92,8 +92,10 @@ bool		 conn_is_pending(const struct conn *c);
 /* For the CANCEL handler: 1 if this CANCEL line was read ahead and
  * withdrew a LOCK, else 0. */
 uint64_t	 conn_cancel_result(struct conn *c);
-/* The request's reply is the last: after it is sent, close. */
+/* The request's reply is the last: after it is sent, close. Called while
+ * the request is pending, once it completes. */
 void		 conn_quit(struct conn *c);
+bool		 conn_is_quitting(const struct conn *c);
 
 uint64_t	 conn_id(const struct conn *c);
 const char	*conn_name(const struct conn *c);
