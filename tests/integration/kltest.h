@@ -210,8 +210,10 @@ json_t		*kt_stats_at(const char *file, int line,
 		    struct kt_conn *c);
 json_int_t	 kt_stat_at(const char *file, int line, struct kt_conn *c,
 		    const char *member);
+/* Polls STATS until member is value, for ms (scaled by kt_ms()). */
 void		 kt_wait_stat_at(const char *file, int line,
-		    struct kt_conn *c, const char *member, json_int_t value);
+		    struct kt_conn *c, const char *member, json_int_t value,
+		    int64_t ms);
 json_t		*kt_info_at(const char *file, int line, struct kt_conn *c,
 		    const char *key);
 json_t		*kt_wait_queue_at(const char *file, int line,
@@ -246,7 +248,9 @@ json_t		*kt_wait_queue_at(const char *file, int line,
 #define kt_jint(o, m)		kt_jint_at(KT_AT, (o), (m))
 #define kt_stats(c)		kt_stats_at(KT_AT, (c))
 #define kt_stat(c, m)		kt_stat_at(KT_AT, (c), (m))
-#define kt_wait_stat(c, m, v)	kt_wait_stat_at(KT_AT, (c), (m), (v))
+#define kt_wait_stat(c, m, v)	kt_wait_stat_at(KT_AT, (c), (m), (v), 5000)
+#define kt_wait_stat_ms(c, m, v, ms) \
+				kt_wait_stat_at(KT_AT, (c), (m), (v), (ms))
 #define kt_info(c, k)		kt_info_at(KT_AT, (c), (k))
 /* Polls INFO until the key has h holders and w waiters; returns it. */
 #define kt_wait_queue(c, k, h, w) kt_wait_queue_at(KT_AT, (c), (k), (h), (w))

@@ -256,9 +256,9 @@ kt_stat_at(const char *file, int line, struct kt_conn *c, const char *member)
 
 void
 kt_wait_stat_at(const char *file, int line, struct kt_conn *c,
-    const char *member, json_int_t value)
+    const char *member, json_int_t value, int64_t ms)
 {
-	uint64_t	deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
+	uint64_t	deadline = kt_now_ms() + (uint64_t)kt_ms(ms);
 	json_int_t	v;
 
 	for (;;) {
@@ -271,7 +271,7 @@ kt_wait_stat_at(const char *file, int line, struct kt_conn *c,
 	}
 	kt_fail_at(file, line, "STATS \"%s\" is %lld, want %lld (waited %lld "
 	    "ms)", member, (long long)v, (long long)value,
-	    (long long)kt_ms(5000));
+	    (long long)kt_ms(ms));
 }
 
 json_t *
