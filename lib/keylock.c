@@ -64,6 +64,12 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_BACKEND] = "the server cannot reach its lock store",
 };
 
+static enum keylock_status	 connect_one(struct keylock *, const char *,
+				    const char *);
+static int			 connect_moves_on(const struct keylock *,
+				    enum keylock_status);
+static enum keylock_status	 secret_check(struct keylock *, const char *,
+				    size_t *);
 static enum keylock_status	 lock_cancel_reply(struct keylock *);
 static enum keylock_status	 lock_build(struct keylock *, const char *,
 				    const char *const *, size_t,
@@ -137,18 +143,94 @@ keylock_timeout(const struct keylock *kl)
 	return kl->timeout_ms;
 }
 
+/*
+ * A server list: each server in turn, each with a deadline of its own,
+ * until one answers (libkeylock(3), SERVER LISTS). Every server is checked
+ * before any is tried, so that a typo late in the list is not found only
+ * the day the first ones are down. A server that answers is kept, whatever
+ * AUTH then says: ERR AUTH is the caller's to fix, not the next server's.
+ */
 enum keylock_status
 keylock_connect(struct keylock *kl, const char *server, const char *secret)
 {
-	enum keylock_status	st;
+	enum keylock_status	 st, worst = KEYLOCK_OK;
+	const char		*p, *msg;
+	char			 one[KEYLOCK_SERVER_TEXT_MAX];
+	char			 why[KEYLOCK_MSG_MAX];
+	size_t			 n, len = 0;
 
-	if ((st = kli_connect(kl, server)) != KEYLOCK_OK)
+	keylock_close(kl);
+	server = kli_server_list(server);
+	if ((st = kli_servers_check(kl, server, &n)) != KEYLOCK_OK ||
+	    (secret != NULL && (st = secret_check(kl, secret, NULL)) !=
+	    KEYLOCK_OK))
 		return st;
+	why[0] = '\0';
+	for (p = server; p != NULL; ) {
+		(void)kli_server_cut(&p, one, sizeof(one));
+		st = connect_one(kl, one, secret);
+		if (st == KEYLOCK_OK || n == 1 || !connect_moves_on(kl, st))
+			return st;
+		/* Each part names its server, and says why, shortly. */
+		msg = *kl->message != '\0' ? kl->message :
+		    keylock_strstatus(st);
+		if (len < sizeof(why))
+			len += (size_t)snprintf(why + len, sizeof(why) - len,
+			    "%s%s%s%s%s%s", len > 0 ? "; " : "",
+			    strstr(msg, one) != NULL ? "" : one,
+			    strstr(msg, one) != NULL ? "" : ": ",
+			    st < KEYLOCK_ERR_IO ? keylock_status_word(st) : "",
+			    st < KEYLOCK_ERR_IO ? " " : "", msg);
+		if (worst != KEYLOCK_ERR_TLS)
+			worst = st;
+	}
+	return kli_fail(kl, worst, "cannot reach keylockd: %s", why);
+}
+
+/* Connects to one server and authenticates, all by one deadline. */
+static enum keylock_status
+connect_one(struct keylock *kl, const char *server, const char *secret)
+{
+	enum keylock_status	st;
+	int64_t			deadline = kli_deadline(kl, kli_now_ms());
+	long			saved = kl->timeout_ms;
+
+	if ((st = kli_connect(kl, server, deadline)) != KEYLOCK_OK ||
+	    secret == NULL)
+		return st;
+	if (deadline != -1) {
+		int64_t	left = deadline - kli_now_ms();
+
+		kl->timeout_ms = left > 1 ? (long)left : 1;
+	}
+	st = keylock_auth(kl, secret);
+	kl->timeout_ms = saved;
 	/* On failure the server's reason stays readable: closing keeps
 	 * the last reply. */
-	if (secret != NULL && (st = keylock_auth(kl, secret)) != KEYLOCK_OK)
+	if (st != KEYLOCK_OK)
 		keylock_close(kl);
 	return st;
+}
+
+/*
+ * Whether a failed server lets the next one be tried: not for a refusal
+ * that every server would repeat (a wrong secret, the caller's TLS files,
+ * a bad argument, no memory).
+ */
+static int
+connect_moves_on(const struct keylock *kl, enum keylock_status st)
+{
+	switch (st) {
+	case KEYLOCK_ERR_AUTH:
+	case KEYLOCK_ERR_INVAL:
+	case KEYLOCK_ERR_NOMEM:
+		return 0;
+	case KEYLOCK_ERR_TLS:
+		/* no context: the CA or certificate files failed */
+		return kl->tls_ctx != NULL;
+	default:
+		return 1;
+	}
 }
 
 enum keylock_status
@@ -421,9 +503,20 @@ keylock_name(struct keylock *kl, const char *label)
 enum keylock_status
 keylock_auth(struct keylock *kl, const char *secret)
 {
-	size_t			len = secret != NULL ? strlen(secret) : 0;
+	enum keylock_status	st;
+	size_t			len;
 
-	/* The secret is one raw token: it may hold '=', not blanks. */
+	if ((st = secret_check(kl, secret, &len)) != KEYLOCK_OK)
+		return st;
+	return command_with_arg(kl, "AUTH ", secret, len);
+}
+
+/* The secret is one raw token: it may hold '=', not blanks. */
+static enum keylock_status
+secret_check(struct keylock *kl, const char *secret, size_t *lenp)
+{
+	size_t	len = secret != NULL ? strlen(secret) : 0;
+
 	for (size_t i = 0; i < len; i++)
 		if ((unsigned char)secret[i] <= ' ' || secret[i] == 0x7f)
 			len = 0;
@@ -431,7 +524,9 @@ keylock_auth(struct keylock *kl, const char *secret)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a secret is 1 to %d "
 		    "bytes without spaces or control bytes",
 		    KEYLOCK_SECRET_MAX);
-	return command_with_arg(kl, "AUTH ", secret, len);
+	if (lenp != NULL)
+		*lenp = len;
+	return KEYLOCK_OK;
 }
 
 enum keylock_status

@@ -107,6 +107,11 @@ void		 keylock_free(struct keylock *kl);
  * Closes an earlier connection first. With a secret, AUTH is sent and must
  * succeed. The deadline covers the TCP and TLS handshakes and AUTH; name
  * resolution may block longer.
+ *
+ * A comma-separated list ("fe1:7711,fe2:7711") is tried in order, with a
+ * deadline per server, and the first that answers is kept; a wrong secret
+ * (KEYLOCK_ERR_AUTH) ends the walk. When none answers, keylock_message()
+ * names each and why. libkeylock(3), "Server lists".
  */
 enum keylock_status keylock_connect(struct keylock *kl, const char *server,
 		    const char *secret);

@@ -18,7 +18,8 @@
 
 #define KEYLOCK_BUF_INITIAL	4096	/* most requests and replies */
 #define KEYLOCK_REPLY_MAX	(64 * 1024 * 1024)	/* INFO of a busy key */
-#define KEYLOCK_MSG_MAX		512	/* a local error text */
+#define KEYLOCK_MSG_MAX		1024	/* a local error text */
+#define KEYLOCK_SERVER_TEXT_MAX	300	/* one server of a list, as written */
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL	0	/* SO_NOSIGPIPE is set instead */
@@ -77,7 +78,22 @@ enum keylock_status kli_fail_errno(struct keylock *kl, int err,
 		    const char *fmt, ...)
 		    __attribute__((__format__(__printf__, 3, 4)));
 
-enum keylock_status kli_connect(struct keylock *kl, const char *server);
+/* The server list to use: server, or $KEYLOCK_SERVER, or the default. */
+const char	*kli_server_list(const char *server);
+/*
+ * Cuts the next server of a comma-separated list from *list into buf,
+ * without the blanks around it, and moves *list past its comma (to NULL
+ * after the last one). -1 if it does not fit in len bytes.
+ */
+int		 kli_server_cut(const char **list, char *buf, size_t len);
+/* Every server of the list well formed (else KEYLOCK_ERR_INVAL, naming
+ * it); *count of them. Nothing is connected. */
+enum keylock_status kli_servers_check(struct keylock *kl, const char *list,
+		    size_t *count);
+/* Closes, then connects to one server of a list, by deadline (-1: none):
+ * TCP or unix, then the TLS handshake where it applies. */
+enum keylock_status kli_connect(struct keylock *kl, const char *server,
+		    int64_t deadline);
 /* Before a request: connected, nothing in flight, the last reply gone. */
 enum keylock_status kli_begin(struct keylock *kl);
 /* Sends the output buffer by deadline (-1: none). */

@@ -1,12 +1,13 @@
 /*
  * libkeylock: the C client of keylockd. SPDX-License-Identifier: MIT
  *
- * The socket under a handle: server addresses, connect with a deadline,
- * sending a request and reading one reply line with poll(2). The socket is
- * non-blocking so that no call can outlive its deadline, close-on-exec so
- * that a child never holds a lock by accident, and written with
- * MSG_NOSIGNAL so that a closed server gives an error, not SIGPIPE. Under
- * TLS the bytes go through keylock_tls.c instead of recv and send.
+ * The socket under a handle: server addresses and lists, connect with a
+ * deadline, sending a request and reading one reply line with poll(2). The
+ * socket is non-blocking so that no call can outlive its deadline,
+ * close-on-exec so that a child never holds a lock by accident, and
+ * written with MSG_NOSIGNAL so that a closed server gives an error, not
+ * SIGPIPE. Under TLS the bytes go through keylock_tls.c instead of recv
+ * and send.
  */
 #include <sys/types.h>
 #include <sys/socket.h>
@@ -52,6 +53,8 @@ static enum keylock_status	 connect_tcp(struct keylock *, const char *,
 				    const struct server_addr *, int64_t);
 static int			 connect_one(int, const struct sockaddr *,
 				    socklen_t, int64_t);
+static int			 server_is_tls(const struct keylock *,
+				    const char *);
 static int			 socket_new(int);
 static void			 socket_tune_tcp(int);
 static ssize_t			 io_read(struct keylock *, void *, size_t,
@@ -119,34 +122,85 @@ kli_fail(struct keylock *kl, enum keylock_status st, const char *fmt, ...)
 	return kli_status(kl, st);
 }
 
-enum keylock_status
-kli_connect(struct keylock *kl, const char *server)
+const char *
+kli_server_list(const char *server)
 {
-	struct server_addr	a;
-	enum keylock_status	st;
-	int64_t			deadline;
-	int			tls;
-
-	keylock_close(kl);
-	kl->reply = "";
-	kl->message = "";
 	if (server == NULL || *server == '\0')
 		server = getenv("KEYLOCK_SERVER");
 	if (server == NULL || *server == '\0')
 		server = KEYLOCK_SERVER_DEFAULT;
-	tls = kl->tls_on;
-	if (strncmp(server, KEYLOCK_TLS_PREFIX,
-	    strlen(KEYLOCK_TLS_PREFIX)) == 0)
-		tls = 1;
+	return server;
+}
+
+int
+kli_server_cut(const char **list, char *buf, size_t len)
+{
+	const char	*s = *list, *comma = strchr(s, ','), *end;
+
+	end = comma != NULL ? comma : s + strlen(s);
+	*list = comma != NULL ? comma + 1 : NULL;
+	while (s < end && (*s == ' ' || *s == '\t'))
+		s++;
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	if ((size_t)(end - s) >= len)
+		return -1;
+	memcpy(buf, s, (size_t)(end - s));
+	buf[end - s] = '\0';
+	return 0;
+}
+
+enum keylock_status
+kli_servers_check(struct keylock *kl, const char *list, size_t *count)
+{
+	struct server_addr	 a;
+	enum keylock_status	 st;
+	const char		*p = list;
+	char			 one[KEYLOCK_SERVER_TEXT_MAX];
+	size_t			 n;
+
+	for (n = 1; p != NULL; n++) {
+		if (kli_server_cut(&p, one, sizeof(one)) == -1)
+			return kli_fail(kl, KEYLOCK_ERR_INVAL, "server list "
+			    "\"%.80s\": server %zu is over %d bytes", list, n,
+			    KEYLOCK_SERVER_TEXT_MAX - 1);
+		if (one[0] == '\0')
+			return kli_fail(kl, KEYLOCK_ERR_INVAL, "server list "
+			    "\"%.80s\": server %zu is empty", list, n);
+		if ((st = addr_parse(kl, one, server_is_tls(kl, one), &a)) !=
+		    KEYLOCK_OK)
+			return st;
+	}
+	*count = n - 1;
+	return KEYLOCK_OK;
+}
+
+enum keylock_status
+kli_connect(struct keylock *kl, const char *server, int64_t deadline)
+{
+	struct server_addr	a;
+	enum keylock_status	st;
+	int			tls = server_is_tls(kl, server);
+
+	keylock_close(kl);
+	kl->reply = "";
+	kl->message = "";
 	if ((st = addr_parse(kl, server, tls, &a)) != KEYLOCK_OK)
 		return st;
-	deadline = kli_deadline(kl, kli_now_ms());
 	if (a.is_unix)
 		return connect_unix(kl, server, &a, deadline);
 	if ((st = connect_tcp(kl, server, &a, deadline)) != KEYLOCK_OK ||
 	    !tls)
 		return st;
 	return kli_tls_start(kl, server, a.host, deadline);
+}
+
+/* TLS for every server after keylock_set_tls(), else for "tls://" ones. */
+static int
+server_is_tls(const struct keylock *kl, const char *server)
+{
+	return kl->tls_on || strncmp(server, KEYLOCK_TLS_PREFIX,
+	    strlen(KEYLOCK_TLS_PREFIX)) == 0;
 }
 
 void

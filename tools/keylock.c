@@ -313,8 +313,13 @@ cli_connect(const struct cli *cli, int name_it)
 		    st == KEYLOCK_ERR_INVAL ? CLI_EXIT_USAGE :
 		    CLI_EXIT_NOINPUT);
 	}
-	if ((st = keylock_connect(kl, cli->server, cli->secret)) !=
-	    KEYLOCK_OK)
+	/* A server list is tried in order, to the first that answers; a
+	 * malformed one (-S or $KEYLOCK_SERVER) is the command line's
+	 * fault. */
+	if ((st = keylock_connect(kl, cli->server, cli->secret)) ==
+	    KEYLOCK_ERR_INVAL)
+		cli_usage_error("%s", keylock_message(kl));
+	if (st != KEYLOCK_OK)
 		exit(cli_fail(cli, kl, st));
 	keylock_set_timeout(kl, CLI_REPLY_MS_DEFAULT);
 	if (!name_it)
@@ -475,9 +480,12 @@ usage(void)
 "                           lost if keylock stops refreshing it\n"
 "      --max-waiters N      fail at once if N requests already wait\n"
 "      --name LABEL         name shown in INFO (default keylock:HOST:PID)\n"
-"  -S, --server SERVER      host:port, [v6]:port, a socket path, or\n"
-"                           tls://host[:port] (TLS, port 7712)\n"
-"                           (default $KEYLOCK_SERVER, or 127.0.0.1:7711)\n"
+"  -S, --server SERVER[,SERVER...]\n"
+"                           host:port, [v6]:port, a socket path, or\n"
+"                           tls://host[:port] (TLS, port 7712); a list\n"
+"                           is tried in order, the first that answers\n"
+"                           is used (default $KEYLOCK_SERVER, or\n"
+"                           127.0.0.1:7711)\n"
 "      --auth-file FILE     AUTH with the first line of FILE\n"
 "      --tls-ca FILE        trust the CAs in FILE for the server (TLS)\n"
 "      --tls-cert FILE      client certificate for mutual TLS\n"

@@ -44,6 +44,8 @@ CLI_TESTS = \
 	tests/cli/operator.sh \
 	tests/cli/auth.sh \
 	tests/cli/tls.sh \
+	tests/cli/failover.sh \
+	tests/cli/failover_etcd.sh \
 	tests/cli/examples.sh
 TESTS += tests/cli/check_libkeylock $(CLI_TESTS)
 EXTRA_DIST += $(CLI_TESTS) tests/cli/lib.sh \

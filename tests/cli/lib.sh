@@ -72,3 +72,33 @@ release() {
 	wait_exit "$_pid" 10
 	expect_status 0 $? "the holder of $1"
 }
+
+# daemon2_start [OPTIONS...]: a second private daemon, in $TMP/d2 (TCP port
+# D2PORT, unix socket $TMP/d2/sock, pid D2PID), for server lists; killed
+# by the EXIT trap like any background process. daemon2_kill: SIGKILL.
+daemon2_start() {
+	mkdir -p "$TMP/d2"
+	rm -f "$TMP/d2/port"
+	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --port-file "$TMP/d2/port" --unix "$TMP/d2/sock" \
+	    --state-dir "$TMP/d2" --log-level debug "$@" \
+	    >>"$TMP/d2/daemon.log" 2>&1 &
+	D2PID=$!
+	BGPIDS="$BGPIDS $D2PID"
+	wait_for "grep -q '^[0-9][0-9]*\$' '$TMP/d2/port' 2>/dev/null ||
+	    ! kill -0 $D2PID 2>/dev/null" "$READY_S" &&
+	    grep -q '^[0-9][0-9]*$' "$TMP/d2/port" ||
+	    fail "the second keylockd not ready within $READY_S s"
+	D2PORT=$(head -n 1 "$TMP/d2/port")
+}
+
+daemon2_kill() {
+	kill -KILL "$D2PID"
+	wait "$D2PID" 2>/dev/null
+}
+
+# stat_of NAME SERVER: one integer of the server's STATS.
+stat_of() {
+	"$KEYLOCK" -S "$2" stats --json |
+	    sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p"
+}

@@ -2,7 +2,8 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * libkeylock connecting: addresses (TCP, unix, bracketed, KEYLOCK_SERVER),
- * refusals and malformed ones, the connect deadline, AUTH on connect, the
+ * refusals and malformed ones, the connect deadline, AUTH on connect,
+ * server lists (which server answers, what moves on, the messages), the
  * socket's flags; and TLS: its files, where it applies, and a handshake
  * that fails or hangs.
  */
@@ -159,6 +160,138 @@ START_TEST(auth_secret_is_sent_on_connect)
 }
 END_TEST
 
+/* server lists */
+
+/* The daemon's count of connections so far, this one's included. */
+static long long
+connections_of(const char *server)
+{
+	struct keylock	*kl = lk_client_at(server, NULL);
+	long long	 n = lk_stats_int(kl, "connections");
+
+	keylock_free(kl);
+	return n;
+}
+
+START_TEST(connect_list_takes_the_first_that_answers)
+{
+	struct keylock	*kl = keylock_new();
+	char		 dead[32], list[1024];
+	int		 lfd = lk_fake_listen(dead, sizeof(dead));
+
+	long long	 n0 = connections_of(kt_d->addr);
+
+	close(lfd);		/* a closed port */
+	snprintf(list, sizeof(list), "%s, %s/none.sock ,%s", dead, kt_d->dir,
+	    kt_d->addr);
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
+	ck_assert_int_eq(lk_stats_int(kl, "connections"), n0 + 1);
+
+	/* two that answer: the first */
+	snprintf(list, sizeof(list), "%s,%s", kt_d->sock, dead);
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+
+	setenv("KEYLOCK_SERVER", list, 1);
+	ck_assert_st(kl, keylock_connect(kl, NULL, NULL), KEYLOCK_OK);
+	unsetenv("KEYLOCK_SERVER");
+
+	/* none: each named, with why; the last one's status */
+	snprintf(list, sizeof(list), "%s,%s/none.sock", dead, kt_d->dir);
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_ERR_IO);
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	ck_assert_msg(strncmp(keylock_message(kl), "cannot reach keylockd: ",
+	    23) == 0, "%s", keylock_message(kl));
+	snprintf(list, sizeof(list), "connect %s: Connection refused; "
+	    "connect %s/none.sock: No such file", dead, kt_d->dir);
+	ck_assert_msg(strstr(keylock_message(kl), list) != NULL, "%s",
+	    keylock_message(kl));
+	keylock_free(kl);
+}
+END_TEST
+
+START_TEST(connect_list_malformed_is_inval_and_tries_none)
+{
+	struct keylock	*kl = keylock_new();
+	const char	*a = kt_d->addr;
+	char		 bad[7][600];
+	long long	 n0 = connections_of(a);
+
+	snprintf(bad[0], sizeof(bad[0]), "%s,", a);
+	snprintf(bad[1], sizeof(bad[1]), ",%s", a);
+	snprintf(bad[2], sizeof(bad[2]), "%s,,%s", a, a);
+	snprintf(bad[3], sizeof(bad[3]), "%s, ,%s", a, a);
+	snprintf(bad[4], sizeof(bad[4]), " ");
+	snprintf(bad[5], sizeof(bad[5]), "%s,127.0.0.1:0", a);
+	snprintf(bad[6], sizeof(bad[6]), "%s,[::1", a);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(keylock_connect(kl, bad[i], NULL) ==
+		    KEYLOCK_ERR_INVAL, "%s: %s", bad[i],
+		    keylock_status_word(keylock_last_status(kl)));
+		ck_assert_int_eq(keylock_is_connected(kl), 0);
+	}
+	keylock_connect(kl, bad[0], NULL);
+	ck_assert_msg(strstr(keylock_message(kl), "server 2 is empty") !=
+	    NULL, "%s", keylock_message(kl));
+	ck_assert_int_eq(connections_of(a), n0 + 1);	/* that one only */
+	keylock_free(kl);
+}
+END_TEST
+
+/*
+ * A server whose kernel accepts but which never replies: without a secret
+ * it answers (nothing is asked of it while connecting); with one, AUTH
+ * runs out of that server's deadline and the next one is tried. A wrong
+ * secret is never taken to the next server.
+ */
+START_TEST(connect_list_auth_moves_on_only_when_silent)
+{
+	const char	*args[3] = { "--auth-file", NULL, NULL };
+	struct kt_daemon *ad;
+	struct keylock	*kl = keylock_new();
+	char		 path[sizeof(kt_d->dir) + 8], hung[32], list[1024];
+	int		 lfd = lk_fake_listen(hung, sizeof(hung));
+	uint64_t	 t0;
+	long long	 n0;
+	FILE		*f;
+
+	snprintf(path, sizeof(path), "%s/secret", kt_d->dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fprintf(f, "s3cret\n");
+	fclose(f);
+	args[1] = path;
+	ad = kt_daemon_start_at(KT_AT, NULL, args);
+	keylock_set_timeout(kl, 300);
+	n0 = connections_of(kt_d->addr);
+
+	snprintf(list, sizeof(list), "%s,%s", hung, ad->addr);
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
+	t0 = kt_now_ms();
+	ck_assert_st(kl, keylock_connect(kl, list, "s3cret"), KEYLOCK_OK);
+	ck_assert_window(250, 2000, kt_now_ms() - t0);
+	ck_assert_int_eq(keylock_timeout(kl), 300);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+
+	/* wrong: the hung one is passed, the daemon's ERR AUTH stops */
+	snprintf(list, sizeof(list), "%s,%s,%s", hung, ad->addr, kt_d->addr);
+	ck_assert_st(kl, keylock_connect(kl, list, "wrong"),
+	    KEYLOCK_ERR_AUTH);
+	ck_assert_int_eq(keylock_is_connected(kl), 0);
+	ck_assert_int_eq(connections_of(kt_d->addr), n0 + 1);
+
+	/* the hung one last: its deadline, in the message */
+	snprintf(list, sizeof(list), "%s/none.sock,%s", kt_d->dir, hung);
+	ck_assert_st(kl, keylock_connect(kl, list, "s3cret"),
+	    KEYLOCK_ERR_DEADLINE);
+	ck_assert_msg(strstr(keylock_message(kl), hung) != NULL &&
+	    strstr(keylock_message(kl), "none.sock") != NULL, "%s",
+	    keylock_message(kl));
+	keylock_free(kl);
+	kt_daemon_stop(ad);
+	close(lfd);
+}
+END_TEST
+
 START_TEST(new_handle_is_not_connected)
 {
 	struct keylock	*kl = keylock_new();
@@ -266,6 +399,9 @@ lk_add_connect(Suite *s)
 	tcase_add_test(tc, malformed_address_is_inval);
 	tcase_add_test(tc, connect_deadline_bounds_a_handshake_that_hangs);
 	tcase_add_test(tc, auth_secret_is_sent_on_connect);
+	tcase_add_test(tc, connect_list_takes_the_first_that_answers);
+	tcase_add_test(tc, connect_list_malformed_is_inval_and_tries_none);
+	tcase_add_test(tc, connect_list_auth_moves_on_only_when_silent);
 	tcase_add_test(tc, new_handle_is_not_connected);
 	tcase_add_test(tc, socket_is_nonblocking_and_close_on_exec);
 }

@@ -1,0 +1,59 @@
+#!/bin/sh
+# A server list over two backend etcd front ends on a private 3-member
+# cluster: keylock -S fe1,fe2 takes the lock through fe1 (the first that
+# answers); fe1 is SIGKILLed: its holder loses the lock (75) and does not
+# reconnect; the same keylock -S fe1,fe2 then passes over the dead fe1
+# and gets the lock through fe2 once fe1's lease has let go of it.
+. "$(dirname "$0")/lib.sh"
+
+EC_SH=${top_srcdir:-$(dirname "$0")/../..}/tests/etcd/cluster.sh
+LEASE_S=3
+
+cleanup_suite() {
+	sh "$EC_SH" "$TMP/etcd" down 2>/dev/null
+}
+
+ENDPOINTS=$(sh "$EC_SH" "$TMP/etcd" start 3 --watch $$)
+rc=$?
+[ "$rc" -ne 77 ] || skip "etcd is not installed (etcd-server)"
+[ "$rc" -eq 0 ] || fail "no etcd cluster of 3 members"
+PREFIX="klfailover-$$/"
+FE="--backend etcd --etcd-endpoints $ENDPOINTS --etcd-prefix $PREFIX
+    --etcd-lease-ttl $LEASE_S --etcd-timeout 1000"
+# shellcheck disable=SC2086
+daemon_start $FE
+FE1=127.0.0.1:$PORT
+# shellcheck disable=SC2086
+daemon2_start $FE
+FE2=127.0.0.1:$D2PORT
+unset KEYLOCK_SERVER
+
+"$KEYLOCK" -S "$FE1,$FE2" job -c "trap 'exit 0' TERM
+    touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
+kpid=$!
+BGPIDS="$BGPIDS $kpid"
+wait_for "[ -e '$TMP/running' ]" 10 || fail "the holder never ran"
+"$KEYLOCK" -S "$FE2" -n job -- true 2>/dev/null
+expect_status 1 $? "the lock through fe2 while fe1's client holds it"
+[ "$(stat_of grants "$FE1")" -eq 1 ] || fail "the holder is not on fe1"
+pass "-S fe1,fe2: the lock is held through fe1, LOCKED through fe2"
+
+c2=$(stat_of connections "$FE2")
+daemon_kill
+t0=$(now_ms)
+wait_exit "$kpid" 10
+expect_status 75 $? "the holder after fe1 was SIGKILLed"
+expect_grep "lost the lock on job" "$TMP/err" "the holder's message"
+[ "$(stat_of connections "$FE2")" -eq $((c2 + 1)) ] ||
+    fail "the holder reconnected to fe2"
+"$KEYLOCK" -S "$FE1,$FE2" -v -w 20 job -- true 2>"$TMP/err2"
+expect_status 0 $? "keylock -S fe1,fe2 with fe1 dead"
+took=$(($(now_ms) - t0))
+expect_window 0 $((LEASE_S * 1000 + 5000)) "$took" \
+    "the lock through fe2 after fe1's lease"
+expect_grep "got job" "$TMP/err2" "the grant"
+# (STATS counts grants cluster-wide in etcd mode, connections per front end)
+[ "$(stat_of connections "$FE2")" -eq $((c2 + 3)) ] ||
+    fail "the lock did not come through fe2"
+pass "fe1 SIGKILLed: its holder exits 75; -S fe1,fe2 gets the lock" \
+    "through fe2 in $took ms (lease $LEASE_S s)"
