@@ -819,8 +819,18 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 			if (x->ttl != NULL)
 				evtimer_del(x->ttl);
 		}
-		if (r->nlive == 0)
-			r->state = REQ_GONE;
+		if (r->nlive > 0)
+			break;
+		r->state = REQ_GONE;
+		if (r->ours && r->withdrawing && !r->replied &&
+		    !r->owner->gone) {
+			/* granted while our withdrawal (CANCEL, timeout) was
+			 * on its way: req_held() kept that from the client,
+			 * and the LOCK ends as the withdrawal said */
+			wait_result(e, r, &res);
+			r->replied = true;
+			ebe_done(e, r->owner, &res);
+		}
 		break;
 	case REQ_WAITING:
 		if (r->ours && !r->replied && !r->owner->gone) {
