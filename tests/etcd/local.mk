@@ -41,3 +41,12 @@ tests_etcd_frontend_test_LDADD = $(CHECK_MAIN_LDADD) \
 	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
 TESTS += tests/etcd/frontend_test
 
+
+# The history checker under faults (SOAK_SECONDS, default 120).
+check_PROGRAMS += tests/etcd/soak_test
+tests_etcd_soak_test_SOURCES = tests/etcd/soak_test.c
+tests_etcd_soak_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
+tests_etcd_soak_test_LDADD = $(CHECK_MAIN_LDADD) \
+	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
+	$(JANSSON_LIBS) -lpthread
+TESTS += tests/etcd/soak_test
