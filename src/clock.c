@@ -13,11 +13,10 @@
 
 #include "clock.h"
 
-static uint64_t	clock_held_ms;
-static bool	clock_held;
+struct kl_clock_hold kl_clock_held;
 
-static uint64_t
-clock_read_ms(void)
+uint64_t
+kl_clock_read_ms(void)
 {
 	struct timespec	ts;
 
@@ -25,23 +24,17 @@ clock_read_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-uint64_t
-kl_now_ms(void)
-{
-	return clock_held ? clock_held_ms : clock_read_ms();
-}
-
 void
 kl_clock_hold(void)
 {
-	clock_held_ms = clock_read_ms();
-	clock_held = true;
+	kl_clock_held.ms = kl_clock_read_ms();
+	kl_clock_held.held = true;
 }
 
 void
 kl_clock_release(void)
 {
-	clock_held = false;
+	kl_clock_held.held = false;
 }
 
 void

@@ -17,9 +17,23 @@
  * requests read together costs one clock read, and every request in it
  * counts from when the batch was read (keylockd-protocol(7), Timeouts).
  */
-uint64_t kl_now_ms(void);
 void	 kl_clock_hold(void);
 void	 kl_clock_release(void);
+uint64_t kl_clock_read_ms(void);	/* the clock itself, never held */
+
+/* What kl_clock_hold() read; only clock.c writes it. Inline below: every
+ * request reads the time. */
+struct kl_clock_hold {
+	uint64_t	 ms;
+	bool		 held;
+};
+extern struct kl_clock_hold kl_clock_held;
+
+static inline uint64_t
+kl_now_ms(void)
+{
+	return kl_clock_held.held ? kl_clock_held.ms : kl_clock_read_ms();
+}
 
 /* Random bytes from getrandom(2), falling back to the clock and pid. */
 void	 kl_random(void *buf, size_t len);

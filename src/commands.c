@@ -43,6 +43,7 @@ struct commands {
 	struct cmd_secret	 client;	/* auth-file */
 	struct cmd_secret	 admin;		/* admin-auth-file */
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
+	uint32_t		 direct;	/* see cmd_direct() */
 };
 
 struct cmd_entry {
@@ -54,6 +55,7 @@ struct cmd_entry {
 static void	 cmd_check(struct commands *, struct conn *,
 		    const struct request *, const struct cmd_entry *)
 		    __attribute__((noinline));
+static uint32_t	 cmd_direct(const struct commands *);
 
 /* ---- the secret ---- */
 
@@ -142,6 +144,7 @@ commands_new(const struct config *cfg, struct stats *st, struct backend *be,
 		kl_free(cmds);
 		return NULL;
 	}
+	cmds->direct = cmd_direct(cmds);
 	return cmds;
 }
 
@@ -178,6 +181,7 @@ commands_reload(struct commands *cmds, const struct config *next, char *err,
 	kl_free(cmds->admin.s);
 	cmds->client = client;
 	cmds->admin = admin;
+	cmds->direct = cmd_direct(cmds);
 	return true;
 }
 
@@ -350,13 +354,21 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
-	a.mode = req->shared ? LT_SHARED : LT_EXCLUSIVE;
-	a.limit = req->limit;
 	a.try = timeout == 0;
-	a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
-	    (int64_t)req->max_waiters : cfg->default_max_waiters;
-	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
+	if (req->opts == 0) {
+		/* the plain form: what the parser leaves without options */
+		a.mode = LT_EXCLUSIVE;
+		a.limit = 1;
+		a.max_waiters = cfg->default_max_waiters;
+		a.ttl_ms = 0;
+	} else {
+		a.mode = req->shared ? LT_SHARED : LT_EXCLUSIVE;
+		a.limit = req->limit;
+		a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
+		    (int64_t)req->max_waiters : cfg->default_max_waiters;
+		a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
+	}
 	now = kl_now_ms();
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
@@ -608,23 +620,44 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 };
 
 /*
- * Every request passes the shared checks at once unless a secret is set
- * or it is an operator's command, or has keys enough to check; the others
- * go on to cmd_check(). Either way the handler is the last call.
+ * The commands that pass the shared checks at once with at most one
+ * argument, as bits by enum cmd_id: every one but the operator's, and
+ * with a secret set only those allowed before AUTH. The others, and any
+ * request with more keys, go on to cmd_check(). Recomputed whenever the
+ * secrets change.
+ */
+static uint32_t
+cmd_direct(const struct commands *cmds)
+{
+	uint32_t	bits = 0;
+
+	_Static_assert(CMD__COUNT <= 32, "one bit per command");
+	for (unsigned i = 0; i < CMD__COUNT; i++)
+		if ((cmds->client.s == NULL ||
+		    (cmd_table[i].flags & CMD_NO_AUTH)) &&
+		    !(cmd_table[i].flags & CMD_ADMIN))
+			bits |= 1u << i;
+	return bits;
+}
+
+/*
+ * The handler is the last call either way; LOCK and UNLOCK, most
+ * requests, are called directly rather than through the table.
  */
 void
 commands_execute(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
-	const struct cmd_entry	*e = &cmd_table[req->cmd];
+	enum cmd_id	id = req->cmd;
 
-	if ((cmds->client.s == NULL || (e->flags & CMD_NO_AUTH)) &&
-	    !(e->flags & CMD_ADMIN) && (req->nargs <= 1 ||
-	    !(e->flags & CMD_KEYS))) {
-		e->fn(cmds, c, req);
-		return;
-	}
-	cmd_check(cmds, c, req, e);
+	if (req->nargs > 1 || !(cmds->direct >> id & 1))
+		cmd_check(cmds, c, req, &cmd_table[id]);
+	else if (id == CMD_LOCK)
+		cmd_lock(cmds, c, req);
+	else if (id == CMD_UNLOCK)
+		cmd_unlock(cmds, c, req);
+	else
+		cmd_table[id].fn(cmds, c, req);
 }
 
 /* The shared checks in the protocol's order: AUTH, operator, LIMIT. */

@@ -83,15 +83,23 @@ struct conns {
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
+	/*
+	 * The last "OK N" line of 10 <= N < 10^8 (conn_reply_u64()): fencing
+	 * tokens are issued in order, so the next such line is mostly the
+	 * same with its last digit one up.
+	 */
+	uint64_t		 ok_v;
+	size_t			 ok_len;
+	char			 ok_line[KL_U64_OK_ROOM];
 	struct request		 req;		/* the one being parsed */
 };
 
 struct conn {
+	struct conn_head	 h;		/* first: conn_owner() reads it */
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
 	struct conns		*cs;
-	struct lt_owner		*owner;
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
 	struct event		*timer;		/* the open request's deadline */
@@ -175,6 +183,7 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->runq);
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
+	cs->ok_len = kl_u64_put_ok(cs->ok_line, cs->ok_v);
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
 	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL) {
 		kl_free(cs->scratch);
@@ -213,10 +222,10 @@ conns_release_closed(struct conns *cs)
 	uint64_t	 now = kl_now_ms();
 
 	TAILQ_FOREACH(c, &cs->dead, qentry) {
-		if (c->owner == NULL)
+		if (c->h.owner == NULL)
 			continue;
-		cs->be->ops->owner_free(cs->be, c->owner, now);
-		c->owner = NULL;
+		cs->be->ops->owner_free(cs->be, c->h.owner, now);
+		c->h.owner = NULL;
 		any = true;
 	}
 	return any;
@@ -354,15 +363,15 @@ conn_new(struct conns *cs, int fd, const char *peer,
 	    c);
 	c->wev = event_new(cs->base, fd, EV_WRITE | EV_PERSIST,
 	    conn_write_cb, c);
-	c->owner = cs->be->ops->owner_new(cs->be, c->id, c);
-	if (c->rev == NULL || c->wev == NULL || c->owner == NULL ||
+	c->h.owner = cs->be->ops->owner_new(cs->be, c->id, c);
+	if (c->rev == NULL || c->wev == NULL || c->h.owner == NULL ||
 	    event_add(c->rev, NULL) == -1) {
 		if (c->rev != NULL)
 			event_free(c->rev);
 		if (c->wev != NULL)
 			event_free(c->wev);
-		if (c->owner != NULL)
-			cs->be->ops->owner_free(cs->be, c->owner, 0);
+		if (c->h.owner != NULL)
+			cs->be->ops->owner_free(cs->be, c->h.owner, 0);
 		kl_free(c);
 		return NULL;
 	}
@@ -602,48 +611,72 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_appended(c, n + 4);
 }
 
-/* "OK N" into p: n + 4 bytes, n the digits of v. */
-static inline void
-conn_put_u64(char *p, size_t n, uint64_t v)
+/* conn_reply_u64() when the buffer needs to grow first (or c is closed),
+ * and for numbers of nine digits or more. */
+static void __attribute__((noinline))
+conn_reply_u64_grow(struct conn *c, uint64_t v)
 {
-	memcpy(p, "OK ", 3);
-	kl_u64_put(p + 3, n, v);
-	p[3 + n] = '\n';
+	char	 line[KL_U64_OK_ROOM], *p;
+	size_t	 n = kl_u64_put_ok(line, v);
+
+	if ((p = conn_room(c, n)) == NULL)
+		return;
+	memcpy(p, line, n);
+	conn_appended(c, n);
 }
 
-/* conn_reply_u64() when the buffer needs to grow first (or c is closed). */
+/* conn_reply_u64() for 10 <= v < 10^8 when the last line does not make
+ * it: formatted anew, and kept for the next. */
 static void __attribute__((noinline))
-conn_reply_u64_grow(struct conn *c, uint64_t v, size_t n)
+conn_reply_u64_new(struct conn *c, uint64_t v)
 {
-	char	*p;
+	struct conns	*cs = c->cs;
 
-	if ((p = conn_room(c, n + 4)) == NULL)
-		return;
-	conn_put_u64(p, n, v);
-	conn_appended(c, n + 4);
+	cs->ok_len = kl_u64_put_ok(cs->ok_line, v);
+	cs->ok_v = v;
+	memcpy(c->obuf + c->olen, cs->ok_line, 16);
+	conn_appended(c, cs->ok_len);
 }
 
 /*
  * "OK N": the reply of most requests, formatted in place without printf,
- * and without a call while the buffer has room.
+ * and without a call while the buffer has room for the longest. Below 10
+ * it is one store; a token one above the last is the last line with its
+ * last digit raised, unless that digit is 9; else it is formatted anew.
  */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
 {
-	size_t	 n = v < 10 ? 1 : kl_u64_len(v);
-	char	*p;
+	struct conns	*cs = c->cs;
+	size_t		 olen = c->olen, n;
+	char		*p, *d;
+	bool		 queued;
 
-	if (c->olen + n + 4 > c->ocap || c->state == CONN_CLOSED) {
-		conn_reply_u64_grow(c, v, n);
+	_Static_assert(KL_U64_OK_ROOM >= 16, "a 16-byte copy fits");
+	if (c->ocap - olen < KL_U64_OK_ROOM || c->state == CONN_CLOSED ||
+	    v >= 100000000) {
+		conn_reply_u64_grow(c, v);
 		return;
 	}
-	p = c->obuf + c->olen;
-	if (n == 1) {
-		memcpy(p, "OK 0\n", 5);
-		p[3] = (char)(p[3] + v);
-	} else
-		conn_put_u64(p, n, v);
-	conn_appended(c, n + 4);
+	queued = c->queued;	/* read before the bytes are written */
+	p = c->obuf + olen;
+	if (v < 10) {
+		n = kl_u64_put_ok(p, v);
+	} else {
+		d = &cs->ok_line[cs->ok_len - 2];
+		if (v != cs->ok_v + 1 || *d == '9') {
+			conn_reply_u64_new(c, v);
+			return;
+		}
+		(*d)++;
+		cs->ok_v = v;
+		n = cs->ok_len;
+		memcpy(p, cs->ok_line, 16);	/* 8 digits at most */
+	}
+	c->olen = olen + n;
+	c->produced += n;
+	if (!queued)
+		conn_schedule(c);
 }
 
 void
@@ -702,13 +735,23 @@ conn_process(struct conn *c, char *buf, size_t len)
 			conn_set_state(c, CONN_DEFERRED);
 			break;
 		}
-		/* The common request, framed and parsed in one pass. */
+		/* The common requests, each framed and parsed in one pass,
+		 * while they come and c stays ready within its share. */
 		if (!c->discarding &&
 		    (n = proto_parse_next(p, avail, max, req)) > 0) {
-			off += n;
-			cs->st->requests++;
-			commands_execute(cs->cmds, c, req);
-			handled++;
+			struct commands	*cmds = cs->cmds;
+			struct stats	*st = cs->st;
+
+			do {
+				off += n;
+				st->requests++;
+				commands_execute(cmds, c, req);
+				if (++handled == CONN_TURN_REQUESTS ||
+				    c->state != CONN_READY ||
+				    c->produced >= CONN_TURN_OUTPUT)
+					break;
+			} while ((n = proto_parse_next(buf + off, len - off,
+			    max, req)) > 0);
 			continue;
 		}
 		if (c->discarding) {
@@ -1099,12 +1142,6 @@ conn_set_name(struct conn *c, const char *name, size_t len)
 	kl_free(c->name);
 	c->name = n;
 	return true;
-}
-
-struct lt_owner *
-conn_owner(const struct conn *c)
-{
-	return c->owner;
 }
 
 struct conns *

@@ -101,7 +101,22 @@ uint64_t	 conn_id(const struct conn *c);
 const char	*conn_name(const struct conn *c);
 /* false on no memory (the old name stays). */
 bool		 conn_set_name(struct conn *c, const char *name, size_t len);
-struct lt_owner	*conn_owner(const struct conn *c);
+
+/*
+ * The first member of every struct conn, the one part other modules read
+ * inline: its owner in the backend, which every lock request passes. The
+ * rest of the struct is conn.c's.
+ */
+struct conn_head {
+	struct lt_owner	*owner;
+};
+
+static inline struct lt_owner *
+conn_owner(const struct conn *c)
+{
+	return ((const struct conn_head *)(const void *)c)->owner;
+}
+
 struct conns	*conn_set(const struct conn *c);
 const char	*conn_peer(const struct conn *c);
 enum conn_transport conn_transport(const struct conn *c);

@@ -41,8 +41,7 @@ static enum kl_err acquire_queue(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, struct lt_probes *, uint64_t);
 static enum kl_err acquire_full(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, uint64_t, bool *, uint64_t *,
-		    struct lt_blocker *, const struct lt_probe *)
-		    __attribute__((noinline));
+		    struct lt_blocker *) __attribute__((noinline));
 
 static bool
 probes_init(struct locktable *lt, struct lt_probes *ps,
@@ -369,78 +368,104 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
  * from an owner not already waiting. If the key has no entry and
  * max_holds has room, nothing can be in its way: it is granted at once on
  * a fresh entry's own hold. That path calls nothing but the token hook,
- * last (a pooled entry, no resize: lt_fresh_fits()), so that it saves few
- * registers. Anything else goes on to acquire_full(), with the key
- * already looked up.
+ * last: the entry comes from its pool and the table needs no resize
+ * (what lt_fresh_fits() tests), and what lt_key_new(), lt_key_insert()
+ * and lt_hold_grant() would do is done here, each field written once, as
+ * their tests are known. Anything else goes on to acquire_full(), with the
+ * key already looked up.
  */
 enum kl_err
 locktable_acquire(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
     uint64_t *token, struct lt_blocker *why)
 {
-	struct lt_grant	 g;
-	struct lt_key	*k;
+	struct lt_key	*k, **b;
+	struct lt_hold	*h;
+	struct lt_pool	*pl;
+	const char	*key;
+	size_t		 len, size;
 	uint32_t	 hash;
 
-	*granted = false;
-	*token = 0;
-	if (a->nkeys != 1 || a->limit != 1 || a->keylens[0] - 1 >= KL_KEY_MAX ||
+	if (a->nkeys != 1 || a->limit != 1 ||
+	    (len = a->keylens[0]) - 1 >= KL_KEY_MAX ||
 	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
 	    o->wait != NULL)
-		return acquire_full(lt, o, a, now_ms, granted, token, why,
-		    NULL);
-	hash = lt_key_hash(lt, a->keys[0], a->keylens[0]);
-	k = lt_key_lookup(lt, a->keys[0], a->keylens[0], hash);
+		return acquire_full(lt, o, a, now_ms, granted, token, why);
+	key = a->keys[0];
+	hash = lt_key_hash(lt, key, len);
+	b = &lt->buckets[lt_key_bucket(lt, hash)];
+	for (k = *b; k != NULL; k = k->next)
+		if (k->hash == hash && k->keylen == len &&
+		    lt_bytes_eq(k->key, key, len))
+			break;
+	size = lt_key_size(len);
+	/* the size first: a longer key has no pool to index */
 	if (k != NULL || (a->max_holds != 0 && o->nholds >= a->max_holds) ||
-	    a->ttl_ms != 0 || !lt_fresh_fits(lt, a->keylens[0])) {
-		struct lt_probe	p = { a->keys[0], a->keylens[0], k, NULL, NULL,
-		    hash, false };
-
-		return acquire_full(lt, o, a, now_ms, granted, token, why,
-		    &p);
-	}
-	k = lt_key_new(lt, a->keys[0], a->keylens[0], hash);
-	g.token = 0;
-	g.now_ms = now_ms;
-	g.ttl_ms = 0;
-	g.mode = a->mode;
-	lt_key_insert(lt, k);
-	lt_hold_grant(lt, &k->own, k, o, &g);
+	    a->ttl_ms != 0 || size > LT_POOL_MAX ||
+	    (pl = &lt->pools[lt_pool_class(size)])->head == NULL ||
+	    lt->c.keys >= lt->nbuckets)
+		return acquire_full(lt, o, a, now_ms, granted, token, why);
+	k = pl->head;
+	LT_UNPOISON(k, lt_pool_size(lt_pool_class(size)));
+	memcpy(&pl->head, k, sizeof(pl->head));
+	pl->n--;
+	lt->c.bytes += size;
+	lt->c.keys++;
+	lt->c.held++;
+	k->next = *b;
+	*b = k;
+	k->x = NULL;
+	k->hash = hash;
+	k->keylen = (uint16_t)len;
+	k->owned = 1;
+	h = &k->own;
+	h->owner = o;
+	h->oprev = NULL;
+	h->onext = o->holds;
+	h->granted_ms = now_ms;
+	h->heap_idx = LT_NO_TTL;
+	h->mode = (uint8_t)a->mode;
+	h->mark = 0;
+	h->inkey = 1;
+	lt_bytes_copy(k->key, key, len);
+	k->key[len] = '\0';
+	if (o->holds != NULL)
+		o->holds->oprev = h;
+	o->holds = h;
+	o->nholds++;
 	lt_grant_count(lt, 0);
 	*granted = true;
-	*token = k->own.token = lt_next_token(lt);
+	*token = h->token = lt_next_token(lt);
 	return KL_OK;
 }
 
-/* Every other request: p, if not NULL, is its one key, looked up. */
+/*
+ * Every request the common path does not grant, with its arguments:
+ * called last, as a tail call, so that the common path needs no frame.
+ * The key is looked up again here (a request that waits or is refused).
+ */
 static enum kl_err
 acquire_full(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
-    uint64_t *token, struct lt_blocker *why, const struct lt_probe *p)
+    uint64_t *token, struct lt_blocker *why)
 {
 	struct lt_probes	ps;
 	struct lt_blocker	dummy;
 	enum kl_err		err;
 
+	*granted = false;
+	*token = 0;
 	if (why == NULL)
 		why = &dummy;
 	memset(why, 0, sizeof(*why));
-	if (p != NULL) {
-		ps.p = ps.sp;
-		ps.set = ps.sset;
-		ps.setsize = 0;
-		ps.n = 1;
-		ps.sp[0] = *p;
-	} else {
-		if ((err = acquire_validate(a)) != KL_OK)
-			return err;
-		if (o->wait != NULL) {
-			errno = EBUSY;
-			return KL_ERR_LIMIT;
-		}
-		if (!probes_init(lt, &ps, a))
-			return lt_nomem();
+	if ((err = acquire_validate(a)) != KL_OK)
+		return err;
+	if (o->wait != NULL) {
+		errno = EBUSY;
+		return KL_ERR_LIMIT;
 	}
+	if (!probes_init(lt, &ps, a))
+		return lt_nomem();
 	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
 		if (acquire_is_grantable(&ps, a->mode)) {
 			err = acquire_grant(lt, o, a, &ps, now_ms, token);

@@ -923,6 +923,68 @@ proto_line_end(const unsigned char *u, size_t avail, size_t max, size_t end)
 	return u[lf] == '\n' && lf < max ? lf + 1 : 0;
 }
 
+/*
+ * The folded first sp bytes of a word (sp < 8), as proto_short_cmd()
+ * computes them: one load in place of a shift and two masks.
+ */
+#define PROTO_FOLD	(~0x2020202020202020ULL)
+static const uint64_t proto_word_masks[PROTO_WORD] = {
+	0,
+	PROTO_FOLD & 0xffULL,
+	PROTO_FOLD & 0xffffULL,
+	PROTO_FOLD & 0xffffffULL,
+	PROTO_FOLD & 0xffffffffULL,
+	PROTO_FOLD & 0xffffffffffULL,
+	PROTO_FOLD & 0xffffffffffffULL,
+	PROTO_FOLD & 0xffffffffffffffULL
+};
+
+/* A command's name as the word proto_word_masks[] leaves of it. */
+#define PROTO_NAME_WORD(a, b, c, d, e, f, g)				\
+	((uint64_t)(a) | (uint64_t)(b) << 8 | (uint64_t)(c) << 16 |	\
+	 (uint64_t)(d) << 24 | (uint64_t)(e) << 32 |			\
+	 (uint64_t)(f) << 40 | (uint64_t)(g) << 48)
+#define PROTO_WORD_LOCK		PROTO_NAME_WORD('L', 'O', 'C', 'K', 0, 0, 0)
+#define PROTO_WORD_UNLOCK	PROTO_NAME_WORD('U', 'N', 'L', 'O', 'C', 'K', 0)
+_Static_assert(30 <= KL_KEY_MAX, "a key within 32 bytes is never too long");
+
+/*
+ * The request "WORD key" when the line is u[0..end] with its LF at
+ * u[end], the one space at u[sp] (0 < sp < 8) and only plain bytes
+ * between: LOCK and UNLOCK by two compares, the other short commands by
+ * proto_short_cmd(). Returns the bytes of the line, or 0 with req as it
+ * was.
+ */
+static inline __attribute__((always_inline)) size_t
+proto_short_line(const char *buf, size_t sp, size_t end,
+    struct request *req)
+{
+	const struct proto_cmd	*cmd;
+	uint64_t		 w = proto_le64(buf) & proto_word_masks[sp];
+	enum cmd_id		 id;
+
+	if (w == PROTO_WORD_LOCK)
+		id = CMD_LOCK;
+	else if (w == PROTO_WORD_UNLOCK)
+		id = CMD_UNLOCK;
+	else if ((cmd = proto_short_cmd(w, sp)) != NULL)
+		id = cmd->id;
+	else
+		return 0;
+	req->cmd = id;
+	req->nargs = 1;
+	req->args[0] = buf + sp + 1;
+	req->arglens[0] = end - sp - 1;
+	req->opts = 0;
+	req->timeout_ms = 0;
+	req->ttl_ms = 0;
+	req->limit = 1;
+	req->max_waiters = 0;
+	req->shared = false;
+	req->why[0] = '\0';
+	return end + 1;
+}
+
 size_t
 proto_parse_next(const char *buf, size_t avail, size_t max,
     struct request *req)
@@ -931,7 +993,12 @@ proto_parse_next(const char *buf, size_t avail, size_t max,
 	size_t			 sp, end, n;
 
 #ifdef PROTO_SIMD
-	/* Most pipelined requests: the line and its end in 32 bytes. */
+	/*
+	 * Most pipelined requests: the line and its LF in 32 bytes, its
+	 * first byte that is not plain the space after the word and its
+	 * second the LF, a key of at least one byte between them (no more
+	 * than 30 bytes, so under KL_KEY_MAX).
+	 */
 	if (avail >= 32) {
 		uint32_t	m, rest;
 
@@ -939,13 +1006,19 @@ proto_parse_next(const char *buf, size_t avail, size_t max,
 		rest = m & (m - 1);
 		sp = (size_t)__builtin_ctz(m | 1u << 31);
 		end = (size_t)__builtin_ctz(rest | 1u << 31);
-		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' && rest != 0 &&
+		if (rest == 0)
+			goto scan;
+		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' && end > sp + 1 &&
+		    u[end] == '\n' && end < max)
+			return proto_short_line(buf, sp, end, req);
+		/* "WORD key\r\n", or not the common request */
+		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' &&
 		    (n = proto_line_end(u, avail, max, end)) > 0 &&
 		    proto_short_request(buf, sp, end, req))
 			return n;
-		if (rest != 0)
-			return 0;
+		return 0;
 	}
+scan:
 #endif
 	if (avail < PROTO_WORD || !proto_scan(u, avail, &sp, &end) ||
 	    end >= avail || u[sp] != ' ' || sp == 0 ||

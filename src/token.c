@@ -25,11 +25,10 @@
 #define TOKEN_MAX	((1ULL << 63) - 1)
 
 struct token {
+	struct token_range r;	/* first: token_next() reads it inline */
 	char		*path;
 	char		*tmp;
 	char		*dir;
-	uint64_t	 next;	/* next to issue */
-	uint64_t	 mark;	/* durable: nothing >= mark issued */
 };
 
 static int
@@ -124,47 +123,48 @@ token_open(const char *dir, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "out of memory");
 		return NULL;
 	}
-	if (token_read_mark(t->path, &t->next) == -1) {
+	if (token_read_mark(t->path, &t->r.next) == -1) {
 		snprintf(errbuf, errlen, "%s: unreadable or damaged token "
 		    "mark (remove it only if no client keeps tokens)", t->path);
 		token_close(t);
 		return NULL;
 	}
-	if (t->next > TOKEN_MAX - KL_TOKEN_BLOCK) {
+	if (t->r.next > TOKEN_MAX - KL_TOKEN_BLOCK) {
 		snprintf(errbuf, errlen, "%s: the token space below 2^63 is "
 		    "used up", t->path);
 		token_close(t);
 		return NULL;
 	}
-	if (token_write_mark(t, t->next + KL_TOKEN_BLOCK) == -1) {
+	if (token_write_mark(t, t->r.next + KL_TOKEN_BLOCK) == -1) {
 		snprintf(errbuf, errlen, "%s: cannot write the token mark: %s",
 		    t->path, strerror(errno));
 		token_close(t);
 		return NULL;
 	}
-	t->mark = t->next + KL_TOKEN_BLOCK;
+	t->r.mark = t->r.next + KL_TOKEN_BLOCK;
 	return t;
 }
 
+/* token_next() at the mark: the next block is made durable first. */
 uint64_t
-token_next(struct token *t)
+token_next_block(struct token *t)
 {
-	if (t->next >= t->mark) {
-		uint64_t	mark = t->next + KL_TOKEN_BLOCK;
+	if (t->r.next >= t->r.mark) {
+		uint64_t	mark = t->r.next + KL_TOKEN_BLOCK;
 
 		if (token_write_mark(t, mark) == -1)
 			log_warn("%s: cannot raise the token mark to %" PRIu64
 			    "; tokens stay increasing but a crash now could "
 			    "reuse some", t->path, mark);
-		t->mark = mark;
+		t->r.mark = mark;
 	}
-	return t->next++;
+	return t->r.next++;
 }
 
 uint64_t
 token_peek(const struct token *t)
 {
-	return t->next;
+	return t->r.next;
 }
 
 void

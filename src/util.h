@@ -112,4 +112,68 @@ kl_u64_put(char *p, size_t len, uint64_t v)
 	}
 }
 
+/*
+ * Eight decimal digits at once, for 1 <= v < 10^8: v as two 4-digit
+ * halves in 32-bit lanes, each lane split by 100 into 16-bit lanes and
+ * each of those by 10 into bytes, by multiply-shifts exact in that range
+ * (x * 10486 >> 20 is x / 100 below 10^4, x * 103 >> 10 is x / 10 below
+ * 100) and masks that drop what the lane above shifted in. The bytes are
+ * then the digits, the first lowest; the leading zeros are the zero bytes
+ * at the bottom, shifted out. Writes 8 bytes at p (the digits, then zero
+ * bytes) and returns the number of digits.
+ */
+static inline size_t
+kl_u64_put8(char *p, uint64_t v)
+{
+	uint64_t	x, q, y, t, z;
+	unsigned	lz;
+
+	x = v / 10000;
+	x |= (v - x * 10000) << 32;
+	q = (x * 10486) >> 20 & 0x0000007f0000007fULL;
+	y = q | (x - q * 100) << 16;
+	t = (y * 103) >> 10 & 0x000f000f000f000fULL;
+	z = t | (y - t * 10) << 8;
+	lz = (unsigned)__builtin_ctzll(z) & ~7u;
+	z = (z + 0x3030303030303030ULL) >> lz;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	z = __builtin_bswap64(z);
+#endif
+	memcpy(p, &z, 8);
+	return 8 - lz / 8;
+}
+
+/* The room kl_u64_put_ok() needs: "OK ", 20 digits, LF. */
+#define KL_U64_OK_ROOM	24
+
+/*
+ * "OK V\n" at p, the reply of most requests, from KL_U64_OK_ROOM bytes of
+ * room (it may write junk past the line within them); returns the length
+ * of the line. One store below 10, no loop below 10^8 (a caller that
+ * keeps larger values out of its common path inlines no more).
+ */
+static inline size_t
+kl_u64_put_ok(char *p, uint64_t v)
+{
+	uint64_t	w;
+	size_t		n;
+
+	if (v < 10) {
+		w = 0x0a30204bULL << 8 | 'O';	/* "OK 0\n" */
+		w += v << 24;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		w = __builtin_bswap64(w);
+#endif
+		memcpy(p, &w, 8);
+		return 5;
+	}
+	memcpy(p, "OK ", 4);
+	if (v < 100000000)
+		n = kl_u64_put8(p + 3, v);
+	else
+		kl_u64_put(p + 3, n = kl_u64_len(v), v);
+	p[3 + n] = '\n';
+	return n + 4;
+}
+
 #endif /* UTIL_H */

@@ -179,6 +179,42 @@ START_TEST(decimal_matches_printf_across_values)
 }
 END_TEST
 
+/*
+ * "OK N\n" as printf writes it: every value below 200,000, every power of
+ * ten and its neighbours (8 digits, kl_u64_put8()'s last, and 9), and a
+ * spread of larger ones; nothing written past KL_U64_OK_ROOM.
+ */
+START_TEST(ok_line_matches_printf)
+{
+	uint64_t	v, x = 0x9e3779b97f4a7c15ULL, p = 1;
+
+	for (int i = 0; i < 200000 + 3 * 20 + 200000; i++) {
+		char	want[32], got[KL_U64_OK_ROOM + 8];
+		size_t	n;
+
+		if (i < 200000) {
+			v = (uint64_t)i;
+		} else if (i < 200000 + 3 * 20) {
+			int	k = (i - 200000) / 3, d = (i - 200000) % 3 - 1;
+
+			if (d == -1)
+				for (p = 1; k > 0; k--)
+					p *= 10;
+			v = p + (uint64_t)(int64_t)d;
+		} else {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			v = x >> (x % 64);
+		}
+		snprintf(want, sizeof(want), "OK %" PRIu64 "\n", v);
+		memset(got, '#', sizeof(got));
+		n = kl_u64_put_ok(got, v);
+		if (n != strlen(want) || memcmp(got, want, n) != 0 ||
+		    got[KL_U64_OK_ROOM] != '#')
+			ck_abort_msg("%" PRIu64 ": \"%.*s\"", v, (int)n, got);
+	}
+}
+END_TEST
+
 START_TEST(strndup_copies_n_bytes_and_a_nul)
 {
 	char	*s = kl_strndup("ab\0cd", 5);
@@ -206,6 +242,7 @@ util_suite(void)
 	tcase_add_test(tc, alloc_seam_fails_the_nth_allocation);
 	tcase_add_test(tc, decimal_matches_printf_at_every_digit_count);
 	tcase_add_test(tc, decimal_matches_printf_across_values);
+	tcase_add_test(tc, ok_line_matches_printf);
 	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
 	suite_add_tcase(s, tc);
 	return s;
