@@ -16,7 +16,8 @@
 # source revision (default: git describe of this tree). Last, unless
 # INSTRUCTIONS=0, bench/instructions.sh counts the user-space instructions
 # per request of keylockd and of the echo floor under callgrind (c=50
-# P=16), printed beside the ratios and in RESULTS.md.
+# P=16), printed beside the ratios and in RESULTS.md. Sections of
+# RESULTS.md between another script's markers are kept.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -787,7 +788,17 @@ $(targets_table)
 EOF
 }
 
-write_results >"$RESULTS.tmp"
+# The sections other scripts write between their own markers
+# ("<!-- bench/python_compare.py: begin -->" ... ": end -->") are kept as
+# they were, after this script's.
+kept_sections() {
+	[ -f "$RESULTS" ] || return 0
+	awk '/^<!-- .*: begin -->$/ { keep = 1; print ""; }
+	    keep { print }
+	    /^<!-- .*: end -->$/ { keep = 0 }' "$RESULTS"
+}
+
+{ write_results; kept_sections; } >"$RESULTS.tmp"
 mv "$RESULTS.tmp" "$RESULTS"
 for row in $THROUGHPUT_ROWS; do
 	say "c=${row%:*} P=${row#*:}: keylockd/Redis" \
