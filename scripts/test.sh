@@ -60,10 +60,13 @@ test_asan() {
 }
 
 # distcheck: a plain build from the release tarball, and its make check.
+# The asan step ran every test in full; here the etcd soak runs its
+# shortest and the etcd integration pass is left out (minutes of CI).
 test_distcheck() {
 	rm -rf build-plain
 	configure_in build-plain
-	as_operator make -C build-plain -j"$JOBS" distcheck || {
+	as_operator env SOAK_SECONDS=20 KEYLOCKD_SKIP_ETCD_INTEGRATION=1 \
+	    make -C build-plain -j"$JOBS" distcheck || {
 		find build-plain -name test-suite.log -exec cat {} +
 		return 1
 	}
