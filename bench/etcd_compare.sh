@@ -12,17 +12,30 @@
 # figure is the median of the rounds with their min-max. DURATION (3) is
 # seconds per run. The writes per cycle are etcd revisions per cycle,
 # from etcd's revision before and after each run. RESULTS names the
-# output; KEEP=1 keeps the raw JSON.
+# output; KEEP=1 keeps the raw JSON. With --write, the same section also
+# replaces the one between its markers in bench/RESULTS.md (RESULTS_MD),
+# which bench/compare.sh keeps when it rewrites that file. The section
+# gives the machine's load average before and after the runs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
-build=$(cd "${1:-.}" && pwd)
+WRITE=0
+builddir=.
+for a in "$@"; do
+	case $a in
+	--write) WRITE=1 ;;
+	-*) echo "usage: etcd_compare.sh [BUILDDIR] [--write]" >&2; exit 2 ;;
+	*) builddir=$a ;;
+	esac
+done
+build=$(cd "$builddir" && pwd)
 KEYLOCKD=${KEYLOCKD:-$build/src/keylockd}
 KEYLOCK_BENCH=${KEYLOCK_BENCH:-$build/tools/keylock-bench}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
 RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
+RESULTS_MD=${RESULTS_MD:-$here/RESULTS.md}
 ROWS="lock-unlock:50 contended:4 contended:50"
 
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH"; do
@@ -92,6 +105,7 @@ run() {
 	echo "$before $after" >"$out.rev"
 }
 
+load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
 for round in $(seq "$ROUNDS"); do
 	for row in $ROWS; do
 		work=${row%:*}
@@ -107,22 +121,29 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
+load_after=$(cut -d ' ' -f 1-3 /proc/loadavg)
 rev=$(cd "$top" && git describe --always --dirty 2>/dev/null || echo unknown)
 etcdv=$(etcd --version | sed -n 's/^etcd Version: //p')
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 ncpu=$(nproc)
 perl -MJSON::PP -e '
-my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu) = @ARGV;
+my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1) =
+    @ARGV;
+my %target = ("lock-unlock:50" => 10, "contended:4" => 10,
+    "contended:50" => 2);
+my @verdicts;
 sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
 sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
     local $/; my $j = decode_json(<$h>); close($h); return $j; }
-print "# keylockd backend etcd against etcd'"'"'s lock API\n\n";
+print "<!-- bench/etcd_compare.sh: begin -->\n";
+print "## keylockd backend etcd against etcd'"'"'s lock API\n\n";
 print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
     "on loopback, two keylockd front ends (clients on the first), ",
     "keylock-bench on the same machine ($cpu, $ncpu CPUs, shared), ",
     "$rounds rounds of $dur s, medians [min-max]. A cycle is LOCK + ",
     "UNLOCK through keylockd, /v3/lock/lock + /v3/lock/unlock (each ",
-    "connection with its lease) through etcd.\n\n";
+    "connection with its lease) through etcd. Load average (1, 5, 15 ",
+    "min) before the runs: $l0; after: $l1.\n\n";
 print "| workload | clients | keylockd cycles/s | etcd cycles/s | ",
     "keylockd/etcd | keylockd p50/p99 ms | etcd p50/p99 ms | ",
     "etcd writes per cycle, keylockd / etcd |\n";
@@ -153,7 +174,38 @@ for my $row (split " ", $rows) {
         med(@{$p50{keylockd}}), med(@{$p99{keylockd}}),
         med(@{$p50{etcd}}), med(@{$p99{etcd}}),
         med(@{$w{keylockd}}), med(@{$w{etcd}});
+    push @verdicts, sprintf("| %s, %d clients: keylockd/etcd >= %d | " .
+        "%.1f | %s |\n", $work eq "contended" ?
+        "hand-offs/s on one busy key" : "cycles/s on distinct keys",
+        $conns, $target{$row}, med(@ratio),
+        med(@ratio) >= $target{$row} ? "met" : "not met")
+        if exists $target{$row};
 }
+print "\n| target (issue 11) | keylockd/etcd, median of the rounds | |\n",
+    "|---|---:|---|\n", @verdicts;
+print "<!-- bench/etcd_compare.sh: end -->\n";
 ' "$TMP" "$ROUNDS" "$ROWS" "$DURATION" "$rev" "$etcdv" "$cpu" "$ncpu" \
-    >"$RESULTS"
+    "$load_before" "$load_after" >"$TMP/section.md"
+cp "$TMP/section.md" "$RESULTS"
+if [ "$WRITE" = 1 ]; then
+	# the section between its markers, or appended
+	perl -e '
+my ($file, $secfile) = @ARGV;
+my ($b, $e) = ("<!-- bench/etcd_compare.sh: begin -->",
+    "<!-- bench/etcd_compare.sh: end -->");
+local $/;
+open(my $s, "<", $secfile) or die "$secfile: $!"; my $sec = <$s>; close($s);
+my $text = "";
+if (open(my $h, "<", $file)) { $text = <$h>; close($h); }
+if ($text =~ /\Q$b\E.*?\Q$e\E\n?/s) {
+    $text =~ s/\Q$b\E.*?\Q$e\E\n?/$sec/s;
+} else {
+    $text =~ s/\n*\z/\n\n/ if $text ne "";
+    $text .= $sec;
+}
+open(my $o, ">", "$file.tmp") or die "$file.tmp: $!"; print $o $text;
+close($o); rename("$file.tmp", $file) or die "$file: $!";
+' "$RESULTS_MD" "$TMP/section.md"
+	echo "etcd_compare.sh: wrote its section of $RESULTS_MD" >&2
+fi
 cat "$RESULTS"
