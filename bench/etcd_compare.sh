@@ -89,10 +89,39 @@ revision() {
 	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{header}{revision}'
 }
 
+# leftovers: how many keys outside the front ends' prefix (keylock/) etcd
+# holds: etcd's lock API's keys of a run whose leases outlived it.
+leftovers() {
+	local a b
+	a=$(curl -s -X POST -d '{"key":"AA==","range_end":"a2V5bG9jay8=","count_only":true}' \
+	    "http://$member1/v3/kv/range" |
+	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{count} // 0')
+	b=$(curl -s -X POST -d '{"key":"a2V5bG9jazA=","range_end":"AA==","count_only":true}' \
+	    "http://$member1/v3/kv/range" |
+	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{count} // 0')
+	echo $((a + b))
+}
+
+# An etcd run starts on a cluster without another run's lock keys (their
+# leases last the run plus a minute if a revoke was lost): waits up to
+# 90 s for them to go, and says so.
+wait_clean() {
+	local n i
+	for i in $(seq 900); do
+		n=$(leftovers)
+		[ "$n" -eq 0 ] && return
+		[ "$i" -eq 1 ] && echo "etcd_compare.sh: $n lock keys of an" \
+		    "earlier etcd run left; waiting for their leases" >&2
+		sleep 0.1
+	done
+	echo "etcd_compare.sh: $n lock keys still there after 90 s" >&2
+}
+
 # run SYSTEM WORK CONNS ROUND: one run, its JSON in $TMP/SYSTEM.WORK.CONNS.ROUND
 run() {
 	local sys=$1 work=$2 conns=$3 round=$4 out before after
 	out=$TMP/$sys.$work.$conns.$round.json
+	if [ "$sys" = etcd ]; then wait_clean; fi
 	before=$(revision)
 	if [ "$sys" = etcd ]; then
 		"$KEYLOCK_BENCH" --etcd -S "$member1" -w "$work" -c "$conns" \
