@@ -379,7 +379,9 @@ START_TEST(tls_handshake_is_bounded_by_the_connect_deadline)
 	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_connect(kl, tls, NULL),
 	    KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(250, 2000, kt_now_ms() - t0);
+	/* Bounded, not fast: the time includes setting up TLS (the system's
+	 * CA store, parsed under a sanitizer), seconds on a loaded machine. */
+	ck_assert_window(250, 6000, kt_now_ms() - t0);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);
