@@ -234,8 +234,10 @@ START_TEST(operator_commands_need_unix_or_the_operator_secret)
 	char		*path = cc_talloc(PATH_MAX), *apath = cc_talloc(PATH_MAX);
 	FILE		*f;
 
-	snprintf(path, PATH_MAX, "%s/secret", cc_dir);
-	snprintf(apath, PATH_MAX, "%s/admin", cc_dir);
+	ck_assert_int_lt(snprintf(path, PATH_MAX, "%s/secret", cc_dir),
+	    PATH_MAX);
+	ck_assert_int_lt(snprintf(apath, PATH_MAX, "%s/admin", cc_dir),
+	    PATH_MAX);
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fputs("client-secret\n", f);
 	fclose(f);
@@ -366,7 +368,7 @@ sweep_wait(struct sweep_client *k, size_t n)
 	size_t		lines;
 
 	for (;;) {
-		ssize_t	r;
+		ssize_t	r = 1;	/* nothing read: not an end */
 
 		cc_pump();
 		while (!k->eof && (r = recv(k->fd, k->rx + k->rlen,
