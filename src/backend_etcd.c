@@ -793,6 +793,8 @@ ebe_free(struct backend *be)
 		evtimer_del(e->start);
 	if (e->retry != NULL)
 		evtimer_del(e->retry);
+	if (e->hold != NULL)
+		evtimer_del(e->hold);
 	if (e->fe != 0 && e->etcd != NULL && was != EBE_LOST) {
 		/* our entries go now, not at the lease's expiry */
 		etcd_watch_stop(e->etcd);
@@ -811,6 +813,8 @@ ebe_free(struct backend *be)
 		event_free(e->start);
 	if (e->retry != NULL)
 		event_free(e->retry);
+	if (e->hold != NULL)
+		event_free(e->hold);
 	kl_free(e->prefix);
 	kl_free(e);
 }

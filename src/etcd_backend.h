@@ -37,6 +37,7 @@ struct event;
 #define EBE_RANGE_PAGE	1000		/* entries per range while rebuilding */
 #define EBE_RETRY_MS	100		/* first pause before trying again */
 #define EBE_RETRY_MAX_MS 1000
+#define EBE_HOLD_MS	50		/* most a batch waits for a reply */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
 
 enum ebe_state {
@@ -148,6 +149,7 @@ struct eitem {
 	struct eowner		*reply;		/* its ack completes this
 						 * owner's UNLOCK */
 	int			 tries;
+	uint64_t		 queued_ms;
 };
 TAILQ_HEAD(eitemq, eitem);
 
@@ -204,7 +206,9 @@ struct ebe {
 	/* group commit */
 	struct eitemq		 queue;
 	size_t			 nqueue;
+	size_t			 queue_ops;	/* etcd operations queued */
 	int			 inflight;
+	struct event		*hold;		/* the held batch goes */
 	struct event		*retry;		/* failed deletes, again */
 	struct eitemq		 later;		/* waiting for retry */
 	struct event		*start;		/* steps of start/recovery */
