@@ -862,6 +862,24 @@ proto_short_cmd(uint64_t w, size_t sp)
 	return NULL;
 }
 
+/* req as the short forms leave it: cmd with one key and no options. */
+static inline __attribute__((always_inline)) void
+proto_short_fill(struct request *req, enum cmd_id id, const char *key,
+    size_t keylen)
+{
+	req->cmd = id;
+	req->nargs = 1;
+	req->args[0] = key;
+	req->arglens[0] = keylen;
+	req->opts = 0;
+	req->timeout_ms = 0;
+	req->ttl_ms = 0;
+	req->limit = 1;
+	req->max_waiters = 0;
+	req->shared = false;
+	req->why[0] = '\0';
+}
+
 /*
  * The request of a short form, "WORD key": the word is u[0..sp), sp < 8,
  * and the key u[sp + 1..end). Fills req if the word names a command that
@@ -877,17 +895,7 @@ proto_short_request(const char *line, size_t sp, size_t end,
 	if (end - sp - 1 - 1 >= KL_KEY_MAX ||
 	    (cmd = proto_short_cmd(proto_le64(line), sp)) == NULL)
 		return false;
-	req->cmd = cmd->id;
-	req->nargs = 1;
-	req->args[0] = line + sp + 1;
-	req->arglens[0] = end - sp - 1;
-	req->opts = 0;
-	req->timeout_ms = 0;
-	req->ttl_ms = 0;
-	req->limit = 1;
-	req->max_waiters = 0;
-	req->shared = false;
-	req->why[0] = '\0';
+	proto_short_fill(req, cmd->id, line + sp + 1, end - sp - 1);
 	return true;
 }
 
@@ -971,17 +979,7 @@ proto_short_line(const char *buf, size_t sp, size_t end,
 		id = cmd->id;
 	else
 		return 0;
-	req->cmd = id;
-	req->nargs = 1;
-	req->args[0] = buf + sp + 1;
-	req->arglens[0] = end - sp - 1;
-	req->opts = 0;
-	req->timeout_ms = 0;
-	req->ttl_ms = 0;
-	req->limit = 1;
-	req->max_waiters = 0;
-	req->shared = false;
-	req->why[0] = '\0';
+	proto_short_fill(req, id, buf + sp + 1, end - sp - 1);
 	return end + 1;
 }
 
