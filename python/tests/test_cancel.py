@@ -290,7 +290,10 @@ def test_keyboard_interrupt_racing_the_grant_releases_it(
         print("ready", flush=True)
         try:
             with locks.hold("ki:race"):
-                print("granted", flush=True)
+                # one write: print() writes the text and its newline
+                # apart, and the interrupt may land between them
+                sys.stdout.write("granted\\n")
+                sys.stdout.flush()
                 sys.stdin.readline()
         except KeyboardInterrupt:
             print("interrupted", flush=True)
