@@ -41,6 +41,7 @@
 #define CONN_SCRATCH_SIZE	(64 * 1024)	/* one read per batch */
 #define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
 #define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
+#define CONN_SCAN_LINES		32	/* common requests found at once */
 #define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
 
 /*
@@ -722,6 +723,7 @@ conn_process(struct conn *c, char *buf, size_t len)
 	struct conns	*cs = c->cs;
 	struct request	*req = &cs->req;
 	size_t		 max = (size_t)cs->cfg->max_line, off = 0, handled = 0;
+	struct proto_line lines[CONN_SCAN_LINES];
 
 	c->produced = 0;
 	while (off < len && c->state == CONN_READY) {
@@ -735,23 +737,35 @@ conn_process(struct conn *c, char *buf, size_t len)
 			conn_set_state(c, CONN_DEFERRED);
 			break;
 		}
-		/* The common requests, each framed and parsed in one pass,
-		 * while they come and c stays ready within its share. */
+		/* The common requests, found a run at a time and each byte
+		 * classified once, while c stays ready within its share. */
 		if (!c->discarding &&
-		    (n = proto_parse_next(p, avail, max, req)) > 0) {
+		    (n = proto_scan_lines(buf, len, off, max, lines,
+		    CONN_TURN_REQUESTS - handled < CONN_SCAN_LINES ?
+		    CONN_TURN_REQUESTS - handled : CONN_SCAN_LINES)) > 0) {
 			struct commands	*cmds = cs->cmds;
 			struct stats	*st = cs->st;
+			size_t		 i;
 
-			do {
-				off += n;
+			for (i = 0; i < n; i++) {
+				proto_request_line(req, buf, &lines[i]);
+				off = lines[i].next;
 				st->requests++;
+				handled++;
 				commands_execute(cmds, c, req);
-				if (++handled == CONN_TURN_REQUESTS ||
-				    c->state != CONN_READY ||
+				if (c->state != CONN_READY ||
 				    c->produced >= CONN_TURN_OUTPUT)
 					break;
-			} while ((n = proto_parse_next(buf + off, len - off,
-			    max, req)) > 0);
+			}
+			continue;
+		}
+		/* One common request in a short buffer, or "WORD key\r\n" */
+		if (!c->discarding &&
+		    (n = proto_parse_next(p, avail, max, req)) > 0) {
+			off += n;
+			cs->st->requests++;
+			handled++;
+			commands_execute(cs->cmds, c, req);
 			continue;
 		}
 		if (c->discarding) {

@@ -15,19 +15,78 @@
 #include "proto.h"
 #include "util.h"
 
-/* The short path classifies sixteen bytes at a time where SSE2 is there
- * (every x86-64); elsewhere, or with PROTO_PORTABLE, eight. */
+/* The short paths classify sixteen bytes at a time where SSE2 is there
+ * (every x86-64); elsewhere, or with PROTO_PORTABLE, eight, and
+ * proto_scan_lines() takes no line. */
 #if defined(__SSE2__) && !defined(PROTO_PORTABLE)
 #include <emmintrin.h>
 #define PROTO_SIMD 1
 #endif
+
+#define PROTO_WORD	sizeof(uint64_t)
+/* Folds a word's letters to upper case (and changes other bytes: only
+ * words of plain bytes are folded, and compared with folded names). */
+#define PROTO_FOLD	(~0x2020202020202020ULL)
+
+/* A command's name as a folded word of its first bytes, zeros after. */
+#define PROTO_NAME_WORD(a, b, c, d, e, f, g)				\
+	((uint64_t)(a) | (uint64_t)(b) << 8 | (uint64_t)(c) << 16 |	\
+	 (uint64_t)(d) << 24 | (uint64_t)(e) << 32 |			\
+	 (uint64_t)(f) << 40 | (uint64_t)(g) << 48)
+#define PROTO_WORD_LOCK		PROTO_NAME_WORD('L', 'O', 'C', 'K', 0, 0, 0)
+#define PROTO_WORD_UNLOCK	PROTO_NAME_WORD('U', 'N', 'L', 'O', 'C', 'K', 0)
+
+/* Eight bytes at p, the first lowest. */
+static inline uint64_t
+proto_le64(const void *p)
+{
+	uint64_t	w;
+
+	memcpy(&w, p, sizeof(w));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
+	return w;
+}
+
+#ifdef PROTO_SIMD
+/*
+ * Bit i set: byte i of v is not plain (keylockd-protocol(7), KEYS). Adding
+ * 0x80 - 0x21 moves '!'..'~' to the lowest signed bytes, -128..-35, so one
+ * signed compare tests the range; then '=' is taken out.
+ */
+static inline unsigned
+proto_not_plain_v(__m128i v)
+{
+	__m128i	ok;
+
+	ok = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(0x80 - 0x21)),
+	    _mm_set1_epi8((char)(0x80 + ('~' - '!') + 1)));
+	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
+	return ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
+}
+
+static inline unsigned
+proto_not_plain16(const void *p)
+{
+	return proto_not_plain_v(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* The same for 32 bytes, the first lowest. */
+static inline uint64_t
+proto_not_plain32(const char *p)
+{
+	return (uint64_t)(proto_not_plain16(p) |
+	    proto_not_plain16(p + 16) << 16);
+}
+#endif
+
 /* The short path looks no further: a command word, a space, the longest
  * key, CR and LF. */
 #define PROTO_SHORT_MAX	(PROTO_WORD + KL_KEY_MAX + 2)
 
 /* A command word or option name is echoed only when short and printable. */
 #define PROTO_ECHO_MAX	32
-#define PROTO_WORD	sizeof(uint64_t)
 /* Room for the longest command name and its NUL padding: two words. */
 #define PROTO_CMD_NAME_SIZE	(2 * PROTO_WORD)
 
@@ -180,7 +239,6 @@ static const char *const proto_err_words[KL_ERR__COUNT] = {
 static enum kl_err	 proto_fail(struct request *, enum kl_err,
 			    const char *, ...)
 			    __attribute__((format(printf, 3, 4)));
-static uint64_t		 proto_le64(const void *);
 static inline uint64_t	 proto_load_tail(const unsigned char *, size_t,
 			    size_t);
 static inline uint64_t	 proto_not_plain(uint64_t);
@@ -233,18 +291,6 @@ proto_fail(struct request *req, enum kl_err err, const char *fmt, ...)
 }
 
 /* Eight bytes as a word, the first in memory lowest whatever the host. */
-static uint64_t
-proto_le64(const void *p)
-{
-	uint64_t	w;
-
-	memcpy(&w, p, sizeof(w));
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	w = __builtin_bswap64(w);
-#endif
-	return w;
-}
-
 /*
  * Up to eight bytes of s[i..len) as a word, the first lowest and zeros past
  * len. It reads nothing outside s[0..len): near the end it takes the last
@@ -741,29 +787,6 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 
 #ifdef PROTO_SIMD
 /*
- * Bit i set: byte i of v is not plain (keylockd-protocol(7), KEYS). Adding
- * 0x80 - 0x21 moves '!'..'~' to the lowest signed bytes, -128..-35, so one
- * signed compare tests the range; then '=' is taken out.
- */
-static inline unsigned
-proto_not_plain_v(__m128i v)
-{
-	__m128i	ok;
-
-	ok = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(0x80 - 0x21)),
-	    _mm_set1_epi8((char)(0x80 + ('~' - '!') + 1)));
-	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
-	return ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
-}
-
-static inline unsigned
-proto_not_plain16(const unsigned char *p)
-{
-	return proto_not_plain_v(_mm_loadu_si128((const __m128i *)
-	    (const void *)p));
-}
-
-/*
  * The offsets of the first and second bytes of u[0..n) that are not
  * plain, n >= 8, looking no further than PROTO_SHORT_MAX bytes; *second
  * is n (or past PROTO_SHORT_MAX) when there is none. Thirty-two bytes at
@@ -877,6 +900,7 @@ proto_short_fill(struct request *req, enum cmd_id id, const char *key,
 	req->limit = 1;
 	req->max_waiters = 0;
 	req->shared = false;
+	req->plain = true;
 	req->why[0] = '\0';
 }
 
@@ -935,7 +959,6 @@ proto_line_end(const unsigned char *u, size_t avail, size_t max, size_t end)
  * The folded first sp bytes of a word (sp < 8), as proto_short_cmd()
  * computes them: one load in place of a shift and two masks.
  */
-#define PROTO_FOLD	(~0x2020202020202020ULL)
 static const uint64_t proto_word_masks[PROTO_WORD] = {
 	0,
 	PROTO_FOLD & 0xffULL,
@@ -947,13 +970,6 @@ static const uint64_t proto_word_masks[PROTO_WORD] = {
 	PROTO_FOLD & 0xffffffffffffffULL
 };
 
-/* A command's name as the word proto_word_masks[] leaves of it. */
-#define PROTO_NAME_WORD(a, b, c, d, e, f, g)				\
-	((uint64_t)(a) | (uint64_t)(b) << 8 | (uint64_t)(c) << 16 |	\
-	 (uint64_t)(d) << 24 | (uint64_t)(e) << 32 |			\
-	 (uint64_t)(f) << 40 | (uint64_t)(g) << 48)
-#define PROTO_WORD_LOCK		PROTO_NAME_WORD('L', 'O', 'C', 'K', 0, 0, 0)
-#define PROTO_WORD_UNLOCK	PROTO_NAME_WORD('U', 'N', 'L', 'O', 'C', 'K', 0)
 _Static_assert(30 <= KL_KEY_MAX, "a key within 32 bytes is never too long");
 
 /*
@@ -1026,6 +1042,91 @@ scan:
 	return n;
 }
 
+#ifdef PROTO_SIMD
+/*
+ * By the offset of the space: the word before it with the space, letters
+ * folded, and the mask that folds it, for "LOCK " and "UNLOCK "; other
+ * offsets can match nothing (a word of 1 under a mask of 0).
+ */
+static const struct {
+	uint64_t	mask;
+	uint64_t	word;
+} proto_scan_words[PROTO_WORD] = {
+	[0] = { 0, 1 }, [1] = { 0, 1 }, [2] = { 0, 1 }, [3] = { 0, 1 },
+	[4] = { (PROTO_FOLD & 0xffffffffULL) | 0xffULL << 32,
+		PROTO_WORD_LOCK | (uint64_t)' ' << 32 },
+	[5] = { 0, 1 },
+	[6] = { (PROTO_FOLD & 0xffffffffffffULL) | 0xffULL << 48,
+		PROTO_WORD_UNLOCK | (uint64_t)' ' << 48 },
+	[7] = { 0, 1 }
+};
+
+/*
+ * m holds the classes of the bytes from pos, valid of them (the rest of m
+ * zero); each line takes its bits off the bottom, and the next 32 come in
+ * (or the last ones of the buffer) when fewer than 32 are left, so that
+ * each byte is classified once. A line is taken when its first byte that
+ * is not plain is at 4 or 6 and the word up to it, with the space, is
+ * "LOCK " or "UNLOCK ", and its second is the LF, a key between (no longer
+ * than 62 bytes, so under KL_KEY_MAX, and max is at least 64).
+ */
+size_t
+proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
+    struct proto_line *lines, size_t n)
+{
+	const unsigned char	*u = (const unsigned char *)buf;
+	uint64_t		 m = 0, rest;
+	size_t			 pos = off, valid = 0, top, sp, end, i, last;
+
+	if (len < 32 || max < 64)
+		return 0;
+	last = len - PROTO_WORD;	/* a line's word is read as a word */
+	for (i = 0; i < n && pos <= last; i++) {
+		if (valid < 32 && (top = pos + valid) < len) {
+			if (len - top >= 32) {
+				m |= proto_not_plain32((const char *)u +
+				    top) << valid;
+				valid += 32;
+			} else {
+				m |= proto_not_plain32((const char *)u +
+				    len - 32) >> (32 - (len - top)) << valid;
+				valid += len - top;
+			}
+		}
+		if ((rest = m & (m - 1)) == 0)
+			break;
+		sp = (size_t)__builtin_ctzll(m) & (PROTO_WORD - 1);
+		end = (size_t)__builtin_ctzll(rest);
+		if ((proto_le64(u + pos) & proto_scan_words[sp].mask) !=
+		    proto_scan_words[sp].word || end == sp + 1 ||
+		    u[pos + end] != '\n')
+			break;
+		lines[i].cmd = sp == 4 ? CMD_LOCK : CMD_UNLOCK;
+		lines[i].key = pos + sp + 1;
+		lines[i].keylen = (uint32_t)(end - sp - 1);
+		pos += end + 1;
+		lines[i].next = pos;
+		m = m >> end >> 1;
+		valid -= end + 1;
+	}
+	return i;
+}
+#else
+size_t
+proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
+    struct proto_line *lines, size_t n)
+{
+	(void)buf, (void)len, (void)off, (void)max, (void)lines, (void)n;
+	return 0;
+}
+#endif
+
+void
+proto_plain_fill(struct request *req)
+{
+	proto_short_fill(req, req->cmd, req->args[0], req->arglens[0]);
+}
+
 enum kl_err
 proto_parse(const char *line, size_t len, struct request *req)
 {
@@ -1052,6 +1153,7 @@ proto_parse_tokens(const char *line, size_t len, struct request *req)
 	req->limit = 1;
 	req->max_waiters = 0;
 	req->shared = false;
+	req->plain = false;
 	req->why[0] = '\0';
 	/* One call site, so that the compiler inlines it. */
 	while (proto_next_token(line, len, &pos, &tok)) {

@@ -78,6 +78,9 @@ struct request {
 	uint32_t	 limit;		/* 1 unless given */
 	uint32_t	 max_waiters;
 	bool		 shared;	/* mode=shared */
+	/* Every field but cmd, args[0] and arglens[0] is as a short form
+	 * ("LOCK k") leaves it: proto_batch_next() writes only those three. */
+	bool		 plain;
 	char		 why[PROTO_WHY_MAX];	/* the error text, if any */
 };
 
@@ -101,6 +104,46 @@ enum kl_err	 proto_parse(const char *line, size_t len, struct request *req);
  */
 size_t		 proto_parse_next(const char *buf, size_t avail, size_t max,
 		    struct request *req);
+
+/* One common request of a buffer, as proto_scan_lines() finds it. */
+struct proto_line {
+	enum cmd_id	 cmd;		/* CMD_LOCK or CMD_UNLOCK */
+	uint32_t	 keylen;
+	size_t		 key;		/* offsets into the buffer */
+	size_t		 next;		/* just past the line's LF */
+};
+
+/*
+ * The common requests of a buffer of pipelined lines, with each byte
+ * classified once: from buf[off], up to n lines in a row that are "LOCK
+ * key" or "UNLOCK key" (any case, one space, a plain key, LF) with their LF
+ * within max bytes of their start, into lines[]. Returns how many; 0 when
+ * the line at off is any other (or the buffer is under 32 bytes), for
+ * proto_parse_next() and proto_parse(). A line taken here is a line they
+ * would take with the same request: proto_request_line() fills req.
+ */
+size_t		 proto_scan_lines(const char *buf, size_t len, size_t off,
+		    size_t max, struct proto_line *lines, size_t n);
+
+/*
+ * Fills every field of req but cmd, args[0] and arglens[0] as the short
+ * forms leave them, and sets req->plain.
+ */
+void		 proto_plain_fill(struct request *req);
+
+/* req for a line of proto_scan_lines() in buf. It writes only cmd,
+ * args[0] and arglens[0] while req->plain says the rest is right: req must
+ * be zeroed or last filled by a function of this file. */
+static inline void
+proto_request_line(struct request *req, const char *buf,
+    const struct proto_line *l)
+{
+	req->cmd = l->cmd;
+	req->args[0] = buf + l->key;
+	req->arglens[0] = l->keylen;
+	if (!req->plain)
+		proto_plain_fill(req);
+}
 
 /* Checks one key against keylockd-protocol(7)'s rules; on failure writes a reason
  * (which never echoes the bad bytes) into why. */

@@ -1,9 +1,9 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * libFuzzer harness for proto_parse() and proto_parse_next(): any bytes in,
- * and the result must keep the promises of proto.h and
- * keylockd-protocol(7). It also links with replay.c, so make check runs
+ * libFuzzer harness for proto_parse(), proto_parse_next() and
+ * proto_scan_lines(): any bytes in, and the result must keep the promises
+ * of proto.h and keylockd-protocol(7). It also links with replay.c, so make check runs
  * the seed corpus without libFuzzer. It checks with abort(), not
  * assert(), so NDEBUG cannot turn it off.
  */
@@ -168,11 +168,51 @@ fuzz_check_next(const char *buf, size_t size, size_t max)
 	FUZZ_CHECK(got.why[0] == '\0');
 }
 
+/* A request as proto_request_line() left it and as proto_parse_next()
+ * makes it: every field alike. */
+static void
+fuzz_check_same(const struct request *got, const struct request *want)
+{
+	FUZZ_CHECK(got->cmd == want->cmd && got->nargs == want->nargs &&
+	    got->args[0] == want->args[0] &&
+	    got->arglens[0] == want->arglens[0]);
+	FUZZ_CHECK(got->opts == want->opts && got->limit == want->limit &&
+	    got->shared == want->shared &&
+	    got->timeout_ms == want->timeout_ms &&
+	    got->ttl_ms == want->ttl_ms &&
+	    got->max_waiters == want->max_waiters);
+	FUZZ_CHECK(got->why[0] == '\0' && got->plain);
+}
+
+/*
+ * proto_scan_lines() from off: each line it finds is one that
+ * proto_parse_next() takes at that offset, with the same bytes, and
+ * proto_request_line() into got (whatever got held) gives its request.
+ */
+static void
+fuzz_check_scan(const char *buf, size_t size, size_t off, size_t max,
+    struct request *got)
+{
+	static struct proto_line	 lines[40];
+	static struct request		 want;
+	size_t				 n;
+
+	n = proto_scan_lines(buf, size, off, max, lines, 40);
+	for (size_t i = 0; i < n; i++) {
+		FUZZ_CHECK(lines[i].next > off && lines[i].next <= size);
+		FUZZ_CHECK(proto_parse_next(buf + off, size - off, max,
+		    &want) == lines[i].next - off);
+		proto_request_line(got, buf, &lines[i]);
+		fuzz_check_same(got, &want);
+		off = lines[i].next;
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct request	 req, again;
-	const char		*line = (const char *)data;
+	static struct request	 req, again, scanned;
+	const char		*line = (const char *)data, *lf;
 	enum kl_err		 err;
 
 	err = proto_parse(line, size, &req);
@@ -192,6 +232,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_check_next(line, size, size > 0 ? 9 + (size_t)data[size - 1] :
 	    9);
 	fuzz_check_next(line, size, KL_MAX_LINE_DEFAULT);
+
+	/* Its common requests found a run at a time, from its start and
+	 * from its second line, into a request that proto_parse() last
+	 * filled (from this line: any fields). */
+	(void)proto_parse(line, size, &scanned);
+	fuzz_check_scan(line, size, 0, KL_MAX_LINE_DEFAULT, &scanned);
+	if ((lf = memchr(line, '\n', size)) != NULL &&
+	    (size_t)(lf - line) + 1 < size)
+		fuzz_check_scan(line, size, (size_t)(lf - line) + 1,
+		    size > 0 ? 64 + (size_t)data[0] : 64, &scanned);
 
 	/* Pure: the same bytes give the same answer. */
 	FUZZ_CHECK(proto_parse(line, size, &again) == err);

@@ -404,6 +404,121 @@ START_TEST(short_path_frames_as_memchr_and_parse_do)
 }
 END_TEST
 
+/*
+ * proto_scan_lines() over pipelines of random lines, walked as the
+ * connection walks them: every line it takes is one proto_parse_next()
+ * takes with the same request ("may": LOCK or UNLOCK, one space, a plain
+ * key, LF), and it takes every such line of up to 32 bytes ("must") once
+ * the buffer has 32 bytes, so that a scan that took nothing fails here.
+ */
+static uint32_t
+scan_rand(uint32_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 17;
+	*x ^= *x << 5;
+	return *x;
+}
+
+static size_t
+pipeline_line(char *p, uint32_t *seed, bool *may, bool *must)
+{
+	static const char *const words[] = {
+		"LOCK", "UNLOCK", "lock", "Unlock", "TRYLOCK", "LOCKS", "UNLOC",
+		"INFO", "LOCK ", "L"
+	};
+	static const char *const ends[] = { "\n", "\n", "\n", "\r\n", "" };
+	size_t		 wi = scan_rand(seed) % NELEM(words);
+	const char	*w = words[wi];
+	const char	*e = ends[scan_rand(seed) % NELEM(ends)];
+	size_t		 wl = strlen(w), el = strlen(e), klen, n;
+	bool		 bad = scan_rand(seed) % 8 == 0;
+
+	klen = scan_rand(seed) % 4 == 0 ? 1 + scan_rand(seed) % 80 :
+	    1 + scan_rand(seed) % 20;
+	memcpy(p, w, wl);
+	p[wl] = ' ';
+	for (size_t i = 0; i < klen; i++)
+		p[wl + 1 + i] = (char)('a' + scan_rand(seed) % 26);
+	if (bad)	/* a byte that is not plain, maybe valid UTF-8 */
+		p[wl + 1 + scan_rand(seed) % klen] =
+		    "=\t\x80\xc3\x7f "[scan_rand(seed) % 6];
+	n = wl + 1 + klen;
+	memcpy(p + n, e, el);
+	*may = wi < 4 && !bad && klen <= 62 && el == 1 && *e == '\n';
+	*must = *may && n + el <= 32;
+	return n + el;
+}
+
+START_TEST(scan_takes_what_parse_next_takes)
+{
+	static struct request	 got, want;
+	struct proto_line	 lines[8];
+	uint32_t		 seed = 20261202;
+	size_t			 taken = 0, missed = 0;
+
+	for (int round = 0; round < 1500; round++) {
+		char	*buf = malloc(2048);
+		size_t	 len = 0, off, nl = 0, n;
+		size_t	 starts[64], stops[64];
+		bool	 may[64], must[64];
+
+		ck_assert_ptr_nonnull(buf);
+		while (nl < 64 && len < 1900) {
+			starts[nl] = len;
+			len += pipeline_line(buf + len, &seed, &may[nl],
+			    &must[nl]);
+			stops[nl++] = len;
+		}
+		len -= scan_rand(&seed) % 3;	/* maybe cut the last line */
+		if (round % 4 == 0)		/* and short buffers too */
+			len = scan_rand(&seed) % 80 < len ?
+			    scan_rand(&seed) % 80 : len;
+		/* now exactly len bytes, so that ASan sees a read past */
+		buf = realloc(buf, len > 0 ? len : 1);
+		ck_assert_ptr_nonnull(buf);
+		for (size_t l = 0; l < nl && stops[l] <= len; ) {
+			off = starts[l];
+			n = proto_scan_lines(buf, len, off, 4096, lines,
+			    1 + scan_rand(&seed) % NELEM(lines));
+			if (n == 0) {
+				ck_assert_msg(!must[l] || len < 32 ||
+				    len - off < 8,
+				    "round %d line %zu not taken", round, l);
+				missed += may[l];
+				l++;
+				continue;
+			}
+			for (size_t i = 0; i < n; i++, l++) {
+				ck_assert_uint_eq(off, starts[l]);
+				ck_assert_msg(may[l], "round %d line %zu",
+				    round, l);
+				ck_assert_uint_eq(proto_parse_next(buf + off,
+				    len - off, 4096, &want),
+				    lines[i].next - off);
+				if (scan_rand(&seed) % 4 == 0)	/* not plain */
+					proto_parse(L("LOCK a b ttl=5"), &got);
+				proto_request_line(&got, buf, &lines[i]);
+				ck_assert(got.cmd == want.cmd &&
+				    got.args[0] == want.args[0] &&
+				    got.arglens[0] == want.arglens[0] &&
+				    got.nargs == 1 && got.opts == 0 &&
+				    got.ttl_ms == 0 && got.limit == 1 &&
+				    got.timeout_ms == 0 &&
+				    got.max_waiters == 0 && !got.shared &&
+				    got.why[0] == '\0' && got.plain);
+				off = lines[i].next;
+				taken++;
+			}
+		}
+		free(buf);
+	}
+	/* most are taken; the long ones may be left to the slow path */
+	ck_assert_uint_gt(taken, 12000);
+	ck_assert_uint_lt(missed, taken / 4);
+}
+END_TEST
+
 void
 cp_add_commands(Suite *s)
 {
@@ -422,5 +537,6 @@ cp_add_commands(Suite *s)
 	tcase_add_test(tc, secret_of_256_bytes_is_accepted);
 	tcase_add_test(tc, secret_of_257_bytes_is_syntax);
 	tcase_add_test(tc, short_path_frames_as_memchr_and_parse_do);
+	tcase_add_test(tc, scan_takes_what_parse_next_takes);
 	suite_add_tcase(s, tc);
 }
