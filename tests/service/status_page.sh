@@ -98,6 +98,19 @@ cmp -s "$TMP/page.html" "$TOP_SRCDIR/src/status.html" ||
 expect_grep "^Content-Security-Policy: default-src 'none'; style-src 'sha256-[A-Za-z0-9+/]+=*'; script-src 'sha256-[A-Za-z0-9+/]+=*'; connect-src 'self';" \
     "$TMP/headers" "the page's CSP"
 expect_nogrep "unsafe" "$TMP/headers" "the page's CSP"
+# The hashes are those of the page's own style and script (src/sha256.c
+# against Python's hashlib).
+want=$(python3 - "$TOP_SRCDIR/src/status.html" <<'EOF_PY'
+import base64, hashlib, re, sys
+page = open(sys.argv[1], "rb").read()
+def h(tag):
+    text = re.search(b"<" + tag + b">(.*?)</" + tag + b">", page, re.S)
+    return base64.b64encode(hashlib.sha256(text.group(1)).digest())
+print("style-src 'sha256-%s'; script-src 'sha256-%s';" %
+      (h(b"style").decode(), h(b"script").decode()))
+EOF_PY
+) || fail "python3 could not hash the page"
+grep -qF "$want" "$TMP/headers" || fail "the CSP hashes are not the page's: $want"
 expect_nogrep '(src|href|action)=|url\(|@import' "$TMP/page.html" \
     "a reference to another resource"
 sed 's|http://www.w3.org/2000/svg||' "$TMP/page.html" >"$TMP/page-nons.html"

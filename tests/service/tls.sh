@@ -57,4 +57,17 @@ wait "$holder"
 grep -Eq '^OK [0-9]+$' holder.out || fail "TLS holder: $(cat holder.out)"
 out=$(printf 'STATS\n' | plain)
 echo "$out" | grep -q '"keys":0' || fail "table not empty: $out"
-pass "requests, mutual TLS, a TLS holder's disconnect"
+
+# OpenSSL is opened for TLS (tls.c), and only then: the daemon is not
+# linked with it, and one without TLS never maps it.
+grep -q 'libssl' "/proc/$DPID/maps" || fail "TLS daemon has no libssl mapped"
+daemon_stop
+if command -v readelf >/dev/null; then
+	readelf -d "$KEYLOCKD" | grep -Eq 'NEEDED.*lib(ssl|crypto)' &&
+	    fail "keylockd is linked with OpenSSL"
+fi
+daemon_launch --unix ''
+grep -Eq 'lib(ssl|crypto)' "/proc/$DPID/maps" &&
+    fail "a daemon without TLS mapped OpenSSL"
+daemon_stop
+pass "requests, mutual TLS, a TLS holder's disconnect, OpenSSL only for TLS"
