@@ -748,7 +748,8 @@ conn_process(struct conn *c, char *buf, size_t len)
 			size_t		 i;
 
 			for (i = 0; i < n; i++) {
-				proto_request_line(req, buf, &lines[i]);
+				proto_request_line(req, buf + off,
+				    lines[i].next - off, lines[i].sp);
 				off = lines[i].next;
 				st->requests++;
 				handled++;

@@ -105,12 +105,12 @@ enum kl_err	 proto_parse(const char *line, size_t len, struct request *req);
 size_t		 proto_parse_next(const char *buf, size_t avail, size_t max,
 		    struct request *req);
 
-/* One common request of a buffer, as proto_scan_lines() finds it. */
+/* One common request of a buffer, as proto_scan_lines() finds it: the
+ * line ends at next (its LF next - 1) and the space after its word ("LOCK"
+ * or "UNLOCK") is at sp from its start. */
 struct proto_line {
-	enum cmd_id	 cmd;		/* CMD_LOCK or CMD_UNLOCK */
-	uint32_t	 keylen;
-	size_t		 key;		/* offsets into the buffer */
-	size_t		 next;		/* just past the line's LF */
+	size_t		 next;
+	uint32_t	 sp;		/* 4 or 6 */
 };
 
 /*
@@ -118,12 +118,17 @@ struct proto_line {
  * classified once: from buf[off], up to n lines in a row that are "LOCK
  * key" or "UNLOCK key" (any case, one space, a plain key, LF) with their LF
  * within max bytes of their start, into lines[]. Returns how many; 0 when
- * the line at off is any other (or the buffer is under 32 bytes), for
- * proto_parse_next() and proto_parse(). A line taken here is a line they
- * would take with the same request: proto_request_line() fills req.
+ * it takes not the line at off (another command, CR LF, a key longer than
+ * it looks at, a buffer under 32 bytes), for proto_parse_next() and
+ * proto_parse(). A line taken here is a line they take with the same
+ * request, which proto_request_line() fills.
  */
 size_t		 proto_scan_lines(const char *buf, size_t len, size_t off,
 		    size_t max, struct proto_line *lines, size_t n);
+/* The same, never with AVX2 (which proto_scan_lines() takes where the CPU
+ * has it), for the tests to compare the two. */
+size_t		 proto_scan_lines_sse2(const char *buf, size_t len,
+		    size_t off, size_t max, struct proto_line *lines, size_t n);
 
 /*
  * Fills every field of req but cmd, args[0] and arglens[0] as the short
@@ -131,16 +136,16 @@ size_t		 proto_scan_lines(const char *buf, size_t len, size_t off,
  */
 void		 proto_plain_fill(struct request *req);
 
-/* req for a line of proto_scan_lines() in buf. It writes only cmd,
- * args[0] and arglens[0] while req->plain says the rest is right: req must
- * be zeroed or last filled by a function of this file. */
+/* req for a line of proto_scan_lines() that starts at line. It writes
+ * only cmd, args[0] and arglens[0] while req->plain says the rest is
+ * right: req must be zeroed or last filled by a function of this file. */
 static inline void
-proto_request_line(struct request *req, const char *buf,
-    const struct proto_line *l)
+proto_request_line(struct request *req, const char *line, size_t len,
+    uint32_t sp)
 {
-	req->cmd = l->cmd;
-	req->args[0] = buf + l->key;
-	req->arglens[0] = l->keylen;
+	req->cmd = sp == 4 ? CMD_LOCK : CMD_UNLOCK;
+	req->args[0] = line + sp + 1;
+	req->arglens[0] = len - sp - 2;
 	if (!req->plain)
 		proto_plain_fill(req);
 }

@@ -193,16 +193,21 @@ static void
 fuzz_check_scan(const char *buf, size_t size, size_t off, size_t max,
     struct request *got)
 {
-	static struct proto_line	 lines[40];
+	static struct proto_line	 lines[40], base[40];
 	static struct request		 want;
 	size_t				 n;
 
 	n = proto_scan_lines(buf, size, off, max, lines, 40);
+	FUZZ_CHECK(proto_scan_lines_sse2(buf, size, off, max, base, 40) == n);
+	for (size_t i = 0; i < n; i++)
+		FUZZ_CHECK(base[i].next == lines[i].next &&
+		    base[i].sp == lines[i].sp);
 	for (size_t i = 0; i < n; i++) {
 		FUZZ_CHECK(lines[i].next > off && lines[i].next <= size);
 		FUZZ_CHECK(proto_parse_next(buf + off, size - off, max,
 		    &want) == lines[i].next - off);
-		proto_request_line(got, buf, &lines[i]);
+		proto_request_line(got, buf + off, lines[i].next - off,
+		    lines[i].sp);
 		fuzz_check_same(got, &want);
 		off = lines[i].next;
 	}

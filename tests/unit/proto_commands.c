@@ -453,13 +453,13 @@ pipeline_line(char *p, uint32_t *seed, bool *may, bool *must)
 START_TEST(scan_takes_what_parse_next_takes)
 {
 	static struct request	 got, want;
-	struct proto_line	 lines[8];
+	struct proto_line	 lines[8], base[8];
 	uint32_t		 seed = 20261202;
 	size_t			 taken = 0, missed = 0;
 
 	for (int round = 0; round < 1500; round++) {
 		char	*buf = malloc(2048);
-		size_t	 len = 0, off, nl = 0, n;
+		size_t	 len = 0, off, nl = 0, n, k;
 		size_t	 starts[64], stops[64];
 		bool	 may[64], must[64];
 
@@ -479,8 +479,14 @@ START_TEST(scan_takes_what_parse_next_takes)
 		ck_assert_ptr_nonnull(buf);
 		for (size_t l = 0; l < nl && stops[l] <= len; ) {
 			off = starts[l];
-			n = proto_scan_lines(buf, len, off, 4096, lines,
-			    1 + scan_rand(&seed) % NELEM(lines));
+			k = 1 + scan_rand(&seed) % NELEM(lines);
+			n = proto_scan_lines(buf, len, off, 4096, lines, k);
+			/* the baseline finds the same lines */
+			ck_assert_uint_eq(proto_scan_lines_sse2(buf, len, off,
+			    4096, base, k), n);
+			for (size_t i = 0; i < n; i++)
+				ck_assert(base[i].next == lines[i].next &&
+				    base[i].sp == lines[i].sp);
 			if (n == 0) {
 				ck_assert_msg(!must[l] || len < 32 ||
 				    len - off < 8,
@@ -498,7 +504,8 @@ START_TEST(scan_takes_what_parse_next_takes)
 				    lines[i].next - off);
 				if (scan_rand(&seed) % 4 == 0)	/* not plain */
 					proto_parse(L("LOCK a b ttl=5"), &got);
-				proto_request_line(&got, buf, &lines[i]);
+				proto_request_line(&got, buf + off,
+				    lines[i].next - off, lines[i].sp);
 				ck_assert(got.cmd == want.cmd &&
 				    got.args[0] == want.args[0] &&
 				    got.arglens[0] == want.arglens[0] &&
