@@ -49,12 +49,13 @@ bl_granted(void *arg, struct lt_owner *o, uint64_t token, uint64_t waited)
 	bl->hooks.done(bl->hooks.arg, o, &r);
 }
 
+/* The table issues a whole durable block of tokens without a call. */
 static uint64_t
-bl_next_token(void *arg)
+bl_reserve_tokens(void *arg, uint64_t *end)
 {
 	struct backend_local	*bl = arg;
 
-	return token_next(bl->tokens);
+	return token_reserve(bl->tokens, end);
 }
 
 static struct lt_owner *
@@ -88,6 +89,20 @@ bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
 		r->key_limit = v.limit;
 	}
 	return r->err == KL_OK && !granted ? BE_PENDING : BE_DONE;
+}
+
+static uint64_t
+bl_acquire_one(struct backend *be, struct lt_owner *o,
+    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
+{
+	return locktable_acquire_one(bl_of(be)->lt, o, a, key, len, now_ms);
+}
+
+static bool
+bl_release_one(struct backend *be, struct lt_owner *o, const char *key,
+    size_t len, uint64_t now_ms)
+{
+	return locktable_release_one(bl_of(be)->lt, o, key, len, now_ms);
 }
 
 /* NOTHELD names the key at bad. */
@@ -227,6 +242,8 @@ static const struct backend_ops bl_ops = {
 	.release_owner = bl_release_owner,
 	.refresh = bl_refresh,
 	.withdraw = bl_withdraw,
+	.acquire_one = bl_acquire_one,
+	.release_one = bl_release_one,
 	.table = bl_table,
 	.freeze = bl_freeze,
 	.end_turn = bl_end_turn,
@@ -254,7 +271,7 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 	}
 	kl_random(&seed, sizeof(seed));
 	lh.granted = bl_granted;
-	lh.next_token = bl_next_token;
+	lh.next_token = NULL;
 	lh.arg = bl;
 	if ((bl->lt = locktable_new(&lh, seed)) == NULL ||
 	    (bl->expiry = evtimer_new(base, bl_expiry_cb, bl)) == NULL) {
@@ -262,6 +279,7 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 		bl_free(&bl->be);
 		return NULL;
 	}
+	locktable_reserve_tokens(bl->lt, bl_reserve_tokens);
 	log_info("backend local: state in %s, next fencing token %" PRIu64,
 	    cfg->state_dir, token_peek(bl->tokens));
 	return &bl->be;

@@ -32,6 +32,8 @@ LT_INLINE struct lt_hold *owner_scan_holds(const struct lt_owner *,
 static struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t);
 LT_INLINE void	 release_plain(struct locktable *, struct lt_key *);
+LT_INLINE bool	 release_one(struct locktable *, struct lt_owner *,
+		    const char *, size_t, uint64_t);
 static enum kl_err release_keys(struct locktable *, struct lt_owner *,
 		    const char *const *, const size_t *, size_t, uint64_t,
 		    size_t *, size_t *) __attribute__((noinline));
@@ -57,7 +59,35 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 	}
 	if (hooks != NULL)
 		lt->hooks = *hooks;
+	/* without a hook, every token: lt_next_token() never calls */
+	if (lt->hooks.next_token == NULL) {
+		lt->tok_next = 1;
+		lt->tok_end = UINT64_C(1) << 63;
+	}
 	return lt;
+}
+
+void
+locktable_reserve_tokens(struct locktable *lt,
+    uint64_t (*reserve)(void *arg, uint64_t *end))
+{
+	lt->reserve = reserve;
+	lt->tok_next = lt->tok_end = 0;
+}
+
+/* The reserved range is used up (or there is none: next_token). */
+uint64_t
+lt_next_token_slow(struct locktable *lt)
+{
+	uint64_t	first, end;
+
+	if (lt->reserve == NULL)
+		return lt->hooks.next_token != NULL ?
+		    lt->hooks.next_token(lt->hooks.arg) : lt->tok_next++;
+	first = lt->reserve(lt->hooks.arg, &end);
+	lt->tok_next = first + 1;
+	lt->tok_end = end > first ? end : first + 1;
+	return first;
 }
 
 /*
@@ -588,21 +618,38 @@ release_plain(struct locktable *lt, struct lt_key *k)
  * One key of an owner that holds a few, the common UNLOCK, is found among
  * its holds and, on a plain entry without a ttl, held for less than a
  * millisecond, whose freeing calls nothing (lt_free_fits()), released at
- * once: that path makes no call. The rest goes to release_keys().
+ * once (release_plain()): that path makes no call. false: nothing done.
  */
+LT_INLINE bool
+release_one(struct locktable *lt, struct lt_owner *o, const char *key,
+    size_t len, uint64_t now_ms)
+{
+	struct lt_hold	*h;
+	struct lt_key	*k;
+
+	if (o->nholds > LT_OWNER_SCAN ||
+	    (h = owner_scan_holds(o, key, len)) == NULL || !h->inkey ||
+	    h->heap_idx != LT_NO_TTL || lt->dirty != NULL ||
+	    now_ms > h->granted_ms || !lt_free_fits(lt, k = lt_hold_key(h)))
+		return false;
+	release_plain(lt, k);
+	return true;
+}
+
+bool
+locktable_release_one(struct locktable *lt, struct lt_owner *o,
+    const char *key, size_t len, uint64_t now_ms)
+{
+	return release_one(lt, o, key, len, now_ms);
+}
+
+/* The rest goes to release_keys(). */
 enum kl_err
 locktable_release(struct locktable *lt, struct lt_owner *o,
     const char *const *keys, const size_t *keylens, size_t nkeys,
     uint64_t now_ms, size_t *n, size_t *bad_index)
 {
-	struct lt_hold	*h;
-	struct lt_key	*k;
-
-	if (nkeys == 1 && o->nholds <= LT_OWNER_SCAN &&
-	    (h = owner_scan_holds(o, keys[0], keylens[0])) != NULL &&
-	    h->inkey && h->heap_idx == LT_NO_TTL && lt->dirty == NULL &&
-	    now_ms <= h->granted_ms && lt_free_fits(lt, k = lt_hold_key(h))) {
-		release_plain(lt, k);
+	if (nkeys == 1 && release_one(lt, o, keys[0], keylens[0], now_ms)) {
 		if (n != NULL)
 			*n = 1;
 		return KL_OK;

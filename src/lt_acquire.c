@@ -364,48 +364,21 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 }
 
 /*
- * The common request: one key of a valid length, a plain lock, no ttl,
- * from an owner not already waiting. If the key has no entry and
- * max_holds has room, nothing can be in its way: it is granted at once on
- * a fresh entry's own hold. That path calls nothing but the token hook,
- * last: the entry comes from its pool and the table needs no resize
- * (what lt_fresh_fits() tests), and what lt_key_new(), lt_key_insert()
- * and lt_hold_grant() would do is done here, each field written once, as
- * their tests are known. Anything else goes on to acquire_full(), with the
- * key already looked up.
+ * A fresh entry for key[0..len), with this hash and not in bucket b, from
+ * pool pl (which has one), granted to o in mode with token: what
+ * lt_key_new(), lt_key_insert() and lt_hold_grant() would do, each field
+ * written once, as their tests are known (the caller made sure that
+ * inserting needs no resize).
  */
-enum kl_err
-locktable_acquire(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
-    uint64_t *token, struct lt_blocker *why)
+LT_INLINE void
+acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
+    const char *key, size_t len, uint32_t hash, struct lt_key **b,
+    struct lt_pool *pl, uint64_t now_ms, uint64_t token)
 {
-	struct lt_key	*k, **b;
-	struct lt_hold	*h;
-	struct lt_pool	*pl;
-	const char	*key;
-	size_t		 len, size;
-	uint32_t	 hash;
+	struct lt_key	*k = pl->head;
+	struct lt_hold	*h = &k->own;
+	size_t		 size = lt_key_size(len);
 
-	if (a->nkeys != 1 || a->limit != 1 ||
-	    (len = a->keylens[0]) - 1 >= KL_KEY_MAX ||
-	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
-	    o->wait != NULL)
-		return acquire_full(lt, o, a, now_ms, granted, token, why);
-	key = a->keys[0];
-	hash = lt_key_hash(lt, key, len);
-	b = &lt->buckets[lt_key_bucket(lt, hash)];
-	for (k = *b; k != NULL; k = k->next)
-		if (k->hash == hash && k->keylen == len &&
-		    lt_bytes_eq(k->key, key, len))
-			break;
-	size = lt_key_size(len);
-	/* the size first: a longer key has no pool to index */
-	if (k != NULL || (a->max_holds != 0 && o->nholds >= a->max_holds) ||
-	    a->ttl_ms != 0 || size > LT_POOL_MAX ||
-	    (pl = &lt->pools[lt_pool_class(size)])->head == NULL ||
-	    lt->c.keys >= lt->nbuckets)
-		return acquire_full(lt, o, a, now_ms, granted, token, why);
-	k = pl->head;
 	LT_UNPOISON(k, lt_pool_size(lt_pool_class(size)));
 	memcpy(&pl->head, k, sizeof(pl->head));
 	pl->n--;
@@ -418,13 +391,13 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 	k->hash = hash;
 	k->keylen = (uint16_t)len;
 	k->owned = 1;
-	h = &k->own;
 	h->owner = o;
 	h->oprev = NULL;
 	h->onext = o->holds;
+	h->token = token;
 	h->granted_ms = now_ms;
 	h->heap_idx = LT_NO_TTL;
-	h->mode = (uint8_t)a->mode;
+	h->mode = (uint8_t)mode;
 	h->mark = 0;
 	h->inkey = 1;
 	lt_bytes_copy(k->key, key, len);
@@ -434,9 +407,104 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 	o->holds = h;
 	o->nholds++;
 	lt_grant_count(lt, 0);
+}
+
+/* k's bucket, and k if key[0..len) has an entry there. */
+LT_INLINE struct lt_key *
+acquire_lookup(struct locktable *lt, const char *key, size_t len,
+    uint32_t hash, struct lt_key ***bp)
+{
+	struct lt_key	*k;
+
+	*bp = &lt->buckets[lt_key_bucket(lt, hash)];
+	for (k = **bp; k != NULL; k = k->next)
+		if (k->hash == hash && k->keylen == len &&
+		    lt_bytes_eq(k->key, key, len))
+			break;
+	return k;
+}
+
+/* The pool a fresh entry for a key of len bytes would come from, if it
+ * has one and inserting it needs no resize; else NULL. */
+LT_INLINE struct lt_pool *
+acquire_pool(struct locktable *lt, size_t len)
+{
+	size_t		 size = lt_key_size(len);
+	struct lt_pool	*pl;
+
+	/* the size first: a longer key has no pool to index */
+	if (size > LT_POOL_MAX ||
+	    (pl = &lt->pools[lt_pool_class(size)])->head == NULL ||
+	    lt->c.keys >= lt->nbuckets)
+		return NULL;
+	return pl;
+}
+
+/*
+ * The common request: one key of a valid length, a plain lock, no ttl,
+ * from an owner not already waiting. If the key has no entry and
+ * max_holds has room, nothing can be in its way: it is granted at once on
+ * a fresh entry's own hold (acquire_fresh()). That path calls nothing but
+ * the token's, last, and only when the reserved range is used up. Anything
+ * else goes on to acquire_full(), with the key already looked up.
+ */
+enum kl_err
+locktable_acquire(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
+    uint64_t *token, struct lt_blocker *why)
+{
+	struct lt_key	**b;
+	struct lt_pool	*pl;
+	const char	*key;
+	size_t		 len;
+	uint32_t	 hash;
+	uint64_t	 t;
+
+	if (a->nkeys != 1 || a->limit != 1 ||
+	    (len = a->keylens[0]) - 1 >= KL_KEY_MAX ||
+	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
+	    o->wait != NULL)
+		return acquire_full(lt, o, a, now_ms, granted, token, why);
+	key = a->keys[0];
+	hash = lt_key_hash(lt, key, len);
+	if (acquire_lookup(lt, key, len, hash, &b) != NULL ||
+	    (a->max_holds != 0 && o->nholds >= a->max_holds) ||
+	    a->ttl_ms != 0 || (pl = acquire_pool(lt, len)) == NULL)
+		return acquire_full(lt, o, a, now_ms, granted, token, why);
+	t = lt->tok_next < lt->tok_end ? lt->tok_next++ : 0;
+	acquire_fresh(lt, o, a->mode, key, len, hash, b, pl, now_ms, t);
 	*granted = true;
-	*token = h->token = lt_next_token(lt);
+	if (t == 0)
+		o->holds->token = t = lt_next_token_slow(lt);
+	*token = t;
 	return KL_OK;
+}
+
+/*
+ * locktable_acquire()'s common path with the request's invariant parts
+ * prepared by the caller, and making no call at all: everything it might
+ * call for (a token outside the range, a resize, an allocation) is left
+ * to locktable_acquire(). The cheap tests come before the hash.
+ */
+uint64_t
+locktable_acquire_one(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
+{
+	struct lt_key	**b;
+	struct lt_pool	*pl;
+	uint32_t	 hash;
+
+	if (len - 1 >= KL_KEY_MAX || a->limit != 1 || a->ttl_ms != 0 ||
+	    (unsigned)a->mode > LT_SHARED || o->wait != NULL ||
+	    o->nholds > a->max_holds - 1 || lt->tok_next >= lt->tok_end ||
+	    (pl = acquire_pool(lt, len)) == NULL)
+		return 0;
+	hash = lt_key_hash(lt, key, len);
+	if (acquire_lookup(lt, key, len, hash, &b) != NULL)
+		return 0;
+	acquire_fresh(lt, o, a->mode, key, len, hash, b, pl, now_ms,
+	    lt->tok_next);
+	return lt->tok_next++;
 }
 
 /*

@@ -150,6 +150,10 @@ check_keys(const struct locktable *lt, uint64_t *tally)
 	if (lt->bshift > 32 - LT_BUCKETS_MIN_BITS ||
 	    (uint64_t)lt->nbuckets << lt->bshift != UINT64_C(1) << 32)
 		return "bucket shift does not match the bucket count";
+	if (lt->keys_low != lt_hash_keys_low(lt->nbuckets))
+		return "shrink threshold does not match the bucket count";
+	if (lt->tok_next > lt->tok_end)
+		return "reserved token range reversed";
 	for (i = 0; i < LT_POOL_CLASSES; i++)
 		if (lt->pools[i].n > LT_POOL_KEEP ||
 		    (lt->pools[i].n == 0) != (lt->pools[i].head == NULL))

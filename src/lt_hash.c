@@ -43,6 +43,13 @@ splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+/* Below how many keys a table of nbuckets shrinks (see lt_key_free()). */
+size_t
+lt_hash_keys_low(size_t nbuckets)
+{
+	return nbuckets > LT_BUCKETS_MIN ? nbuckets / 4 : 0;
+}
+
 /* Allocates the buckets and keys the hash from seed; false: out of memory. */
 bool
 lt_hash_init(struct locktable *lt, uint64_t seed)
@@ -53,6 +60,7 @@ lt_hash_init(struct locktable *lt, uint64_t seed)
 	if (lt->buckets == NULL)
 		return false;
 	lt->nbuckets = LT_BUCKETS_MIN;
+	lt->keys_low = lt_hash_keys_low(LT_BUCKETS_MIN);
 	lt->bshift = 32 - LT_BUCKETS_MIN_BITS;
 	for (i = 0; i < LT_HASH_WORDS; i++)
 		lt->hkey[i] = splitmix64(&seed);
@@ -120,6 +128,7 @@ lt_hash_resize(struct locktable *lt, unsigned bits)
 	lt_release(lt, lt->buckets, lt->nbuckets * sizeof(*nb));
 	lt->buckets = nb;
 	lt->nbuckets = n;
+	lt->keys_low = lt_hash_keys_low(n);
 	lt->bshift = shift;
 }
 

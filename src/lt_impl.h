@@ -166,8 +166,10 @@ struct lt_pool {
 
 struct locktable {
 	struct lt_hooks	 hooks;
+	uint64_t	(*reserve)(void *, uint64_t *);	/* or NULL */
 	struct lt_key	**buckets;
 	size_t		 nbuckets;	/* a power of two */
+	size_t		 keys_low;	/* fewer keys shrink: see lt_key_free */
 	unsigned	 bshift;	/* 32 - log2(nbuckets): see lt_key_bucket */
 	uint64_t	 hmul[2];	/* the hash's final multiplier, odd */
 	uint64_t	 hkey[LT_HASH_WORDS];	/* the hash's per-word key */
@@ -180,7 +182,8 @@ struct locktable {
 	size_t		 ttl_reserved;	/* keys of queued requests with a ttl */
 	struct lt_owner	*owners;
 	uint64_t	 epoch;		/* of the last deadlock search */
-	uint64_t	 last_token;	/* used when hooks.next_token is NULL */
+	uint64_t	 tok_next;	/* tokens [tok_next, tok_end) reserved: */
+	uint64_t	 tok_end;	/* see lt_next_token */
 	bool		 frozen;	/* shutting down: grant nothing more */
 	struct lt_counters c;
 };
@@ -463,6 +466,7 @@ bool		 lt_req_is_grantable(const struct lt_req *);
 
 /* lt_hash.c */
 bool		 lt_hash_init(struct locktable *, uint64_t);
+size_t		 lt_hash_keys_low(size_t);
 void		 lt_hash_cleanup(struct locktable *);
 void		 lt_hash_resize(struct locktable *, unsigned);
 uint32_t	 lt_key_hash_long(const struct locktable *, const unsigned char *,
@@ -612,12 +616,14 @@ lt_free_fits(const struct locktable *lt, const struct lt_key *k)
 	size_t	n = lt_key_size(k->keylen);
 
 	return n <= LT_POOL_MAX && lt->pools[lt_pool_class(n)].n <
-	    LT_POOL_KEEP && k->x == NULL &&
-	    (lt->c.keys - 1 >= lt->nbuckets / 4 ||
-	    lt->nbuckets <= LT_BUCKETS_MIN);
+	    LT_POOL_KEEP && k->x == NULL && lt->c.keys > lt->keys_low;
 }
 
-/* Shrinking keeps the load above a quarter: memory follows the keys. */
+/*
+ * Shrinking keeps the load above a quarter: memory follows the keys. The
+ * table shrinks when it has fewer than keys_low keys: a quarter of its
+ * buckets, or 0 at its smallest (lt_hash_keys_low()).
+ */
 static inline void
 lt_key_free(struct locktable *lt, struct lt_key *k)
 {
@@ -630,7 +636,7 @@ lt_key_free(struct locktable *lt, struct lt_key *k)
 	if (k->x != NULL)
 		lt_release(lt, k->x, sizeof(*k->x));
 	lt_release(lt, k, lt_key_size(k->keylen));
-	if (--lt->c.keys < lt->nbuckets / 4 && lt->nbuckets > LT_BUCKETS_MIN)
+	if (--lt->c.keys < lt->keys_low)
 		lt_hash_resize(lt, 32 - lt->bshift - 1);
 }
 
@@ -691,12 +697,20 @@ lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
 		lt_heap_set(lt, h, g->now_ms + g->ttl_ms);
 }
 
+/*
+ * Tokens come from the range [tok_next, tok_end) without a call; when it
+ * is used up, lt_next_token_slow() asks lt->reserve for the next
+ * range, or hooks.next_token for each token (the range stays empty). With
+ * neither hook the range is every token from 1 up.
+ */
+uint64_t	 lt_next_token_slow(struct locktable *);
+
 static inline uint64_t
 lt_next_token(struct locktable *lt)
 {
-	if (lt->hooks.next_token != NULL)
-		return lt->hooks.next_token(lt->hooks.arg);
-	return ++lt->last_token;
+	if (lt->tok_next < lt->tok_end)
+		return lt->tok_next++;
+	return lt_next_token_slow(lt);
 }
 
 /* One grant, however many keys (keylockd-protocol(7), STATS). */

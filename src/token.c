@@ -145,20 +145,38 @@ token_open(const char *dir, char *errbuf, size_t errlen)
 	return t;
 }
 
-/* token_next() at the mark: the next block is made durable first. */
+/* At the mark: the next block is made durable before any of it is
+ * issued; if that write fails, it logs and goes on in memory. */
+static void
+token_raise(struct token *t)
+{
+	uint64_t	mark = t->r.next + KL_TOKEN_BLOCK;
+
+	if (token_write_mark(t, mark) == -1)
+		log_warn("%s: cannot raise the token mark to %" PRIu64
+		    "; tokens stay increasing but a crash now could "
+		    "reuse some", t->path, mark);
+	t->r.mark = mark;
+}
+
 uint64_t
 token_next_block(struct token *t)
 {
-	if (t->r.next >= t->r.mark) {
-		uint64_t	mark = t->r.next + KL_TOKEN_BLOCK;
-
-		if (token_write_mark(t, mark) == -1)
-			log_warn("%s: cannot raise the token mark to %" PRIu64
-			    "; tokens stay increasing but a crash now could "
-			    "reuse some", t->path, mark);
-		t->r.mark = mark;
-	}
+	if (t->r.next >= t->r.mark)
+		token_raise(t);
 	return t->r.next++;
+}
+
+uint64_t
+token_reserve(struct token *t, uint64_t *end)
+{
+	uint64_t	first;
+
+	if (t->r.next >= t->r.mark)
+		token_raise(t);
+	first = t->r.next;
+	*end = t->r.next = t->r.mark;
+	return first;
 }
 
 uint64_t

@@ -34,6 +34,13 @@ uint64_t	 token_peek(const struct token *t);	/* next to be issued */
 void		 token_close(struct token *t);
 /* token_next() at the mark, out of line. */
 uint64_t	 token_next_block(struct token *t);
+/*
+ * Hands the caller every token left below the durable mark: returns the
+ * first of [first, *end), never empty, and token_next() goes on from
+ * *end. At the mark it first makes the next block durable, as
+ * token_next() does, so the caller may issue the range without a write.
+ */
+uint64_t	 token_reserve(struct token *t, uint64_t *end);
 
 /* The next token; reserves a new block when the current one is used up.
  * If the mark cannot be written it logs and keeps going in memory. */

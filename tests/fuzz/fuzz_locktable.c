@@ -7,7 +7,10 @@
  * few owners and keys, and the table's invariants are checked after every
  * step, together with what the caller can see: tokens strictly increase,
  * a deferred grant goes only to a waiting owner, and once every owner is
- * gone the table is empty.
+ * gone the table is empty. One-key requests may try the short paths first
+ * (locktable_acquire_one(), locktable_release_one()), which must leave
+ * what they decline untouched; tokens come one by one from next_token or,
+ * for inputs of even size, in reserved ranges of 1 to 4.
  */
 #include <assert.h>
 #include <stdbool.h>
@@ -30,6 +33,7 @@ struct fz {
 	uint64_t		 now;
 	uint64_t		 last_token;
 	uint64_t		 next_token;
+	uint64_t		 range;		/* tokens per reserved range */
 };
 
 static const char *const fz_keys[FZ_KEYS] = { "a", "b", "c", "key:d", "e" };
@@ -40,12 +44,48 @@ fz_byte(struct fz *f)
 	return f->p < f->end ? *f->p++ : 0;
 }
 
+static void
+fz_check(struct fz *f)
+{
+	const char	*why = locktable_check(f->lt);
+
+	if (why != NULL) {
+		fprintf(stderr, "invariant broken: %s\n", why);
+		abort();
+	}
+}
+
 static uint64_t
 fz_token(void *arg)
 {
 	struct fz	*f = arg;
 
 	return ++f->next_token;
+}
+
+/* Ranges with a gap of one before each: tokens need not be dense. */
+static uint64_t
+fz_reserve(void *arg, uint64_t *end)
+{
+	struct fz	*f = arg;
+	uint64_t	 first = f->next_token + 2;
+
+	*end = first + f->range;
+	f->next_token = *end - 1;
+	return first;
+}
+
+/* A short path declined: the counters show no change. */
+static void
+fz_unchanged(struct fz *f, const struct lt_counters *before)
+{
+	const struct lt_counters	*c = locktable_counters(f->lt);
+
+	assert(c->keys == before->keys && c->held == before->held &&
+	    c->waiting == before->waiting && c->grants == before->grants &&
+	    c->releases == before->releases && c->bytes == before->bytes &&
+	    c->hold_ms.count == before->hold_ms.count);
+	fz_check(f);
 }
 
 static void
@@ -59,16 +99,6 @@ fz_granted(void *arg, struct lt_owner *o, uint64_t token, uint64_t waited)
 	f->last_token = token;
 }
 
-static void
-fz_check(struct fz *f)
-{
-	const char	*why = locktable_check(f->lt);
-
-	if (why != NULL) {
-		fprintf(stderr, "invariant broken: %s\n", why);
-		abort();
-	}
-}
 
 static void
 fz_pick_keys(struct fz *f, const char **keys, size_t *lens, size_t *n)
@@ -106,6 +136,19 @@ fz_acquire(struct fz *f, struct lt_owner *o)
 	a.max_waiters = (flags & 16) ? (int64_t)(fz_byte(f) % 3) : -1;
 	a.ttl_ms = (flags & 32) ? 1 + fz_byte(f) % 50 : 0;
 	a.max_holds = (flags & 64) ? 2 : 0;
+	if (a.nkeys == 1 && (flags & 128)) {
+		struct lt_counters	before = *locktable_counters(f->lt);
+
+		token = locktable_acquire_one(f->lt, o, &a, keys[0], lens[0],
+		    f->now);
+		if (token != 0) {
+			assert(token > f->last_token);
+			f->last_token = token;
+			assert(!locktable_owner_is_waiting(o));
+			return;
+		}
+		fz_unchanged(f, &before);
+	}
 	err = locktable_acquire(f->lt, o, &a, f->now, &granted, &token, &why);
 	if (err == KL_OK && granted) {
 		assert(token > f->last_token);
@@ -116,12 +159,19 @@ fz_acquire(struct fz *f, struct lt_owner *o)
 }
 
 static void
-fz_release(struct fz *f, struct lt_owner *o, bool refresh)
+fz_release(struct fz *f, struct lt_owner *o, bool refresh, bool one)
 {
 	const char	*keys[3];
 	size_t		 lens[3], n, done, bad;
 
 	fz_pick_keys(f, keys, lens, &n);
+	if (!refresh && one && n == 1) {
+		struct lt_counters	before = *locktable_counters(f->lt);
+
+		if (locktable_release_one(f->lt, o, keys[0], lens[0], f->now))
+			return;
+		fz_unchanged(f, &before);
+	}
 	if (refresh)
 		(void)locktable_refresh(f->lt, o, keys, lens, n,
 		    1 + fz_byte(f) % 50, f->now, &done, &bad);
@@ -161,7 +211,7 @@ fz_step(struct fz *f)
 		fz_acquire(f, o);
 		break;
 	case 2:
-		fz_release(f, o, false);
+		fz_release(f, o, false, (op / 9) & 1);
 		break;
 	case 3:
 		(void)locktable_release_owner(f->lt, o, f->now, LT_WHY_UNLOCK);
@@ -180,7 +230,7 @@ fz_step(struct fz *f)
 		assert(locktable_next_expiry(f->lt) > f->now);
 		break;
 	case 7:
-		fz_release(f, o, true);
+		fz_release(f, o, true, false);
 		break;
 	default:
 		fz_views(f);
@@ -193,12 +243,14 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz		f = { data, data + size, NULL, { NULL }, 1000,
-				    0, 0 };
+				    0, 0, 1 + size / 2 % 4 };
 	struct lt_hooks		hooks = { fz_granted, fz_token, &f };
 	const struct lt_counters *c;
 
 	f.lt = locktable_new(&hooks, size);
 	assert(f.lt != NULL);
+	if (size % 2 == 0)
+		locktable_reserve_tokens(f.lt, fz_reserve);
 	for (int i = 0; i < FZ_OWNERS; i++) {
 		f.owner[i] = locktable_owner_new(f.lt, (uint64_t)i + 1, NULL);
 		assert(f.owner[i] != NULL);

@@ -63,6 +63,8 @@ extern size_t		 cl_res_bad;
 
 /* The default request: exclusive, limit 1, no ttl. */
 extern const struct req	 cl_plain;
+/* cl_acq() and cl_unlock() calls that could take a short path. */
+extern unsigned		 cl_short_calls;
 
 #define CHECK_TABLE() do {						\
 	const char *e_ = locktable_check(cl_lt);			\
@@ -123,6 +125,8 @@ const char	*cl_took_grants(void);
 uint64_t	 cl_grant_waited(uint64_t id);
 
 const struct lt_counters *cl_ctr(void);
+/* The gauges and counters are as in *before. */
+void		 cl_expect_unchanged(const struct lt_counters *before);
 void		 cl_expect_gauges(uint64_t keys, uint64_t held,
 		    uint64_t waiting);
 
@@ -136,5 +140,7 @@ void		 cl_add_lifetime(Suite *s);
 void		 cl_add_views(Suite *s);
 /* the keyed hash, and views that must not show it (locktable_hash.c) */
 void		 cl_add_hash(Suite *s);
+/* locktable_short.c */
+void		 cl_add_short(Suite *s);
 
 #endif /* CHECK_LOCKTABLE_H */

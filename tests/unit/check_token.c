@@ -256,6 +256,34 @@ START_TEST(many_restarts_and_crashes_keep_tokens_increasing)
 }
 END_TEST
 
+START_TEST(a_reserved_range_is_durable_and_tokens_go_on_above_it)
+{
+	struct token	*t = open_ok(base), *t2;
+	uint64_t	 v, first, end, first2, end2;
+
+	v = token_next(t);
+	first = token_reserve(t, &end);
+	/* the rest of the block, all of it under the mark on disk */
+	ck_assert_uint_eq(first, v + 1);
+	ck_assert_uint_gt(end, first);
+	ck_assert_uint_eq(end, read_mark(base));
+	ck_assert_uint_eq(token_peek(t), end);
+	/* used up: the next block is written before it is handed out */
+	first2 = token_reserve(t, &end2);
+	ck_assert_uint_eq(first2, end);
+	ck_assert_uint_eq(end2, end + KL_TOKEN_BLOCK);
+	ck_assert_uint_eq(read_mark(base), end2);
+	/* token_next() goes on above every reserved token */
+	ck_assert_uint_ge(token_next(t), end2);
+	ck_assert_uint_gt(read_mark(base), end2);
+	/* a crash now: a new instance issues above all of them */
+	t2 = open_ok(base);
+	ck_assert_uint_ge(token_next(t2), end2 + 1);
+	token_close(t2);
+	token_close(t);
+}
+END_TEST
+
 /* ---- the mark on disk ---- */
 
 START_TEST(mark_is_above_every_token_after_open)
@@ -489,6 +517,8 @@ token_suite(void)
 	tcase_add_test(tc, restart_without_close_issues_higher_tokens);
 	tcase_add_test(tc, restart_after_a_block_boundary_issues_higher_tokens);
 	tcase_add_test(tc, many_restarts_and_crashes_keep_tokens_increasing);
+	tcase_add_test(tc,
+	    a_reserved_range_is_durable_and_tokens_go_on_above_it);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mark");

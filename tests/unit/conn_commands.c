@@ -11,7 +11,9 @@
 #include <sys/socket.h>
 
 #include <check.h>
+#include <signal.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -122,6 +124,69 @@ START_TEST(locks_at_max_locks_work_and_one_more_gets_limit)
 	EXPECT_PREFIX(a, "ERR LIMIT ");
 	EXPECT_LINE(a, "OK 1");
 	cc_take_token(a);
+}
+END_TEST
+
+static void
+write_conf(const char *path, const char *text)
+{
+	FILE	*f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Writes text to the config file path and has the server reload it, as
+ * SIGHUP does, with argv as its command line. */
+static void
+reload_with(char **argv, int argc, const char *path, const char *text)
+{
+	write_conf(path, text);
+	/* the reload reads its command line again: one that stays valid */
+	cc_cfg.argc = argc;
+	cc_cfg.argv = argv;
+	ck_assert_int_eq(raise(SIGHUP), 0);
+	for (int i = 0; i < 5; i++)
+		cc_pump();
+}
+
+/*
+ * The plain LOCK and UNLOCK take a short path prepared from the settings
+ * (max-locks, default-timeout, max-timeout, default-max-waiters): a
+ * reload must reach it with the very next request.
+ */
+START_TEST(a_reload_reaches_the_plain_lock_at_once)
+{
+	char		 path[PATH_MAX + 32], prog[] = "keylockd",
+			 conf[] = "--config", state[] = "--state-dir",
+			 unix_[] = "--unix", none[] = "", notcp[] = "--no-tcp";
+	char		*argv[] = { prog, conf, path, state, cc_dir, unix_,
+			    none, notcp, NULL };
+	struct client	*a, *b;
+
+	snprintf(path, sizeof(path), "%s/reload.conf", cc_dir);
+	write_conf(path, "max-locks 1\n");
+	cc_restart_server("--config", path, NULL);
+	a = cc_client_new();
+	b = cc_client_new();
+	cc_send_str(a, "LOCK r1\nLOCK r2\n");
+	cc_take_token(a);
+	EXPECT_PREFIX(a, "ERR LIMIT ");
+	reload_with(argv, 8, path, "max-locks 2\ndefault-max-waiters 0\n");
+	cc_send_str(a, "LOCK r2\nLOCK r3\n");
+	cc_take_token(a);
+	EXPECT_PREFIX(a, "ERR LIMIT ");
+	ck_assert_ptr_nonnull(strstr(cc_line, "than 2 locks"));
+	cc_send_str(b, "LOCK r1\n");
+	EXPECT_PREFIX(b, "ERR BUSY ");
+	reload_with(argv, 8, path, "max-locks 2\ndefault-timeout 0\n");
+	cc_send_str(b, "LOCK r1\n");
+	EXPECT_PREFIX(b, "ERR LOCKED ");
+	cc_send_str(a, "UNLOCK r1\nUNLOCK r2\nUNLOCK r2\n");
+	EXPECT_LINE(a, "OK 1");
+	EXPECT_LINE(a, "OK 1");
+	EXPECT_PREFIX(a, "ERR NOTHELD ");
 }
 END_TEST
 
@@ -423,6 +488,7 @@ cc_add_commands(Suite *s)
 	tcase_add_test(tc, keys_at_max_keys_work_and_one_more_gets_limit);
 	tcase_add_test(tc, locks_at_max_locks_work_and_one_more_gets_limit);
 	tcase_add_test(tc, default_max_waiters_0_refuses_instead_of_queueing);
+	tcase_add_test(tc, a_reload_reaches_the_plain_lock_at_once);
 	tcase_add_test(tc, ttl_expiry_grants_the_next_waiter);
 	tcase_add_test(tc, refresh_restarts_the_ttl);
 	tcase_add_test(tc, unlockall_releases_every_hold);

@@ -34,7 +34,8 @@ tests_unit_check_locktable_SOURCES = \
 	tests/unit/locktable_errors.c \
 	tests/unit/locktable_lifetime.c \
 	tests/unit/locktable_views.c \
-	tests/unit/locktable_hash.c
+	tests/unit/locktable_hash.c \
+	tests/unit/locktable_short.c
 tests_unit_check_locktable_CFLAGS = $(CORE_UNIT_CFLAGS)
 tests_unit_check_locktable_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_locktable_model_SOURCES = \
