@@ -199,6 +199,8 @@ conns_free_dead(struct conns *cs)
 {
 	struct conn	*c;
 
+	if (TAILQ_EMPTY(&cs->dead))
+		return;
 	conns_release_closed(cs);
 	while ((c = TAILQ_FIRST(&cs->dead)) != NULL) {
 		TAILQ_REMOVE(&cs->dead, c, qentry);
@@ -220,8 +222,11 @@ conns_release_closed(struct conns *cs)
 {
 	struct conn	*c;
 	bool		 any = false;
-	uint64_t	 now = kl_now_ms();
+	uint64_t	 now;
 
+	if (TAILQ_EMPTY(&cs->dead))
+		return false;	/* most turns */
+	now = kl_now_ms();
 	TAILQ_FOREACH(c, &cs->dead, qentry) {
 		if (c->h.owner == NULL)
 			continue;
