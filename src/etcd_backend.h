@@ -38,6 +38,9 @@ struct event;
 #define EBE_RETRY_MS	100		/* first pause before trying again */
 #define EBE_RETRY_MAX_MS 1000
 #define EBE_HOLD_MS	50		/* most a batch waits for a reply */
+#define EBE_LINGER_US	3000		/* most it waits after one, for the
+					 * clients that reply answered */
+#define EBE_LINGER_MIN	8		/* ops of a reply that make it wait */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
 
 enum ebe_state {
@@ -209,6 +212,8 @@ struct ebe {
 	size_t			 queue_ops;	/* etcd operations queued */
 	int			 inflight;
 	struct event		*hold;		/* the held batch goes */
+	uint64_t		 linger_until;	/* us; 0: no wait after a reply */
+	size_t			 linger_ops;	/* queue_ops that end it early */
 	struct event		*retry;		/* failed deletes, again */
 	struct eitemq		 later;		/* waiting for retry */
 	struct event		*start;		/* steps of start/recovery */
