@@ -159,28 +159,30 @@ bconn_connect(struct bconn *c)
 	int		 on = 1;
 
 	c->t_connect = bench_now();
-	c->fd = socket(b->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+	const struct bench_server *s = &b->srv[c->srv];
+
+	c->fd = socket(s->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
 	    SOCK_CLOEXEC, 0);
 	if (c->fd == -1) {
 		bench_fail(b, "socket: %s", strerror(errno));
 		return -1;
 	}
-	if (!b->is_unix)
+	if (!s->is_unix)
 		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-	if (b->o.sources > 1 && b->addr.ss_family == AF_INET)
+	if (b->o.sources > 1 && s->addr.ss_family == AF_INET)
 		bconn_bind_source(c);
 	if (!bconn_watch(c)) {
 		bench_fail(b, "out of memory for events");
 		return -1;
 	}
-	if (connect(c->fd, (struct sockaddr *)&b->addr, b->addrlen) == 0) {
+	if (connect(c->fd, (const struct sockaddr *)&s->addr, s->addrlen) ==
+	    0) {
 		c->connected = true;
 		event_add(c->rev, NULL);
 		return 1;
 	}
 	if (errno != EINPROGRESS) {
-		bench_fail(b, "connect to %s: %s", b->o.server,
-		    strerror(errno));
+		bench_fail(b, "connect to %s: %s", s->name, strerror(errno));
 		return -1;
 	}
 	c->connecting = true;
@@ -663,8 +665,8 @@ bconn_write_cb(evutil_socket_t fd, short what, void *arg)
 		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
 			err = errno;
 		if (err != 0) {
-			bench_fail(c->b, "connect to %s: %s", c->b->o.server,
-			    strerror(err));
+			bench_fail(c->b, "connect to %s: %s",
+			    c->b->srv[c->srv].name, strerror(err));
 			return;
 		}
 		c->connecting = false;

@@ -52,12 +52,12 @@ betcd_b64(char *out, const char *s, size_t len)
 
 /* The request line and headers of a POST of body to path, then body. */
 static size_t
-betcd_post(const struct bench *b, char *p, const char *path,
+betcd_post(const struct bconn *c, char *p, const char *path,
     const char *body, size_t blen)
 {
 	int n = snprintf(p, BETCD_REQ_MAX, "POST %s HTTP/1.1\r\nHost: %s\r\n"
 	    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n"
-	    "%.*s", path, b->o.server, blen, (int)blen, body);
+	    "%.*s", path, c->b->srv[c->srv].name, blen, (int)blen, body);
 
 	return n > 0 && n < BETCD_REQ_MAX ? (size_t)n : 0;
 }
@@ -76,22 +76,22 @@ betcd_encode(struct bconn *c, char *p, enum bench_rt type,
 		nb64[betcd_b64(nb64, name, (size_t)n)] = '\0';
 		n = snprintf(body, sizeof(body), "{\"name\":\"%s\","
 		    "\"lease\":\"%" PRId64 "\"}", nb64, c->lease);
-		return betcd_post(b, p, "/v3/lock/lock", body, (size_t)n);
+		return betcd_post(c, p, "/v3/lock/lock", body, (size_t)n);
 	case RT_UNLOCK:
 		n = snprintf(body, sizeof(body), "{\"key\":\"%s\"}", c->ekey);
-		return betcd_post(b, p, "/v3/lock/unlock", body, (size_t)n);
+		return betcd_post(c, p, "/v3/lock/unlock", body, (size_t)n);
 	case RT_GRANT:
 		n = snprintf(body, sizeof(body), "{\"TTL\":\"%" PRId64 "\"}",
 		    b->etcd_ttl_s);
-		return betcd_post(b, p, "/v3/lease/grant", body, (size_t)n);
+		return betcd_post(c, p, "/v3/lease/grant", body, (size_t)n);
 	case RT_REVOKE:
 		n = snprintf(body, sizeof(body), "{\"ID\":\"%" PRId64 "\"}",
 		    (int64_t)key);
-		return betcd_post(b, p, "/v3/lease/revoke", body, (size_t)n);
+		return betcd_post(c, p, "/v3/lease/revoke", body, (size_t)n);
 	default:	/* RT_RANGE: etcd's revision, in the header */
 		n = snprintf(body, sizeof(body), "{\"key\":\"a2V5bG9jay1iZW5jaA==\""
 		    ",\"count_only\":true}");
-		return betcd_post(b, p, "/v3/kv/range", body, (size_t)n);
+		return betcd_post(c, p, "/v3/kv/range", body, (size_t)n);
 	}
 }
 

@@ -173,7 +173,8 @@ usage(FILE *f)
 "\n"
 "  -S, --server HOST:PORT|PATH  keylockd (default " DEFAULT_SERVER "),\n"
 "                               Redis (default " DEFAULT_REDIS ")\n"
-"                               or etcd (default " DEFAULT_ETCD ")\n"
+"                               or etcd (default " DEFAULT_ETCD ");\n"
+"                               A,B,...: connections take turns\n"
 "  -c, --connections N          connections (default %d; seed: %d)\n"
 "  -n, --requests N             stop after N requests (hold: keys to hold)\n"
 "  -t, --time SECONDS           stop after SECONDS (default %.0f)\n"
@@ -429,14 +430,14 @@ bench_parse_args(struct bench_opts *o, int argc, char *argv[])
 	bench_settle_opts(o);
 }
 
-/* -S: a path (it has a '/') or host:port, [v6]:port, host. */
+/* One server of -S: a path (it has a '/') or host:port, [v6]:port, host. */
 static bool
-bench_resolve(struct bench *b)
+bench_resolve_one(struct bench *b, struct bench_server *srv)
 {
-	const char		*s = b->o.server, *colon;
+	const char		*s = srv->name, *colon;
 	char			 host[256], port[16] = "7711";
 	struct addrinfo		 hints, *res;
-	struct sockaddr_un	*un = (struct sockaddr_un *)&b->addr;
+	struct sockaddr_un	*un = (struct sockaddr_un *)&srv->addr;
 	size_t			 hl;
 	int			 e;
 
@@ -445,8 +446,8 @@ bench_resolve(struct bench *b)
 			return false;
 		un->sun_family = AF_UNIX;
 		memcpy(un->sun_path, s, strlen(s) + 1);
-		b->addrlen = sizeof(*un);
-		b->is_unix = true;
+		srv->addrlen = sizeof(*un);
+		srv->is_unix = true;
 		return true;
 	}
 	if (b->o.proto == BENCH_REDIS)
@@ -471,13 +472,48 @@ bench_resolve(struct bench *b)
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_socktype = SOCK_STREAM;
 	if ((e = getaddrinfo(host, port, &hints, &res)) != 0) {
-		fprintf(stderr, "keylock-bench: %s: %s\n", b->o.server,
+		fprintf(stderr, "keylock-bench: %s: %s\n", srv->name,
 		    gai_strerror(e));
 		return false;
 	}
-	memcpy(&b->addr, res->ai_addr, res->ai_addrlen);
-	b->addrlen = res->ai_addrlen;
+	memcpy(&srv->addr, res->ai_addr, res->ai_addrlen);
+	srv->addrlen = res->ai_addrlen;
 	freeaddrinfo(res);
+	return true;
+}
+
+/* -S: one server, or a comma-separated list that the connections take
+ * in turn (connection i the server i modulo their number). */
+static bool
+bench_resolve(struct bench *b)
+{
+	const char	*s = b->o.server, *comma;
+	size_t		 len;
+
+	for (;;) {
+		struct bench_server *srv = &b->srv[b->nsrv];
+
+		comma = strchr(s, ',');
+		len = comma != NULL ? (size_t)(comma - s) : strlen(s);
+		if (b->nsrv == BENCH_SERVERS_MAX || len == 0 ||
+		    len >= sizeof(srv->name)) {
+			fprintf(stderr, "keylock-bench: -S %s: 1 to %d "
+			    "servers, each host:port or a path\n", b->o.server,
+			    BENCH_SERVERS_MAX);
+			return false;
+		}
+		memcpy(srv->name, s, len);
+		srv->name[len] = '\0';
+		if (!bench_resolve_one(b, srv))
+			return false;
+		b->is_unix = b->is_unix || srv->is_unix;
+		b->nsrv++;
+		if (comma == NULL)
+			break;
+		s = comma + 1;
+	}
+	memcpy(&b->addr, &b->srv[0].addr, sizeof(b->addr));
+	b->addrlen = b->srv[0].addrlen;
 	return true;
 }
 
@@ -559,14 +595,17 @@ bench_make_conns(struct bench *b)
 	for (int i = 0; i < nhold; i++) {
 		struct bconn	*c = bench_add_conn(b, ROLE_HOLD);
 
+		c->srv = i % b->nsrv;
 		c->hold_next = (uint64_t)i * share;
 		c->hold_end = c->hold_next + share < b->held_total ?
 		    c->hold_next + share : b->held_total;
 		b->holders[b->nholders++] = c;
 	}
-	for (int i = 0; i < nwork; i++)
-		b->work[n++] = bench_add_conn(b, o->work == WORK_IDLE ?
+	for (int i = 0; i < nwork; i++) {
+		b->work[n] = bench_add_conn(b, o->work == WORK_IDLE ?
 		    ROLE_IDLE : ROLE_WORK);
+		b->work[n++]->srv = i % b->nsrv;
+	}
 	b->nwork = n;
 }
 

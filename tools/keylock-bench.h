@@ -26,6 +26,7 @@
 #define BENCH_STATS_SAMPLES	9	/* STATS timed after holding */
 #define BENCH_FD_SPARE		32	/* descriptors besides connections */
 #define BETCD_REQ_MAX		1024	/* one etcd gateway request */
+#define BENCH_SERVERS_MAX	16	/* -S a,b,...: connections take turns */
 
 enum bench_proto {
 	BENCH_KEYLOCK,
@@ -84,7 +85,8 @@ enum bconn_role {
 };
 
 struct bench_opts {
-	const char		*server;	/* host:port or a unix path */
+	const char		*server;	/* host:port or a unix path, or a
+						 * comma-separated list of them */
 	enum bench_proto	 proto;
 	enum bench_work		 work;
 	int			 conns;
@@ -126,6 +128,7 @@ struct breply {
 struct bconn {
 	struct bench		*b;
 	int			 id;
+	int			 srv;		/* its server in b->srv[] */
 	int			 fd;
 	unsigned		 gen;		/* bumped by every close */
 	enum bconn_role		 role;
@@ -164,12 +167,22 @@ struct bench_mem {
 	uint64_t	used_after;	/* keylockd: STATS table_bytes */
 };
 
-struct bench {
-	struct bench_opts	 o;
-	struct event_base	*base;
+/* One server of -S. */
+struct bench_server {
+	char			 name[256];	/* as given */
 	struct sockaddr_storage	 addr;
 	socklen_t		 addrlen;
 	bool			 is_unix;
+};
+
+struct bench {
+	struct bench_opts	 o;
+	struct event_base	*base;
+	struct bench_server	 srv[BENCH_SERVERS_MAX];
+	int			 nsrv;
+	struct sockaddr_storage	 addr;		/* srv[0]'s */
+	socklen_t		 addrlen;
+	bool			 is_unix;	/* any of srv[] */
 	bool			 is_tty;
 
 	struct bconn		**all;		/* every connection */
