@@ -6,8 +6,13 @@
 # from the figures (issue 11).
 #
 # It builds nothing: run `make` first (a build without sanitizers). Two
-# front ends run on the cluster (the keylockd rows use the first; the
-# second watches, as a real deployment's would). Each row runs ROUNDS
+# front ends run on the cluster, each with its own member first in its
+# endpoints (the first front end m1, the second m2), as on hosts that each
+# run a member and a front end. A row is WORK:CLIENTS[:SPREAD]: without
+# SPREAD the keylockd runs use the first front end (the second watches, as
+# a real deployment's would) and the etcd runs m1; with 2, the clients
+# take both front ends in turn against etcd's API on m1 and m2 in turn
+# (keylock-bench -S A,B). ROWS overrides the rows. Each row runs ROUNDS
 # times (3), alternately keylockd and etcd (reversed in even rounds); a
 # figure is the median of the rounds with their min-max. DURATION (3) is
 # seconds per run. The writes per cycle are etcd revisions per cycle,
@@ -36,7 +41,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
 RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
 RESULTS_MD=${RESULTS_MD:-$here/RESULTS.md}
-ROWS="lock-unlock:50 contended:4 contended:50"
+ROWS=${ROWS:-"lock-unlock:50 lock-unlock:50:2 contended:4 contended:50"}
 
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH"; do
 	[ -x "$p" ] || { echo "etcd_compare.sh: $p: not found" >&2; exit 1; }
@@ -67,11 +72,17 @@ trap 'exit 1' INT TERM HUP
 endpoints=$(sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" start 3 --watch $$)
 member1=${endpoints%%,*}
 member1=${member1#http://}
+# the second front end's endpoints: m2 first, then m3, m1
+endpoints2=${endpoints#*,},${endpoints%%,*}
+member2=${endpoints2%%,*}
+member2=${member2#http://}
 
 for i in 1 2; do
+	eps=$endpoints
+	[ "$i" = 2 ] && eps=$endpoints2
 	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
 	    --port-file "$TMP/port$i" --unix "" --state-dir "$TMP" \
-	    --backend etcd --etcd-endpoints "$endpoints" \
+	    --backend etcd --etcd-endpoints "$eps" \
 	    --max-clients 100000 >"$TMP/frontend$i.log" 2>&1 &
 	PIDS="$PIDS $!"
 	for _ in $(seq 400); do
@@ -82,6 +93,7 @@ for i in 1 2; do
 	    { cat "$TMP/frontend$i.log" >&2; exit 1; }
 done
 frontend1=127.0.0.1:$(head -n 1 "$TMP/port1")
+frontend2=127.0.0.1:$(head -n 1 "$TMP/port2")
 
 revision() {
 	curl -s -X POST -d '{"key":"eA==","count_only":true}' \
@@ -117,17 +129,23 @@ wait_clean() {
 	echo "etcd_compare.sh: $n lock keys still there after 90 s" >&2
 }
 
-# run SYSTEM WORK CONNS ROUND: one run, its JSON in $TMP/SYSTEM.WORK.CONNS.ROUND
+# run SYSTEM WORK CONNS SPREAD ROUND: one run, its JSON in
+# $TMP/SYSTEM.WORK.CONNS.SPREAD.ROUND
 run() {
-	local sys=$1 work=$2 conns=$3 round=$4 out before after
-	out=$TMP/$sys.$work.$conns.$round.json
+	local sys=$1 work=$2 conns=$3 spread=$4 round=$5 out before after
+	local ke=$frontend1 ee=$member1
+	if [ "$spread" = 2 ]; then
+		ke=$frontend1,$frontend2
+		ee=$member1,$member2
+	fi
+	out=$TMP/$sys.$work.$conns.$spread.$round.json
 	if [ "$sys" = etcd ]; then wait_clean; fi
 	before=$(revision)
 	if [ "$sys" = etcd ]; then
-		"$KEYLOCK_BENCH" --etcd -S "$member1" -w "$work" -c "$conns" \
+		"$KEYLOCK_BENCH" --etcd -S "$ee" -w "$work" -c "$conns" \
 		    -t "$DURATION" --json --no-progress >"$out"
 	else
-		"$KEYLOCK_BENCH" -S "$frontend1" -w "$work" -c "$conns" \
+		"$KEYLOCK_BENCH" -S "$ke" -w "$work" -c "$conns" \
 		    -t "$DURATION" --json --no-progress >"$out"
 	fi
 	after=$(revision)
@@ -137,14 +155,16 @@ run() {
 load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
 for round in $(seq "$ROUNDS"); do
 	for row in $ROWS; do
-		work=${row%:*}
-		conns=${row#*:}
+		IFS=: read -r work conns spread <<EOF
+$row
+EOF
+		spread=${spread:-1}
 		if [ $((round % 2)) -eq 1 ]; then
-			run keylockd "$work" "$conns" "$round"
-			run etcd "$work" "$conns" "$round"
+			run keylockd "$work" "$conns" "$spread" "$round"
+			run etcd "$work" "$conns" "$spread" "$round"
 		else
-			run etcd "$work" "$conns" "$round"
-			run keylockd "$work" "$conns" "$round"
+			run etcd "$work" "$conns" "$spread" "$round"
+			run keylockd "$work" "$conns" "$spread" "$round"
 		fi
 		echo "round $round: $row done" >&2
 	done
@@ -158,8 +178,8 @@ ncpu=$(nproc)
 perl -MJSON::PP -e '
 my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1) =
     @ARGV;
-my %target = ("lock-unlock:50" => 10, "contended:4" => 10,
-    "contended:50" => 2);
+my %target = ("lock-unlock:50" => 10, "lock-unlock:50:2" => 10,
+    "contended:4" => 10, "contended:50" => 2);
 my (@verdicts, @stalls);
 sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
 sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
@@ -167,7 +187,10 @@ sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
 print "<!-- bench/etcd_compare.sh: begin -->\n";
 print "## keylockd backend etcd against etcd'"'"'s lock API\n\n";
 print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
-    "on loopback, two keylockd front ends (clients on the first), ",
+    "on loopback, two keylockd front ends (the first with m1 first in its ",
+    "endpoints, the second with m2; clients on the first, or taking both ",
+    "in turn where the row says so, against etcd'"'"'s API on m1, or m1 ",
+    "and m2 in turn), ",
     "keylock-bench on the same machine ($cpu, $ncpu CPUs, shared), ",
     "$rounds rounds of $dur s, medians [min-max]. A cycle is LOCK + ",
     "UNLOCK through keylockd, /v3/lock/lock + /v3/lock/unlock (each ",
@@ -178,11 +201,12 @@ print "| workload | clients | keylockd cycles/s | etcd cycles/s | ",
     "etcd writes per cycle, keylockd / etcd |\n";
 print "|---|---:|---:|---:|---:|---:|---:|---:|\n";
 for my $row (split " ", $rows) {
-    my ($work, $conns) = split /:/, $row;
+    my ($work, $conns, $spread) = split /:/, $row;
+    $spread //= 1;
     my (%c, %p50, %p99, %w, @ratio);
     for my $r (1 .. $rounds) {
         for my $s ("keylockd", "etcd") {
-            my $f = "$tmp/$s.$work.$conns.$r.json";
+            my $f = "$tmp/$s.$work.$conns.$spread.$r.json";
             my $j = rd($f);
             die "$f: not ok: $j->{failure}\n" unless $j->{ok};
             push @{$c{$s}}, $j->{cycles_per_s};
@@ -200,9 +224,10 @@ for my $row (split " ", $rows) {
         my $max = (sort { $b <=> $a } @v)[0];
         for my $r (1 .. $rounds) {
             next unless $v[$r - 1] < $max / 10;
-            push @stalls, sprintf("%s, %s %d clients, round %d: %.0f " .
-                "cycles/s against %.0f in its best round", $s, $work,
-                $conns, $r, $v[$r - 1], $max);
+            push @stalls, sprintf("%s, %s %d clients%s, round %d: " .
+                "%.0f cycles/s against %.0f in its best round", $s, $work,
+                $conns, $spread == 2 ? " over two" : "", $r, $v[$r - 1],
+                $max);
             $stalled++;
         }
     }
@@ -210,14 +235,16 @@ for my $row (split " ", $rows) {
     my @e = sort { $a <=> $b } @{$c{etcd}};
     printf "| %s | %d | %.0f [%.0f-%.0f] | %.0f [%.0f-%.0f] | %.1f | " .
         "%.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n",
-        $work eq "contended" ? "one busy key" : "distinct keys", $conns,
+        ($work eq "contended" ? "one busy key" : "distinct keys") .
+        ($spread == 2 ? ", both front ends (etcd: m1, m2)" : ""), $conns,
         med(@k), $k[0], $k[-1], med(@e), $e[0], $e[-1], med(@ratio),
         med(@{$p50{keylockd}}), med(@{$p99{keylockd}}),
         med(@{$p50{etcd}}), med(@{$p99{etcd}}),
         med(@{$w{keylockd}}), med(@{$w{etcd}});
     push @verdicts, sprintf("| %s, %d clients: keylockd/etcd >= %d | " .
-        "%.1f | %s |\n", $work eq "contended" ?
-        "hand-offs/s on one busy key" : "cycles/s on distinct keys",
+        "%.1f | %s |\n", ($work eq "contended" ?
+        "hand-offs/s on one busy key" : "cycles/s on distinct keys") .
+        ($spread == 2 ? " over both front ends" : ""),
         $conns, $target{$row}, med(@ratio),
         $stalled ? "not judged: stalled rounds" :
         med(@ratio) >= $target{$row} ? "met" : "not met")
