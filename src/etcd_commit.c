@@ -471,6 +471,17 @@ commit_item_failed(struct ebe *e, struct eitem *it, const char *why)
 	switch (it->kind) {
 	case ITEM_PUT:
 		q = it->req;
+		if (q->state == REQ_HELD && q->replied && !q->withdrawing) {
+			/* the watch brought its put and the client has its
+			 * token: the put was made, whatever this reply says,
+			 * and deleting it now would end a hold the client
+			 * still has (the next waiter granted while it holds).
+			 * A copy of it tried again elsewhere that lands after
+			 * our delete is a leftover, deleted when it is seen. */
+			commit_put_acked(e, q);
+			item_release(it);
+			break;
+		}
 		if (!q->replied && !q->owner->gone) {
 			memset(&r, 0, sizeof(r));
 			r.op = BE_LOCK;
