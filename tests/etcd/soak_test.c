@@ -189,6 +189,7 @@ struct sk_fe {
 	uint64_t	 cut_us[SK_CUTS_MAX];
 	unsigned	 cut_epoch[SK_CUTS_MAX];
 	bool		 cut_stop[SK_CUTS_MAX];	/* SIGSTOP, not SIGKILL */
+	uint64_t	 stopped_us[SK_CUTS_MAX];	/* SIGSTOP: kill() returned */
 	int		 ncut;
 };
 
@@ -725,17 +726,27 @@ sk_fe_start(int i)
  * dies meanwhile (a timeout, a crash), the front end is still continued,
  * and so gets the SIGTERM its parent's death sent it.
  */
+/* Stops front end i (its cut just recorded) for ms, sampling the others
+ * meanwhile. The stop is sent here and its time kept once kill() has
+ * returned: an UNLOCK sent after that reached a stopped process, however
+ * long a loaded machine kept this thread from sending it after the cut. */
 static void
-sk_stop_for(struct kt_daemon *d, uint64_t ms)
+sk_stop_for(int i, uint64_t ms)
 {
-	pid_t	pid = fork();
-	int	st;
+	struct sk_fe	*f = &sk_fes[i];
+	pid_t		 pid;
+	int		 st;
 
+	ck_assert_int_eq(kill(f->d->pid, SIGSTOP), 0);
+	pthread_mutex_lock(&sk_mu);
+	if (f->ncut > 0 && f->cut_stop[f->ncut - 1])
+		f->stopped_us[f->ncut - 1] = kt_now_us();
+	pthread_mutex_unlock(&sk_mu);
+	pid = fork();
 	ck_assert_int_ne(pid, -1);
 	if (pid == 0) {
-		kill(d->pid, SIGSTOP);
 		kt_sleep_ms(ms);
-		kill(d->pid, SIGCONT);
+		kill(f->d->pid, SIGCONT);
 		_exit(0);
 	}
 	while (waitpid(pid, &st, WNOHANG) == 0)
@@ -770,7 +781,7 @@ sk_fault(uint64_t *rng, int n)
 		fprintf(stderr, "fault %d: SIGSTOP front end %d past its "
 		    "lease\n", n, i);
 		sk_cut(i, true);
-		sk_stop_for(sk_fes[i].d, SK_TTL_MS + 1500);
+		sk_stop_for(i, SK_TTL_MS + 1500);
 		now = kt_now_us();
 		fprintf(stderr, "%" PRIu64 ".%06" PRIu64 " front end %d "
 		    "continued\n", now / 1000000, now % 1000000, i);
@@ -797,7 +808,7 @@ sk_fault(uint64_t *rng, int n)
 /* ---- the checker ---- */
 
 /* Ends a hold at the first cut of its front end after its grant; the
- * cut's time into *stop_us if it was a SIGSTOP. */
+ * time its SIGSTOP was sent into *stop_us if it was one. */
 static void
 sk_cap(struct sk_op *h, uint64_t *stop_us)
 {
@@ -810,7 +821,7 @@ sk_cap(struct sk_op *h, uint64_t *stop_us)
 		    f->cut_us[k] < h->end_us) {
 			h->end_us = f->cut_us[k] > h->reply_us ? f->cut_us[k] :
 			    h->reply_us;
-			*stop_us = f->cut_stop[k] ? f->cut_us[k] : 0;
+			*stop_us = f->cut_stop[k] ? f->stopped_us[k] : 0;
 		}
 }
 
