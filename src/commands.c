@@ -715,11 +715,11 @@ cmd_prepare(struct commands *cmds)
 static inline void
 cmd_lock_one(struct commands *cmds, struct conn *c, const struct request *req)
 {
+	uint64_t	 now = kl_now_ms(), token;	/* first: a call, maybe */
 	struct backend	*be = cmds->be;
-	uint64_t	 token;
 
 	token = be->ops->acquire_one(be, conn_owner(c), &cmds->plain[0].a,
-	    req->args[0], req->arglens[0], kl_now_ms());
+	    req->args[0], req->arglens[0], now);
 	if (token != 0)
 		conn_reply_u64(c, token);
 	else
@@ -731,10 +731,11 @@ static inline void
 cmd_unlock_one(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
+	uint64_t	 now = kl_now_ms();
 	struct backend	*be = cmds->be;
 
 	if (be->ops->release_one(be, conn_owner(c), req->args[0],
-	    req->arglens[0], kl_now_ms()))
+	    req->arglens[0], now))
 		conn_reply_u64(c, 1);
 	else
 		cmd_unlock(cmds, c, req);

@@ -588,7 +588,8 @@ release_plain(struct locktable *lt, struct lt_key *k)
 	struct lt_hold	*h = &k->own;
 	struct lt_owner	*o = h->owner;
 	struct lt_key	**pp;
-	struct lt_pool	*pl;
+	size_t		 size = lt_key_size(k->keylen);
+	struct lt_pool	*pl = &lt->pools[lt_pool_class(size)];
 
 	k->owned = 0;
 	if (h->oprev != NULL)
@@ -606,12 +607,11 @@ release_plain(struct locktable *lt, struct lt_key *k)
 		pp = &(*pp)->next;
 	*pp = k->next;
 	lt->c.keys--;
-	pl = &lt->pools[lt_pool_class(lt_key_size(k->keylen))];
 	memcpy(k, &pl->head, sizeof(pl->head));
 	pl->head = k;
 	pl->n++;
-	lt->c.bytes -= lt_key_size(k->keylen);
-	LT_POISON(k, lt_pool_size(lt_pool_class(lt_key_size(k->keylen))));
+	lt->c.bytes -= size;
+	LT_POISON(k, lt_pool_size(lt_pool_class(size)));
 }
 
 /*
@@ -625,12 +625,22 @@ release_one(struct locktable *lt, struct lt_owner *o, const char *key,
     size_t len, uint64_t now_ms)
 {
 	struct lt_hold	*h;
-	struct lt_key	*k;
+	struct lt_key	*k = NULL;
 
-	if (o->nholds > LT_OWNER_SCAN ||
-	    (h = owner_scan_holds(o, key, len)) == NULL || !h->inkey ||
-	    h->heap_idx != LT_NO_TTL || lt->dirty != NULL ||
-	    now_ms > h->granted_ms || !lt_free_fits(lt, k = lt_hold_key(h)))
+	if (o->nholds > LT_OWNER_SCAN)
+		return false;
+	/* Only an entry's own hold can be released here: o has one hold
+	 * per key, so if that is another, none of these matches. */
+	for (h = o->holds; h != NULL; h = h->onext) {
+		if (!h->inkey)
+			continue;
+		k = lt_hold_key(h);
+		if (k->keylen == len && lt_bytes_eq(k->key, key, len))
+			break;
+	}
+	/* nothing is left to settle between calls: lt->dirty is empty */
+	if (h == NULL || h->heap_idx != LT_NO_TTL || now_ms > h->granted_ms ||
+	    !lt_free_fits(lt, k))
 		return false;
 	release_plain(lt, k);
 	return true;

@@ -482,29 +482,55 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 
 /*
  * locktable_acquire()'s common path with the request's invariant parts
- * prepared by the caller, and making no call at all: everything it might
- * call for (a token outside the range, a resize, an allocation) is left
- * to locktable_acquire(). The cheap tests come before the hash.
+ * prepared by the caller, and making no call of its own: everything it
+ * might call for (a token outside the range, a resize, an allocation) is
+ * left to locktable_acquire(). The cheap tests come before the hash.
  */
-uint64_t
-locktable_acquire_one(struct locktable *lt, struct lt_owner *o,
+LT_INLINE uint64_t
+acquire_one(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
 {
 	struct lt_key	**b;
 	struct lt_pool	*pl;
 	uint32_t	 hash;
+	enum lt_mode	 mode = a->mode;
 
-	if (len - 1 >= KL_KEY_MAX || a->limit != 1 || a->ttl_ms != 0 ||
-	    (unsigned)a->mode > LT_SHARED || o->wait != NULL ||
+	/* one test for a valid length and an entry size a pool serves */
+	_Static_assert(LT_SHORT_KEY_MAX <= KL_KEY_MAX, "short keys are keys");
+	if (len - 1 >= LT_SHORT_KEY_MAX || a->limit != 1 || a->ttl_ms != 0 ||
+	    (unsigned)mode > LT_SHARED || o->wait != NULL ||
 	    o->nholds > a->max_holds - 1 || lt->tok_next >= lt->tok_end ||
-	    (pl = acquire_pool(lt, len)) == NULL)
+	    lt->c.keys >= lt->nbuckets)
 		return 0;
 	hash = lt_key_hash(lt, key, len);
-	if (acquire_lookup(lt, key, len, hash, &b) != NULL)
+	if (acquire_lookup(lt, key, len, hash, &b) != NULL ||
+	    (pl = &lt->pools[lt_pool_class(lt_key_size(len))])->head == NULL)
 		return 0;
-	acquire_fresh(lt, o, a->mode, key, len, hash, b, pl, now_ms,
+	acquire_fresh(lt, o, mode, key, len, hash, b, pl, now_ms,
 	    lt->tok_next);
 	return lt->tok_next++;
+}
+
+/* Keys of 16 bytes or more: their hash and copy are calls. */
+static uint64_t __attribute__((noinline))
+acquire_one_long(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
+{
+	return acquire_one(lt, o, a, key, len, now_ms);
+}
+
+/*
+ * Shorter keys, most of them, are hashed, compared and copied inline, so
+ * that their path calls nothing and needs no frame: the longer ones go
+ * to acquire_one_long() before anything else.
+ */
+uint64_t
+locktable_acquire_one(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
+{
+	if (len >= 16)
+		return acquire_one_long(lt, o, a, key, len, now_ms);
+	return acquire_one(lt, o, a, key, len, now_ms);
 }
 
 /*

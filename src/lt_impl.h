@@ -60,6 +60,8 @@ _Static_assert(KL_KEY_MAX / 8 + 1 <= LT_HASH_WORDS,
 #define LT_POOL_MAX	256
 #define LT_POOL_CLASSES	((LT_POOL_MAX + 7) / LT_POOL_GRAIN + 1)
 #define LT_POOL_KEEP	1024	/* per class; beyond that, back to malloc */
+/* The longest key whose entry a pool serves (struct lt_key below). */
+#define LT_SHORT_KEY_MAX	(LT_POOL_MAX - sizeof(struct lt_key) - 1)
 /* An owner with this few holds finds one by key without hashing. */
 #define LT_OWNER_SCAN	4
 
@@ -139,6 +141,9 @@ struct lt_key {
 	struct lt_hold	 own;
 	char		 key[];		/* keylen bytes and a NUL */
 };
+
+_Static_assert(sizeof(struct lt_key) + LT_SHORT_KEY_MAX + 1 <= LT_POOL_MAX,
+    "an entry of the longest short key fits its pool");
 
 /* A hold with a ttl, in the min-heap on expiry. */
 struct lt_ttl {
@@ -341,6 +346,16 @@ lt_bytes_eq(const char *a, const char *b, size_t n)
 	size_t		i;
 
 	if (n >= 8) {
+		/* most keys: the first and the last word cover them */
+		if (n <= 16) {
+			memcpy(&x, a, 8);
+			memcpy(&y, b, 8);
+			if (x != y)
+				return false;
+			memcpy(&x, a + n - 8, 8);
+			memcpy(&y, b + n - 8, 8);
+			return x == y;
+		}
 		for (i = 0; i + 8 < n; i += 8) {
 			memcpy(&x, a + i, 8);
 			memcpy(&y, b + i, 8);
@@ -364,7 +379,7 @@ lt_bytes_eq(const char *a, const char *b, size_t n)
 	    a[n - 1] == b[n - 1]);
 }
 
-/* Copies n bytes; short keys by overlapping words, not a call. */
+/* Copies n bytes; keys of up to 16 by overlapping words, not a call. */
 static inline void
 lt_bytes_copy(char *dst, const char *src, size_t n)
 {
@@ -381,6 +396,10 @@ lt_bytes_copy(char *dst, const char *src, size_t n)
 		memcpy(&v, src + n - 4, 4);
 		memcpy(dst, &u, 4);
 		memcpy(dst + n - 4, &v, 4);
+	} else if (n > 0 && n < 4) {
+		dst[0] = src[0];
+		dst[n / 2] = src[n / 2];
+		dst[n - 1] = src[n - 1];
 	} else
 		memcpy(dst, src, n);
 }
