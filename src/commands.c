@@ -767,6 +767,19 @@ commands_execute(struct commands *cmds, struct conn *c,
 		cmd_table[id].fn(cmds, c, req);
 }
 
+void
+commands_execute_line(struct commands *cmds, struct conn *c,
+    struct request *req, const char *line, size_t len, uint32_t sp)
+{
+	proto_request_line(req, line, len, sp);
+	if (!(cmds->fast >> req->cmd & 1))
+		commands_execute(cmds, c, req);
+	else if (req->cmd == CMD_LOCK)
+		cmd_lock_one(cmds, c, req);
+	else
+		cmd_unlock_one(cmds, c, req);
+}
+
 /* The shared checks in the protocol's order: AUTH, operator, LIMIT. */
 static void
 cmd_check(struct commands *cmds, struct conn *c, const struct request *req,

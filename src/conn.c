@@ -753,12 +753,13 @@ conn_process(struct conn *c, char *buf, size_t len)
 			size_t		 i;
 
 			for (i = 0; i < n; i++) {
-				proto_request_line(req, buf + off,
-				    lines[i].next - off, lines[i].sp);
-				off = lines[i].next;
+				size_t	next = lines[i].next;
+
 				st->requests++;
 				handled++;
-				commands_execute(cmds, c, req);
+				commands_execute_line(cmds, c, req, buf + off,
+				    next - off, lines[i].sp);
+				off = next;
 				if (c->state != CONN_READY ||
 				    c->produced >= CONN_TURN_OUTPUT)
 					break;
