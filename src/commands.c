@@ -736,7 +736,7 @@ cmd_unlock_one(struct commands *cmds, struct conn *c,
 
 	if (be->ops->release_one(be, conn_owner(c), req->args[0],
 	    req->arglens[0], now))
-		conn_reply_u64(c, 1);
+		conn_reply_ok1(c);
 	else
 		cmd_unlock(cmds, c, req);
 }

@@ -645,10 +645,11 @@ conn_reply_u64_new(struct conn *c, uint64_t v)
 }
 
 /*
- * "OK N": the reply of most requests, formatted in place without printf,
- * and without a call while the buffer has room for the longest. Below 10
- * it is one store; a token one above the last is the last line with its
- * last digit raised, unless that digit is 9; else it is formatted anew.
+ * "OK N": the reply of most requests, formatted in place without printf.
+ * A token one above the last is the last line with its last digit raised,
+ * unless that digit is 9, without a call while the buffer has room for
+ * the longest; else it is formatted anew (and values under 10, which are
+ * not tokens in a run, and UNLOCK's 1 has conn_reply_ok1()).
  */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
@@ -660,27 +661,43 @@ conn_reply_u64(struct conn *c, uint64_t v)
 
 	_Static_assert(KL_U64_OK_ROOM >= 16, "a 16-byte copy fits");
 	if (c->ocap - olen < KL_U64_OK_ROOM || c->state == CONN_CLOSED ||
-	    v >= 100000000) {
-		conn_reply_u64_grow(c, v);
+	    v - 10 >= 100000000 - 10) {
+		conn_reply_u64_grow(c, v);	/* and every v under 10 */
 		return;
 	}
 	queued = c->queued;	/* read before the bytes are written */
 	p = c->obuf + olen;
-	if (v < 10) {
-		n = kl_u64_put_ok(p, v);
-	} else {
-		d = &cs->ok_line[cs->ok_len - 2];
-		if (v != cs->ok_v + 1 || *d == '9') {
-			conn_reply_u64_new(c, v);
-			return;
-		}
-		(*d)++;
-		cs->ok_v = v;
-		n = cs->ok_len;
-		memcpy(p, cs->ok_line, 16);	/* 8 digits at most */
+	d = &cs->ok_line[cs->ok_len - 2];
+	if (v != cs->ok_v + 1 || *d == '9') {
+		conn_reply_u64_new(c, v);
+		return;
 	}
+	(*d)++;
+	cs->ok_v = v;
+	n = cs->ok_len;
+	memcpy(p, cs->ok_line, 16);	/* 8 digits at most */
 	c->olen = olen + n;
 	c->produced += n;
+	if (!queued)
+		conn_schedule(c);
+}
+
+void
+conn_reply_ok1(struct conn *c)
+{
+	/* "OK 1\n" and three NULs past it, within KL_U64_OK_ROOM */
+	static const char	 line[8] = "OK 1\n";
+	bool			 queued;
+
+	_Static_assert(KL_U64_OK_ROOM >= sizeof(line), "a word fits");
+	if (c->ocap - c->olen < KL_U64_OK_ROOM || c->state == CONN_CLOSED) {
+		conn_reply_u64_grow(c, 1);
+		return;
+	}
+	queued = c->queued;
+	memcpy(c->obuf + c->olen, &line, sizeof(line));
+	c->olen += 5;
+	c->produced += 5;
 	if (!queued)
 		conn_schedule(c);
 }

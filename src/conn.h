@@ -75,6 +75,8 @@ void		 conn_reply_ok(struct conn *c, const char *fmt, ...)
 void		 conn_reply_err(struct conn *c, enum kl_err err,
 		    const char *fmt, ...) KL_PRINTF(3, 4);
 void		 conn_reply_u64(struct conn *c, uint64_t v);
+/* conn_reply_u64(c, 1), UNLOCK's reply, in one store. */
+void		 conn_reply_ok1(struct conn *c);
 /* "OK " + s (s is one line, no LF). */
 void		 conn_reply_ok_str(struct conn *c, const char *s);
 

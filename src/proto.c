@@ -1086,12 +1086,15 @@ proto_scan_run(const char *buf, size_t len, size_t off, size_t max,
 	if (len < 32 || max < 64)
 		return 0;
 	last = len - PROTO_WORD;	/* a line's word is read as a word */
-	for (i = 0; i < n && pos <= last; i++) {
-		if (valid < 32 && (top = pos + valid) < len) {
-			if (len - top >= 32) {
+	for (i = 0; i < n; i++) {
+		/* 32 bytes or more in m: the word is there to read */
+		if (valid < 32) {
+			if (pos > last)
+				break;
+			if ((top = pos + valid) < len && len - top >= 32) {
 				m |= class32(buf + top) << valid;
 				valid += 32;
-			} else {
+			} else if (top < len) {
 				m |= class32(buf + len - 32) >>
 				    (32 - (len - top)) << valid;
 				valid += len - top;
