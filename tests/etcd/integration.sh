@@ -7,7 +7,9 @@
 # own. A test may fail only if it is listed below with the documented
 # difference of backend etcd (keylockd(8), BACKEND ETCD) that explains it;
 # any other failure fails this test, and so does a listed test that
-# passes, so the list cannot go stale.
+# passes, so the list cannot go stale, unless RACES lists it too: a
+# difference that shows only when the grant's commit comes after the
+# input's end, which a fast commit can beat.
 . "$(dirname "$0")/lib.sh"
 
 # Minutes of CI: a second make check of the same tree (distcheck's) may
@@ -23,6 +25,7 @@ DIFFERENCES='
 protocol_framing_test:framing:half_closed_connection_gets_its_replies every LOCK waits for its revision: input that ends meanwhile withdraws it
 protocol_server_test:counters:stats_counters_follow_the_requests a ttl expiry is a delete of its front end, counted in releases, not expired
 '
+RACES='protocol_framing_test:framing:half_closed_connection_gets_its_replies'
 
 ec_start 3
 KL_ETCD_ENDPOINTS=$ETCD_ENDPOINTS
@@ -49,10 +52,13 @@ for s in $SUITES; do
 		fi
 	done <"$TMP/$s.failed"
 	for t in $(echo "$DIFFERENCES" | sed -n "s/^$s:\([^ ]*\) .*/\1/p"); do
-		grep -qx "$t" "$TMP/$s.failed" || {
-			echo "--- $s: $t passes: take it off the list" >&2
-			bad=1
-		}
+		grep -qx "$t" "$TMP/$s.failed" && continue
+		if echo "$RACES" | grep -qx "$s:$t"; then
+			echo "$s: $t passed: its commit came before the input's end"
+			continue
+		fi
+		echo "--- $s: $t passes: take it off the list" >&2
+		bad=1
 	done
 	if [ "$rc" -ne 0 ] && [ ! -s "$TMP/$s.failed" ]; then
 		echo "--- $s: exit $rc without a failed test" >&2
