@@ -1143,6 +1143,14 @@ proto_scan_avx2(const char *buf, size_t len, size_t off, size_t max,
 #endif
 
 size_t
+proto_scan_lines_sse2(const char *buf, size_t len, size_t off, size_t max,
+    struct proto_line *lines, size_t n)
+{
+	return proto_scan_run(buf, len, off, max, lines, n,
+	    proto_not_plain32);
+}
+
+size_t
 proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
     struct proto_line *lines, size_t n)
 {
@@ -1150,16 +1158,7 @@ proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2"))
 		return proto_scan_avx2(buf, len, off, max, lines, n);
 #endif
-	return proto_scan_run(buf, len, off, max, lines, n,
-	    proto_not_plain32);
-}
-
-size_t
-proto_scan_lines_sse2(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-	return proto_scan_run(buf, len, off, max, lines, n,
-	    proto_not_plain32);
+	return proto_scan_lines_sse2(buf, len, off, max, lines, n);
 }
 #else
 size_t
