@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * Tests of the etcd client (src/etcd.h) against a real, private 3-member
+ * Tests of the etcd client (src/etcd/etcd.h) against a real, private 3-member
  * etcd cluster on loopback (tests/etcd/cluster.sh), never a mock: the
  * pure helpers here, unary calls in etcd_client_kv.c, the watch in
  * etcd_client_watch.c, and member kills, stops and timeouts in

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * What the tests of the etcd client (src/etcd.h) share: one private
+ * What the tests of the etcd client (src/etcd/etcd.h) share: one private
  * cluster per program (ec.h), started in main before the suites run, and
  * per test (a Check fork each) a fresh event_base, a client on the
  * cluster's endpoints and a key prefix of its own, so tests do not see

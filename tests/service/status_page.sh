@@ -93,14 +93,14 @@ curl -sS -D "$TMP/headers" -o "$TMP/page.html" "$URL/" || fail "GET /"
 expect_grep '^HTTP/1\.[01] 200' "$TMP/headers" "/ status"
 expect_grep '^Content-Type: text/html; charset=utf-8' "$TMP/headers" \
     "/ content type"
-cmp -s "$TMP/page.html" "$TOP_SRCDIR/src/status.html" ||
-    fail "/ is not src/status.html as it is"
+cmp -s "$TMP/page.html" "$TOP_SRCDIR/src/http/status.html" ||
+    fail "/ is not src/http/status.html as it is"
 expect_grep "^Content-Security-Policy: default-src 'none'; style-src 'sha256-[A-Za-z0-9+/]+=*'; script-src 'sha256-[A-Za-z0-9+/]+=*'; connect-src 'self';" \
     "$TMP/headers" "the page's CSP"
 expect_nogrep "unsafe" "$TMP/headers" "the page's CSP"
-# The hashes are those of the page's own style and script (src/sha256.c
+# The hashes are those of the page's own style and script (src/http/sha256.c
 # against Python's hashlib).
-want=$(python3 - "$TOP_SRCDIR/src/status.html" <<'EOF_PY'
+want=$(python3 - "$TOP_SRCDIR/src/http/status.html" <<'EOF_PY'
 import base64, hashlib, re, sys
 page = open(sys.argv[1], "rb").read()
 def h(tag):

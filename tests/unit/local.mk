@@ -2,7 +2,7 @@ UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) 
 	$(CHECK_MAIN_CFLAGS)
 UNIT_LDADD = $(CHECK_MAIN_LDADD) $(KEYLOCKD_LIBS) $(CHECK_LIBS)
 # The pure core's suites see no libevent, jansson or OpenSSL, and link the
-# core alone (src/local.mk) and the shared Check main.
+# core alone (src/core/local.mk) and the shared Check main.
 CORE_UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CHECK_MAIN_CFLAGS)
 CORE_UNIT_LDADD = $(CHECK_MAIN_LDADD) $(KLCORE_LIBS) $(CHECK_LIBS)
 

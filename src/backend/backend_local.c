@@ -14,7 +14,6 @@
 #include <event2/event.h>
 
 #include "backend.h"
-#include "backend_etcd.h"
 #include "clock.h"
 #include "config.h"
 #include "locktable.h"
@@ -283,13 +282,4 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 	log_info("backend local: state in %s, next fencing token %" PRIu64,
 	    cfg->state_dir, token_peek(bl->tokens));
 	return &bl->be;
-}
-
-struct backend *
-backend_new(const struct config *cfg, struct event_base *base,
-    const struct be_hooks *hooks, char *err, size_t errlen)
-{
-	if (strcmp(cfg->backend, "etcd") == 0)
-		return backend_etcd_new(cfg, base, hooks, err, errlen);
-	return backend_local_new(cfg, base, hooks, err, errlen);
 }

@@ -134,6 +134,11 @@ struct backend {
 struct backend	*backend_new(const struct config *cfg,
 		    struct event_base *base, const struct be_hooks *hooks,
 		    char *err, size_t errlen);
+/* --check-config and start-up: what the backend cfg names can be set up
+ * (backend etcd: every endpoint answers, with one etcd cluster); -1 with
+ * a message in err otherwise. */
+int		 backend_check(const struct config *cfg, char *err,
+		    size_t errlen);
 
 /* backend local (backend_local.c): the table in this process. */
 struct backend	*backend_local_new(const struct config *cfg,

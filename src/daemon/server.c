@@ -28,7 +28,6 @@
 #include <event2/event.h>
 
 #include "backend.h"
-#include "backend_etcd.h"
 #include "clock.h"
 #include "commands.h"
 #include "config.h"
@@ -586,8 +585,8 @@ server_check(const struct config *cfg, char *err, size_t errlen)
 	}
 	if (commands_check(cfg, err, errlen) == -1)
 		return -1;
-	if (backend_etcd_check(cfg, err, errlen) == -1)
-		return -1;	/* reaches etcd-endpoints with backend etcd */
+	if (backend_check(cfg, err, errlen) == -1)
+		return -1;
 	if (cfg->tls_cert != NULL) {
 		if ((tls = tls_ctx_new(cfg->tls_cert, cfg->tls_key != NULL ?
 		    cfg->tls_key : cfg->tls_cert, cfg->tls_client_ca, err,

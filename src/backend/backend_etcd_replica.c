@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * backend etcd's replica of the lock table (etcd_backend.h): every front
+ * backend etcd's replica of the lock table (backend_etcd_int.h): every front
  * end applies the same etcd events in the same order to its own
  * locktable, so every one reaches the same verdicts at the same revision
  * (keylockd(8), BACKEND ETCD). A LOCK's first entry decides it: granted,
@@ -21,7 +21,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
-#include "etcd_backend.h"
+#include "backend_etcd_int.h"
 #include "log.h"
 #include "util.h"
 

@@ -3,8 +3,8 @@
  *
  * backend etcd (keylockd(8), BACKEND ETCD): the lock table as a state
  * machine replicated by etcd. A LOCK is one transaction putting one entry
- * per key (etcd_commit.c); every front end applies the same watch events
- * in revision order to its own table (etcd_replica.c), which decides the
+ * per key (backend_etcd_commit.c); every front end applies the same watch events
+ * in revision order to its own table (backend_etcd_replica.c), which decides the
  * request there; the front end whose client asked answers it. Releases,
  * withdrawals and ttl expiries are deletes of the owner's entries. Every
  * operation is BE_PENDING but REFRESH, which only restarts our own timers.
@@ -34,7 +34,7 @@
 #include "clock.h"
 #include "config.h"
 #include "conn.h"
-#include "etcd_backend.h"
+#include "backend_etcd_int.h"
 #include "log.h"
 #include "util.h"
 

@@ -3,7 +3,7 @@
  *
  * backend etcd (backend_etcd.c, keylockd(8) BACKEND ETCD): the lock table
  * replicated by etcd across front ends. What backend_new() and
- * server_check() call; the rest is private (etcd_backend.h).
+ * server_check() call; the rest is private (backend_etcd_int.h).
  */
 #ifndef BACKEND_ETCD_H
 #define BACKEND_ETCD_H

@@ -3,8 +3,8 @@
  *
  * What the files of backend etcd share (keylockd(8), BACKEND ETCD):
  * backend_etcd.c (the seam's operations, the lease, start, loss and
- * recovery), etcd_replica.c (the replicated lock table: watch events and
- * ranges applied in revision order) and etcd_commit.c (group commit: the
+ * recovery), backend_etcd_replica.c (the replicated lock table: watch events and
+ * ranges applied in revision order) and backend_etcd_commit.c (group commit: the
  * writes of every client since the last transaction, in the next one).
  *
  * etcd's keys, under the prefix P:
@@ -236,7 +236,7 @@ void		 ebe_ready(struct ebe *e, int64_t rev);
 void		 ebe_release_acked(struct ebe *e, struct eowner *o, size_t n,
 		    const char *why);
 
-/* etcd_replica.c */
+/* backend_etcd_replica.c */
 int		 ehash_init(struct ehash *h);
 void		 ehash_cleanup(struct ehash *h);
 uint64_t	 ehash_bytes(const void *p, size_t len, uint64_t seed);
@@ -265,7 +265,7 @@ void		 replica_granted(void *arg, struct lt_owner *o, uint64_t token,
 size_t		 eentry_key(const struct ebe *e, char *out, const char *lkey,
 		    size_t lkeylen, uint64_t fe, uint64_t seq);
 
-/* etcd_commit.c */
+/* backend_etcd_commit.c */
 int		 commit_put(struct ebe *e, struct ereq *r);
 /* Deletes of entries (those not already on their way); reply: whose
  * open operation completes with their ack, or NULL. Returns how many

@@ -1,7 +1,7 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * backend etcd's group commit (etcd_backend.h): what every client asked
+ * backend etcd's group commit (backend_etcd_int.h): what every client asked
  * for since the last transaction goes into the next one, up to etcd's
  * --max-txn-ops; that, not one commit per request, is what makes
  * throughput grow with the number of clients. While a transaction is on
@@ -41,7 +41,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
-#include "etcd_backend.h"
+#include "backend_etcd_int.h"
 #include "log.h"
 #include "util.h"
 

@@ -1,0 +1,15 @@
+# The daemon around the core: listeners and signals (server), one
+# client's I/O (conn), the command handlers (commands), the settings
+# (config), the log, the clock, the counters (stats), the fencing-token
+# file (token), systemd's notify socket and TLS.
+src_libkeylockd_a_SOURCES += \
+	src/daemon/clock.c src/daemon/clock.h \
+	src/daemon/log.c src/daemon/log.h \
+	src/daemon/stats.c src/daemon/stats.h \
+	src/daemon/config.c src/daemon/config.h \
+	src/daemon/token.c src/daemon/token.h \
+	src/daemon/commands.c src/daemon/commands.h \
+	src/daemon/conn.c src/daemon/conn.h \
+	src/daemon/server.c src/daemon/server.h \
+	src/daemon/notify.c src/daemon/notify.h \
+	src/daemon/tls.c src/daemon/tls.h
