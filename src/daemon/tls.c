@@ -20,10 +20,18 @@
 
 /*
  * The daemon is not linked with OpenSSL: the first tls_ctx_new() opens
- * libssl (and so libcrypto) and looks up the functions below. A daemon
- * without TLS never loads them, which spares every start the relocation
- * of both libraries (about 3.6 million instructions, most of a start) and
- * their pages. The soname is the one of the headers built against.
+ * libssl (and so libcrypto) and looks up the functions below, and a
+ * daemon without TLS never maps them. The reason is packaging, and a lock
+ * server's cost of a restart. Most listeners are loopback or unix sockets
+ * without TLS; such a daemon does not depend on OpenSSL (the Debian
+ * package recommends libssl3 rather than depends on it, and a minimal
+ * image need not carry it), and an OpenSSL security update does not
+ * restart it: the tools that restart every process still mapping the old
+ * library (needrestart and the like) find nothing to do, while a restart
+ * of keylockd releases every lock and drops every client. The start-up
+ * instructions it also spares are not the reason: per request they come
+ * to nothing. The soname is the one of the headers built against.
+ * configure finds dlopen() in libc or libdl.
  */
 #define TLS_STR_(x)	#x
 #define TLS_STR(x)	TLS_STR_(x)
