@@ -14,13 +14,32 @@
  * then multiply-shift (Dietzfelbinger et al., 1997) from its 128 bits to
  * 32, both keyed per process. For two different keys, the chance over the
  * process's key that they fall into one bucket of 2^b is at most 2^-63 +
- * 2^(1-b): about what random buckets give. That is what defeats chosen-key
- * flooding, provided the client never learns the key, and nothing tells
- * it: no reply depends on a hash or on bucket order (locktable_hot_keys()
- * fills its list in grant order), only lookups take longer or shorter.
- * It costs a few multiplications per key where SipHash costs rounds. The
- * short keys' path is inline in lt_impl.h (lt_key_hash); longer keys come
- * here.
+ * 2^(1-b): about what random buckets give. That defeats chosen-key
+ * flooding by a client that picks its keys without knowing the hash key,
+ * and no reply tells it: none depends on a hash or on bucket order
+ * (locktable_hot_keys() fills its list in grant order).
+ *
+ * The limit: an adaptive attacker. A colliding key makes a lookup walk a
+ * longer chain, so a client that times many requests (on loopback, or
+ * INFO and LOCK by the thousand) can learn which of its keys share a
+ * bucket, and choose the next keys from that. NH with multiply-shift is
+ * universal, not a pseudorandom function: its guarantee is for keys chosen
+ * before the process's key is drawn, and collisions it lets slip tell an
+ * observer about that key, so such a client could in principle build a
+ * chain of many keys and make every lookup of them slow (each costs a walk
+ * of the chain: the damage is CPU, never a wrong answer). SipHash, the
+ * pseudorandom function Redis, Python and Rust key their tables with,
+ * keeps its guarantee in that setting; here it cost 114 instructions per
+ * short key against about 15 (bench/instructions.sh, 3215e21), on a path
+ * every request takes. The defence today is the per-process key, the
+ * limits on locks per connection and on connections (max-locks,
+ * max-clients) and AUTH: a server open to untrusted clients that can time
+ * it should know that the hash alone does not stop them. Replacing it
+ * means lt_key_hash() (lt_impl.h) and lt_key_hash_long() here, keyed the
+ * same way.
+ *
+ * The short keys' path is inline in lt_impl.h (lt_key_hash); longer keys
+ * come here.
  */
 #include <string.h>
 
