@@ -4,6 +4,24 @@
 . "$(dirname "$0")/lib.sh"
 daemon_start
 
+# keylock leaves a signal it was started with ignored ignored, for its
+# command too, and a shell cannot trap one either: a background job starts
+# with SIGINT ignored, and a suite run under nohup(1) (as a CI runner or a
+# detached shell may be) with SIGHUP ignored. Every keylock here starts
+# with the signals the test sends at their defaults.
+SIGS=TERM,HUP,USR1,INT
+if env --default-signal=$SIGS true 2>/dev/null; then
+	DFL="env --default-signal=$SIGS"
+else
+	# Without it nothing here can reset them: HUP, USR1 and TERM
+	# (bits 0, 9 and 14 of SigIgn) must not be ignored already.
+	DFL=
+	ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)
+	[ $((0x${ign#"${ign%????}"} & 0x4201)) -eq 0 ] ||
+	    skip "env has no --default-signal, and SIGHUP, SIGUSR1 or" \
+	    "SIGTERM is ignored"
+fi
+
 # run_signalled SIGNAL [launcher...]: the command traps SIGNAL and exits
 # with a code of its own.
 run_signalled() {
@@ -24,20 +42,18 @@ run_signalled() {
 	pass "$sig to keylock reaches the command; its status 3 is kept"
 }
 
-run_signalled TERM
-run_signalled HUP
-run_signalled USR1
-# A shell starts background jobs with SIGINT ignored, and keylock leaves
-# an ignored signal ignored (for its command too); reset it for this one.
-if env --default-signal=INT true 2>/dev/null; then
-	run_signalled INT env --default-signal=INT
+run_signalled TERM $DFL
+run_signalled HUP $DFL
+run_signalled USR1 $DFL
+if [ -n "$DFL" ]; then
+	run_signalled INT $DFL
 else
 	echo "$TEST: SIGINT not tested: env has no --default-signal"
 fi
 
 # Without a trap the command dies of the signal: 128 + 15.
 rm -f "$TMP/running"
-"$KEYLOCK" k -c "touch '$TMP/running'; exec sleep 30" &
+$DFL "$KEYLOCK" k -c "touch '$TMP/running'; exec sleep 30" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
 wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
