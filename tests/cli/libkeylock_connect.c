@@ -120,7 +120,7 @@ START_TEST(connect_deadline_bounds_a_handshake_that_hangs)
 	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_connect(kl, server, NULL),
 	    KEYLOCK_ERR_DEADLINE);
-	ck_assert_window(250, 2000, kt_now_ms() - t0);
+	ck_assert_window(250, 300, 2000, kt_now_ms() - t0);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
 	for (int i = 0; i < 2; i++)
 		keylock_free(fill[i]);
@@ -268,7 +268,7 @@ START_TEST(connect_list_auth_moves_on_only_when_silent)
 	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
 	t0 = kt_now_ms();
 	ck_assert_st(kl, keylock_connect(kl, list, "s3cret"), KEYLOCK_OK);
-	ck_assert_window(250, 2000, kt_now_ms() - t0);
+	ck_assert_window(250, 300, 2000, kt_now_ms() - t0);
 	ck_assert_int_eq(keylock_timeout(kl), 300);
 	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
 
@@ -381,7 +381,7 @@ START_TEST(tls_handshake_is_bounded_by_the_connect_deadline)
 	    KEYLOCK_ERR_DEADLINE);
 	/* Bounded, not fast: the time includes setting up TLS (the system's
 	 * CA store, parsed under a sanitizer), seconds on a loaded machine. */
-	ck_assert_window(250, 6000, kt_now_ms() - t0);
+	ck_assert_window(250, 300, 6000, kt_now_ms() - t0);
 	ck_assert_ptr_nonnull(strstr(keylock_message(kl), "timed out"));
 	ck_assert_int_eq(keylock_is_connected(kl), 0);
 	keylock_free(kl);

@@ -30,6 +30,8 @@ lk_client_at(const char *server, const char *name)
 	struct keylock	*kl = keylock_new();
 
 	ck_assert_ptr_nonnull(kl);
+	/* the library's reply deadline, scaled like every upper bound */
+	keylock_set_timeout(kl, kt_ms(KEYLOCK_TIMEOUT_DEFAULT));
 	ck_assert_st(kl, keylock_connect(kl, server, NULL), KEYLOCK_OK);
 	if (name != NULL)
 		ck_assert_st(kl, keylock_name(kl, name), KEYLOCK_OK);
