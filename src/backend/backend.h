@@ -67,6 +67,15 @@ struct be_hooks {
 		    const struct be_result *r);
 	/* The end of each of the backend's own event callbacks. */
 	void	(*end_turn)(void *arg);
+	/*
+	 * o's locks are lost (backend etcd: the lease expired, or the table
+	 * is rebuilt): disconnect its client, the protocol's "lock lost". A
+	 * backend calls it for every such owner in one go, with no
+	 * allocation, so that running out of memory cannot leave a client
+	 * believing it holds a lock the cluster has released. It may call
+	 * owner_free(o) before it returns, never another owner's.
+	 */
+	void	(*drop)(void *arg, struct lt_owner *o, const char *why);
 	void	*arg;
 };
 

@@ -33,7 +33,6 @@
 #include "backend_etcd.h"
 #include "clock.h"
 #include "config.h"
-#include "conn.h"
 #include "backend_etcd_int.h"
 #include "log.h"
 #include "util.h"
@@ -223,27 +222,24 @@ keepalive_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- loss and recovery ---- */
 
-/* Disconnects every client of ours that holds, waits or has a request
- * open: after this, no lock of theirs is ours to vouch for. */
+/*
+ * Disconnects every client of ours that holds, waits or has a request
+ * open: after this, no lock of theirs is ours to vouch for. No
+ * allocation: it must work when memory has run out, or a client would
+ * believe it holds a lock etcd has released. hooks.drop may free o
+ * (owner_free), never another owner: the next one is taken first.
+ */
 static void
 drop_clients(struct ebe *e, const char *why)
 {
-	struct eowner	*o, **list;
-	size_t		 n = 0, i = 0;
+	struct eowner *o, *next;
 
-	TAILQ_FOREACH(o, &e->owners, entry)
-		n++;
-	if (n == 0 || (list = kl_calloc(n, sizeof(*list))) == NULL)
-		return;
-	TAILQ_FOREACH(o, &e->owners, entry)
+	for (o = TAILQ_FIRST(&e->owners); o != NULL; o = next) {
+		next = TAILQ_NEXT(o, entry);
 		if (o->ours && !o->gone && (o->open != NULL || o->op_open ||
 		    !TAILQ_EMPTY(&o->reqs)))
-			list[i++] = o;
-	/* closing calls ebe_owner_free(): list[] is stable meanwhile */
-	for (size_t k = 0; k < i; k++)
-		if (!list[k]->gone && locktable_owner_udata(list[k]->lo) != NULL)
-			conn_close(locktable_owner_udata(list[k]->lo), why);
-	kl_free(list);
+			e->hooks.drop(e->hooks.arg, o->lo, why);
+	}
 }
 
 void
@@ -750,19 +746,20 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-/* Runs the loop until *done or ms have gone by (start-up and stop only:
- * a tick of its own, never event_base_loopexit(), which would end the
- * daemon's own loop later). */
+/* Runs the loop for up to ms, or until the state changes or
+ * e->stopped is set (start-up and stop only: a tick of its own, never
+ * event_base_loopexit(), which would end the daemon's own loop later). */
 static void
-ebe_run_until(struct ebe *e, const bool *done, int ms)
+ebe_run_until(struct ebe *e, int ms)
 {
 	uint64_t	 deadline = kl_now_ms() + (uint64_t)ms;
 	struct timeval	 tv = { 0, 50000 };
 	struct event	*tick = evtimer_new(e->base, tick_cb, NULL);
+	enum ebe_state	 was = e->state;
 
 	if (tick == NULL)
 		return;
-	while (!*done && kl_now_ms() < deadline) {
+	while (!e->revoked && e->state == was && kl_now_ms() < deadline) {
 		evtimer_add(tick, &tv);
 		event_base_loop(e->base, EVLOOP_ONCE);
 	}
@@ -772,14 +769,15 @@ ebe_run_until(struct ebe *e, const bool *done, int ms)
 static void
 stop_revoked(void *arg, const struct etcd_result *r)
 {
-	*(bool *)arg = true;
+	struct ebe *e = arg;
+
+	e->revoked = true;
 }
 
 static void
 ebe_free(struct backend *be)
 {
 	struct ebe	*e = ebe_of(be);
-	bool		 revoked = false;
 	enum ebe_state	 was = e->state;
 
 	/* transactions still on the wire end unheard (commit_txn_cb) */
@@ -799,8 +797,8 @@ ebe_free(struct backend *be)
 		/* our entries go now, not at the lease's expiry */
 		etcd_watch_stop(e->etcd);
 		if (etcd_lease_revoke(e->etcd, (int64_t)e->fe, 0, stop_revoked,
-		    &revoked) != NULL)
-			ebe_run_until(e, &revoked, e->timeout_ms);
+		    e) != NULL)
+			ebe_run_until(e, e->timeout_ms);
 	}
 	commit_drop(e);
 	replica_free(e);
@@ -835,15 +833,19 @@ static const struct backend_ops ebe_ops = {
 	.free = ebe_free,
 };
 
-struct backend *
-backend_etcd_new(const struct config *cfg, struct event_base *base,
+/*
+ * The backend before its start-up: settings, the etcd client (nothing
+ * sent yet) and an empty replica, state EBE_STARTING. backend_etcd_new()
+ * starts it; the replica's tests (tests/unit/check_replica.c) feed it
+ * events without etcd.
+ */
+struct ebe *
+ebe_create(const struct config *cfg, struct event_base *base,
     const struct be_hooks *hooks, char *err, size_t errlen)
 {
 	struct ebe		*e;
 	struct etcd_opts	 eo;
 	const char		*why = NULL;
-	bool			 ready = false;
-	uint64_t		 deadline;
 
 	if ((e = kl_calloc(1, sizeof(*e))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -883,6 +885,21 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 		snprintf(err, errlen, "etcd-endpoints: %s", why);
 		goto fail;
 	}
+	return e;
+fail:
+	ebe_free(&e->be);
+	return NULL;
+}
+
+struct backend *
+backend_etcd_new(const struct config *cfg, struct event_base *base,
+    const struct be_hooks *hooks, char *err, size_t errlen)
+{
+	struct ebe	*e;
+	uint64_t	 deadline;
+
+	if ((e = ebe_create(cfg, base, hooks, err, errlen)) == NULL)
+		return NULL;
 	log_info("backend etcd: endpoints %s, prefix %s, lease %" PRId64
 	    " s, timeout %d ms", cfg->etcd_endpoints, e->prefix, e->ttl_s,
 	    e->timeout_ms);
@@ -892,7 +909,7 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 	ebe_step(e);
 	deadline = kl_now_ms() + (uint64_t)cfg->etcd_timeout * 10;
 	while (e->state != EBE_READY && kl_now_ms() < deadline) {
-		ebe_run_until(e, &ready, 50);
+		ebe_run_until(e, 50);
 		commit_flush(e);
 	}
 	e->in_new = false;
@@ -900,13 +917,11 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 		snprintf(err, errlen, "backend etcd: not ready within %" PRId64
 		    " ms: %s", cfg->etcd_timeout * 10, e->why[0] != '\0' ?
 		    e->why : "no answer from etcd");
-		goto fail;
+		ebe_free(&e->be);
+		return NULL;
 	}
 	e->why[0] = '\0';
 	return &e->be;
-fail:
-	ebe_free(&e->be);
-	return NULL;
 }
 
 /* ---- --check-config ---- */

@@ -123,12 +123,21 @@ struct eowner {
 	bool			 op_open;
 	size_t			 op_left;	/* its deletes not yet acked */
 	uint64_t		 op_n;		/* its result */
-	bool			 op_failed;
 	TAILQ_ENTRY(eowner)	 entry;		/* ebe.owners */
 	struct eowner		*hnext;		/* ebe.by_id */
 	struct eowner		*pnext;		/* ebe.by_lo */
 };
 TAILQ_HEAD(eownerq, eowner);
+
+/* A live entry of a range: what a rebuild applies. */
+struct erange_kv {
+	char	*key;
+	size_t	 keylen;
+	char	*value;
+	size_t	 valuelen;
+	int64_t	 create_revision;
+	uint64_t fe, seq;
+};
 
 /* A chained hash table of one of the structs above. */
 struct ehash {
@@ -164,6 +173,7 @@ struct ebe {
 	enum ebe_state		 state;
 	bool			 frozen;
 	bool			 in_new;	/* inside backend_etcd_new() */
+	bool			 revoked;	/* ebe_free(): the lease is */
 	char			 why[320];	/* ERR BACKEND's text */
 
 	/* settings */
@@ -225,6 +235,9 @@ struct ebe {
 };
 
 /* backend_etcd.c */
+struct config;
+struct ebe	*ebe_create(const struct config *cfg, struct event_base *base,
+		    const struct be_hooks *hooks, char *err, size_t errlen);
 void		 ebe_fail(struct ebe *e, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
 bool		 ebe_lease_safe(struct ebe *e);
@@ -255,6 +268,9 @@ void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
 void		 replica_events(void *arg, const struct etcd_event *ev,
 		    size_t n, int64_t header_revision);
 void		 replica_clear(struct ebe *e);
+/* The table from the live entries of a range at rev (sorted here). */
+void		 replica_build(struct ebe *e, struct erange_kv *kvs, size_t n,
+		    int64_t rev);
 int		 replica_rebuild_start(struct ebe *e);
 void		 replica_free(struct ebe *e);
 int		 replica_new(struct ebe *e);

@@ -983,15 +983,6 @@ replica_free(struct ebe *e)
 
 /* ---- rebuilding from a range ---- */
 
-struct erange_kv {
-	char	*key;
-	size_t	 keylen;
-	char	*value;
-	size_t	 valuelen;
-	int64_t	 create_revision;
-	uint64_t fe, seq;
-};
-
 struct erange {
 	struct ebe		*e;
 	int64_t			 rev;	/* of the first page; 0 before */
@@ -1038,37 +1029,46 @@ range_kv_cmp(const void *pa, const void *pb)
  * Every live entry, in the order etcd wrote them: revision, then, inside
  * one transaction (one front end's), its LOCKs in their order. Applying
  * the live requests in that order gives the table incremental replicas
- * have: per-key FIFO admits no request ahead of an earlier one.
+ * have: per-key FIFO admits no request ahead of an earlier one. kvs is
+ * sorted in place; the table is then at rev.
  */
-static void
-range_apply(struct erange *g)
+void
+replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
 {
-	struct ebe	*e = g->e;
-	struct etcd_kv	 kv;
+	struct etcd_kv kv;
 
-	if (g->n > 0)
-		qsort(g->kvs, g->n, sizeof(*g->kvs), range_kv_cmp);
+	if (n > 0)
+		qsort(kvs, n, sizeof(*kvs), range_kv_cmp);
 	e->rebuilding = true;
 	kl_clock_hold();
-	for (size_t i = 0; i < g->n; i++) {
+	for (size_t i = 0; i < n && e->state != EBE_LOST; i++) {
 		memset(&kv, 0, sizeof(kv));
-		kv.key = g->kvs[i].key;
-		kv.keylen = g->kvs[i].keylen;
-		kv.value = g->kvs[i].value;
-		kv.valuelen = g->kvs[i].valuelen;
+		kv.key = kvs[i].key;
+		kv.keylen = kvs[i].keylen;
+		kv.value = kvs[i].value;
+		kv.valuelen = kvs[i].valuelen;
 		kv.version = 1;
-		kv.create_revision = kv.mod_revision = g->kvs[i].create_revision;
-		e->rev = g->rev;
+		kv.create_revision = kv.mod_revision = kvs[i].create_revision;
+		e->rev = rev;
 		apply_put(e, &kv);
 	}
 	kl_clock_release();
 	e->rebuilding = false;
-	e->rev = g->rev;
+	e->rev = rev;
 	e->rev_grants = 0;
 	log_info("backend etcd: lock table built from %zu entries at revision "
-	    "%" PRId64, g->n, g->rev);
+	    "%" PRId64, n, rev);
+}
+
+static void
+range_apply(struct erange *g)
+{
+	struct ebe *e = g->e;
+
+	replica_build(e, g->kvs, g->n, g->rev);
 	e->range = NULL;
-	ebe_ready(e, g->rev);
+	if (e->state != EBE_LOST)
+		ebe_ready(e, g->rev);
 	range_free(g);
 }
 

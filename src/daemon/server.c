@@ -611,6 +611,18 @@ server_be_end_turn(void *arg)
 	server_end_turn(arg);
 }
 
+/* The backend has lost o's locks: its connection goes. The owner's
+ * udata is the connection that made it (conn_new()), NULL once closed. */
+static void
+server_be_drop(void *arg, struct lt_owner *o, const char *why)
+{
+	struct conn *c = locktable_owner_udata(o);
+
+	(void)arg;
+	if (c != NULL)
+		conn_close(c, why);
+}
+
 struct server *
 server_new(struct config *cfg)
 {
@@ -630,6 +642,7 @@ server_new(struct config *cfg)
 		fatalx("out of memory");
 	hooks.done = server_be_done;
 	hooks.end_turn = server_be_end_turn;
+	hooks.drop = server_be_drop;
 	hooks.arg = srv;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||

@@ -14,7 +14,8 @@ UNIT_TESTS = \
 	tests/unit/check_token \
 	tests/unit/check_config \
 	tests/unit/check_stats \
-	tests/unit/check_util
+	tests/unit/check_util \
+	tests/unit/check_replica
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -73,6 +74,10 @@ tests_unit_check_stats_SOURCES = \
 	tests/unit/stats_info.c
 tests_unit_check_stats_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_stats_LDADD = $(UNIT_LDADD)
+# backend etcd's replica fed generated watch events, without etcd
+tests_unit_check_replica_SOURCES = tests/unit/check_replica.c
+tests_unit_check_replica_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_check_replica_LDADD = $(UNIT_LDADD)
 tests_unit_check_util_SOURCES = tests/unit/check_util.c
 tests_unit_check_util_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_check_util_LDADD = $(UNIT_LDADD)

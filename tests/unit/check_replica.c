@@ -1,0 +1,638 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * backend etcd's replica without etcd (keylockd(8), BACKEND ETCD): every
+ * front end applies the same watch events in the same order and must
+ * reach the same verdicts. Two replicas (front ends A and B) are fed one
+ * generated event stream, as etcd's watch would bring it: puts of LOCK
+ * entries (several LOCKs of one front end in one transaction), deletes of
+ * one entry or of a whole request, a lease's expiry deleting every entry
+ * of a front end, and LOCKs of A's own clients made through the seam.
+ * After every transaction both tables must agree on every key: holders
+ * (who, token, mode) in grant order, waiters in queue order. Every token
+ * A's client receives must be the token both tables show for that hold
+ * (keylockd-protocol(7): the token a client got is the one INFO names,
+ * on every front end). A third replica rebuilt from the live entries (as
+ * after a compaction or a restart) must agree on grants and queues.
+ *
+ * The etcd client of each replica points at a port nobody listens on and
+ * the event loop never runs: nothing leaves the process.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "backend_etcd_int.h"
+#include "check_main.h"
+#include "clock.h"
+#include "config.h"
+#include "locktable.h"
+#include "util.h"
+
+#define NKEYS		5
+#define MAXKV		1024
+#define MAXGOT		64
+#define FE_A		0xa0
+#define FE_B		0xb0
+#define FE_C		0xc0
+#define OURS		3	/* clients of A through the seam */
+
+struct got {
+	struct lt_owner		*o;
+	struct be_result	 r;
+};
+
+struct rep {
+	struct event_base	*base;
+	struct ebe		*e;
+	struct lt_owner		*dropped[16];
+	size_t			 ndropped;
+	struct got		 got[MAXGOT];
+	size_t			 ngot;
+};
+
+static void
+rep_done(void *arg, struct lt_owner *o, const struct be_result *r)
+{
+	struct rep *p = arg;
+
+	ck_assert_uint_lt(p->ngot, MAXGOT);
+	p->got[p->ngot].o = o;
+	p->got[p->ngot].r = *r;
+	p->ngot++;
+}
+
+static void
+rep_end_turn(void *arg)
+{
+}
+
+static void
+rep_drop(void *arg, struct lt_owner *o, const char *why)
+{
+	struct rep *p = arg;
+
+	ck_assert_uint_lt(p->ndropped, 16);
+	p->dropped[p->ndropped++] = o;
+}
+
+static struct rep *
+rep_new(uint64_t fe)
+{
+	static char	 backend[] = "etcd", endpoints[] = "127.0.0.1:9";
+	static char	 prefix[] = "t/";
+	struct rep	*p = calloc(1, sizeof(*p));
+	struct config	 cfg;
+	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL };
+	char		 err[256];
+
+	ck_assert_ptr_nonnull(p);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.backend = backend;
+	cfg.etcd_endpoints = endpoints;		/* never reached */
+	cfg.etcd_prefix = prefix;
+	cfg.etcd_lease_ttl = 15;
+	cfg.etcd_timeout = 1000;
+	cfg.etcd_max_txn_ops = 128;
+	cfg.etcd_connections = 2;
+	hooks.arg = p;
+	ck_assert_ptr_nonnull(p->base = event_base_new());
+	p->e = ebe_create(&cfg, p->base, &hooks, err, sizeof(err));
+	ck_assert_msg(p->e != NULL, "%s", err);
+	p->e->state = EBE_READY;
+	p->e->fe = fe;
+	p->e->lease_until = kl_now_ms() + 3600 * 1000;
+	return p;
+}
+
+static void
+rep_free(struct rep *p)
+{
+	backend_free(&p->e->be);
+	event_base_free(p->base);
+	free(p);
+}
+
+/* ---- etcd, as the replicas see it: the live entries and a revision ---- */
+
+struct ekv {
+	char		 key[96];
+	char		 value[160];
+	int64_t		 crev;
+	uint64_t	 fe, seq;
+	bool		 live;
+};
+
+struct world {
+	uint64_t	 rng;
+	int64_t		 rev;
+	uint64_t	 seq[3];	/* per foreign front end */
+	struct ekv	 kv[MAXKV];
+	size_t		 nkv;
+	struct etcd_event ev[64];
+	size_t		 nev;
+	struct rep	*r[3];		/* A, B, and the rebuilt C or NULL */
+	struct lt_owner	*ours[OURS];	/* A's clients */
+	uint64_t	 grants;	/* tokens checked */
+	uint64_t	 rebuilt_tokens_differ;
+};
+
+static uint64_t
+rnd(struct world *w, uint64_t n)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 7;
+	w->rng ^= w->rng << 17;
+	return w->rng % n;
+}
+
+static const char *keyname[NKEYS] = { "k0", "k1", "k2", "k3", "k4" };
+
+/* An entry put in the transaction being built. */
+static void
+w_put(struct world *w, const char *key, size_t keylen, const char *value,
+    size_t valuelen, uint64_t fe, uint64_t seq)
+{
+	struct ekv *x = &w->kv[w->nkv++];
+
+	ck_assert_uint_lt(w->nkv, MAXKV);
+	ck_assert_uint_lt(keylen, sizeof(x->key));
+	ck_assert_uint_lt(valuelen, sizeof(x->value));
+	memcpy(x->key, key, keylen);
+	x->key[keylen] = '\0';
+	memcpy(x->value, value, valuelen);
+	x->value[valuelen] = '\0';
+	x->crev = w->rev;
+	x->fe = fe;
+	x->seq = seq;
+	x->live = true;
+	w->ev[w->nev].is_delete = false;
+	w->ev[w->nev].kv.key = x->key;
+	w->ev[w->nev].kv.keylen = keylen;
+	w->ev[w->nev].kv.value = x->value;
+	w->ev[w->nev].kv.valuelen = valuelen;
+	w->ev[w->nev].kv.version = 1;
+	w->ev[w->nev].kv.create_revision = w->rev;
+	w->ev[w->nev].kv.mod_revision = w->rev;
+	w->nev++;
+	ck_assert_uint_lt(w->nev, 64);
+}
+
+static void
+w_del(struct world *w, struct ekv *x)
+{
+	if (!x->live || w->nev >= 60)
+		return;
+	x->live = false;
+	memset(&w->ev[w->nev], 0, sizeof(w->ev[0]));
+	w->ev[w->nev].is_delete = true;
+	w->ev[w->nev].kv.key = x->key;
+	w->ev[w->nev].kv.keylen = strlen(x->key);
+	w->ev[w->nev].kv.mod_revision = w->rev;
+	w->nev++;
+}
+
+/* A foreign LOCK: fe's request seq of 1-2 keys. */
+static void
+w_lock(struct world *w, uint64_t fe, int fi)
+{
+	char		 value[160], key[96];
+	size_t		 n, klen;
+	int		 k0 = (int)rnd(w, NKEYS), k1 = (int)rnd(w, NKEYS);
+	int		 nk = rnd(w, 3) == 0 && k0 != k1 ? 2 : 1;
+	bool		 shared = rnd(w, 4) == 0;
+	uint64_t	 seq = ++w->seq[fi];
+
+	n = (size_t)snprintf(value, sizeof(value), "k1 %" PRIu64 " %c 1 %d "
+	    "%d 0 %d %s%s%s\nname", 1 + rnd(w, 3), shared ? 's' : 'x',
+	    rnd(w, 5) == 0 ? 1 : -1, rnd(w, 5) == 0, nk, keyname[k0],
+	    nk == 2 ? " " : "", nk == 2 ? keyname[k1] : "");
+	for (int i = 0; i < nk; i++) {
+		klen = (size_t)snprintf(key, sizeof(key), "t/q/%s/%016" PRIx64
+		    "-%016" PRIx64, keyname[i == 0 ? k0 : k1], fe, seq);
+		w_put(w, key, klen, value, n, fe, seq);
+	}
+}
+
+/* A LOCK of A's client i through the seam: its entries are put. */
+static void
+w_lock_ours(struct world *w, int i)
+{
+	struct rep		*a = w->r[0];
+	struct eowner		*o = eowner_of(a->e, w->ours[i]);
+	struct lt_acquire	 acq;
+	struct be_result	 res;
+	const char		*keys[2];
+	size_t			 keylens[2];
+	int			 k0 = (int)rnd(w, NKEYS), k1 = (int)rnd(w, NKEYS);
+	struct ereq		*q;
+
+	if (o->open != NULL || locktable_owner_is_waiting(o->lo))
+		return;
+	memset(&acq, 0, sizeof(acq));
+	keys[0] = keyname[k0];
+	keys[1] = keyname[k1];
+	keylens[0] = keylens[1] = 2;
+	acq.keys = keys;
+	acq.keylens = keylens;
+	acq.nkeys = rnd(w, 3) == 0 ? 2 : 1;
+	acq.mode = rnd(w, 4) == 0 ? LT_SHARED : LT_EXCLUSIVE;
+	acq.limit = 1;
+	acq.max_waiters = -1;
+	acq.try = rnd(w, 5) == 0;
+	ck_assert_int_eq(a->e->be.ops->acquire(&a->e->be, w->ours[i], &acq,
+	    kl_now_ms(), &res), BE_PENDING);
+	ck_assert_ptr_nonnull(q = o->open);
+	for (size_t j = 0; j < q->nent; j++)
+		w_put(w, q->ent[j].ekey, q->ent[j].ekeylen, q->value,
+		    q->valuelen, q->fe, q->seq);
+}
+
+/* ---- comparing tables ---- */
+
+struct entry {
+	uint64_t	fe, client, token;
+	int		mode;
+	bool		holder;
+};
+
+struct walk {
+	struct ebe	*e;
+	struct entry	 x[32];
+	size_t		 n;
+};
+
+static void
+who(struct ebe *e, struct lt_owner *lo, uint64_t *fe, uint64_t *client)
+{
+	struct eowner *o = eowner_of(e, lo);
+
+	ck_assert_ptr_nonnull(o);
+	*fe = o->ours ? e->fe : o->fe;
+	*client = o->client;
+}
+
+static bool
+walk_holder(void *arg, const struct lt_holder_view *h)
+{
+	struct walk *wk = arg;
+
+	ck_assert_uint_lt(wk->n, 32);
+	who(wk->e, h->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
+	wk->x[wk->n].token = h->token;
+	wk->x[wk->n].mode = (int)h->mode;
+	wk->x[wk->n].holder = true;
+	wk->n++;
+	return true;
+}
+
+static bool
+walk_waiter(void *arg, const struct lt_waiter_view *v)
+{
+	struct walk *wk = arg;
+
+	ck_assert_uint_lt(wk->n, 32);
+	who(wk->e, v->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
+	wk->x[wk->n].token = 0;
+	wk->x[wk->n].mode = (int)v->mode;
+	wk->x[wk->n].holder = false;
+	wk->n++;
+	return true;
+}
+
+static void
+key_walk(struct ebe *e, const char *key, struct walk *wk)
+{
+	const struct lt_key *k = locktable_find(e->lt, key, strlen(key));
+
+	memset(wk, 0, sizeof(*wk));
+	wk->e = e;
+	if (k != NULL)
+		locktable_key_walk(e->lt, k, kl_now_ms(), walk_holder,
+		    walk_waiter, wk);
+}
+
+/*
+ * a and b agree on every key: the same holders in grant order and the
+ * same waiters in queue order; tokens too, unless b was rebuilt (then the
+ * holds carried through the rebuild are counted in w).
+ */
+static void
+tables_agree(struct world *w, struct ebe *a, struct ebe *b, bool rebuilt,
+    int step)
+{
+	struct walk wa, wb;
+	const char *bad;
+
+	ck_assert_msg((bad = locktable_check(a->lt)) == NULL, "%s", bad);
+	ck_assert_msg((bad = locktable_check(b->lt)) == NULL, "%s", bad);
+	for (int k = 0; k < NKEYS; k++) {
+		key_walk(a, keyname[k], &wa);
+		key_walk(b, keyname[k], &wb);
+		ck_assert_msg(wa.n == wb.n, "step %d, key %s: %zu entries "
+		    "against %zu", step, keyname[k], wa.n, wb.n);
+		for (size_t i = 0; i < wa.n; i++) {
+			struct entry *x = &wa.x[i], *y = &wb.x[i];
+
+			ck_assert_msg(x->fe == y->fe && x->client == y->client &&
+			    x->mode == y->mode && x->holder == y->holder,
+			    "step %d, key %s, place %zu: %" PRIx64 "/%" PRIu64
+			    " %s against %" PRIx64 "/%" PRIu64 " %s", step,
+			    keyname[k], i, x->fe, x->client, x->holder ?
+			    "holds" : "waits", y->fe, y->client, y->holder ?
+			    "holds" : "waits");
+			if (!rebuilt)
+				ck_assert_msg(x->token == y->token, "step %d, "
+				    "key %s: token %" PRIu64 " against %" PRIu64,
+				    step, keyname[k], x->token, y->token);
+			else if (x->token != y->token)
+				w->rebuilt_tokens_differ++;
+		}
+	}
+}
+
+/* The token in r's table for client (fe, client)'s hold on key. */
+static uint64_t
+token_of(struct ebe *e, uint64_t fe, uint64_t client, const char *key)
+{
+	struct walk wk;
+
+	key_walk(e, key, &wk);
+	for (size_t i = 0; i < wk.n; i++)
+		if (wk.x[i].holder && wk.x[i].fe == fe &&
+		    wk.x[i].client == client)
+			return wk.x[i].token;
+	return 0;
+}
+
+/* Every grant A's clients received names the token both tables show. */
+static void
+replies_agree(struct world *w, int step)
+{
+	struct rep *a = w->r[0];
+
+	for (size_t i = 0; i < a->ngot; i++) {
+		struct got	*g = &a->got[i];
+		struct eowner	*o = eowner_of(a->e, g->o);
+		struct ereq	*q;
+
+		if (g->r.op != BE_LOCK || g->r.err != KL_OK)
+			continue;
+		ck_assert_ptr_nonnull(o);
+		TAILQ_FOREACH(q, &o->reqs, entry)
+			if (q->state == REQ_HELD && q->nlive == q->nent)
+				for (size_t j = 0; j < q->nent; j++) {
+					char key[8];
+
+					snprintf(key, sizeof(key), "%.*s",
+					    (int)q->ent[j].lkeylen, q->ent[j].lkey);
+					if (token_of(a->e, FE_A, o->client, key) !=
+					    g->r.value)
+						continue;	/* another grant */
+					ck_assert_msg(token_of(w->r[1]->e, FE_A,
+					    o->client, key) == g->r.value,
+					    "step %d: A's client %" PRIu64
+					    " got token %" PRIu64 " for %s, B's "
+					    "INFO says %" PRIu64, step, o->client,
+					    g->r.value, key, token_of(w->r[1]->e,
+					    FE_A, o->client, key));
+					w->grants++;
+				}
+	}
+	a->ngot = 0;
+}
+
+/* One transaction: its events to every replica, then the checks. */
+static void
+w_commit(struct world *w, int step)
+{
+	for (int i = 0; i < 3; i++)
+		if (w->r[i] != NULL && w->nev > 0) {
+			replica_events(w->r[i]->e, w->ev, w->nev, w->rev);
+		}
+	w->nev = 0;
+	tables_agree(w, w->r[0]->e, w->r[1]->e, false, step);
+	if (w->r[2] != NULL)
+		tables_agree(w, w->r[0]->e, w->r[2]->e, true, step);
+	replies_agree(w, step);
+}
+
+/* The state of the request of an entry in A's replica. */
+static enum ereq_state
+req_state(struct world *w, const struct ekv *x)
+{
+	struct ebe	*e = w->r[0]->e;
+	const char	*v = x->value + 3;
+	uint64_t	 client = strtoull(v, NULL, 10);
+	struct eowner	*o;
+	struct ereq	*q;
+
+	if (x->fe == FE_A) {
+		TAILQ_FOREACH(o, &e->owners, entry)
+			TAILQ_FOREACH(q, &o->reqs, entry)
+				if (q->fe == x->fe && q->seq == x->seq)
+					return q->state;
+		return REQ_GONE;
+	}
+	if ((o = eowner_get(e, x->fe, client, false)) == NULL)
+		return REQ_GONE;
+	TAILQ_FOREACH(q, &o->reqs, entry)
+		if (q->seq == x->seq)
+			return q->state;
+	return REQ_GONE;
+}
+
+/* A replica C from the live entries, as a range would give them. */
+static void
+w_rebuild(struct world *w)
+{
+	struct erange_kv	*kvs = calloc(MAXKV, sizeof(*kvs));
+	size_t			 n = 0;
+
+	ck_assert_ptr_nonnull(kvs);
+	if (w->r[2] != NULL)
+		rep_free(w->r[2]);
+	w->r[2] = rep_new(FE_C);
+	for (size_t i = 0; i < w->nkv; i++)
+		if (w->kv[i].live) {
+			kvs[n].key = w->kv[i].key;
+			kvs[n].keylen = strlen(w->kv[i].key);
+			kvs[n].value = w->kv[i].value;
+			kvs[n].valuelen = strlen(w->kv[i].value);
+			kvs[n].create_revision = w->kv[i].crev;
+			kvs[n].fe = w->kv[i].fe;
+			kvs[n].seq = w->kv[i].seq;
+			n++;
+		}
+	replica_build(w->r[2]->e, kvs, n, w->rev);
+	free(kvs);
+}
+
+/* Forgets the entries no longer live, keeping w->kv small. */
+static void
+w_compact(struct world *w)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < w->nkv; i++)
+		if (w->kv[i].live)
+			w->kv[n++] = w->kv[i];
+	w->nkv = n;
+}
+
+static void
+run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
+{
+	struct world	*w = calloc(1, sizeof(*w));
+	uint64_t	 fes[2] = { 0x1f, 0x2f };
+
+	ck_assert_ptr_nonnull(w);
+	w->rng = seed | 1;
+	w->rev = 100;
+	w->r[0] = rep_new(FE_A);
+	w->r[1] = rep_new(FE_B);
+	for (int i = 0; i < OURS; i++)
+		ck_assert_ptr_nonnull(w->ours[i] = w->r[0]->e->be.ops->owner_new(
+		    &w->r[0]->e->be, (uint64_t)(i + 1), NULL));
+	for (int step = 0; step < steps; step++) {
+		uint64_t	 what = rnd(w, 10);
+		bool		 refused = false;
+
+		w->rev++;
+		/* the owner front end deletes a refused request at once,
+		 * before anything else it writes */
+		for (size_t i = 0; i < w->nkv; i++)
+			if (w->kv[i].live && req_state(w, &w->kv[i]) ==
+			    REQ_REFUSED) {
+				w_del(w, &w->kv[i]);
+				refused = true;
+			}
+		if (refused) {
+			w_commit(w, step);
+			w->rev++;
+		}
+		if (rebuild && what == 0) {
+			w_rebuild(w);
+			tables_agree(w, w->r[0]->e, w->r[2]->e, true, step);
+			continue;
+		}
+		if (what <= 3) {
+			/* one front end's group commit: 1-3 LOCKs */
+			int fi = (int)rnd(w, 2), nl = 1 + (int)rnd(w, 3);
+
+			for (int i = 0; i < nl && w->nev < 50; i++)
+				w_lock(w, fes[fi], fi);
+		} else if (what == 4 && ours) {
+			w_lock_ours(w, (int)rnd(w, OURS));
+		} else if (what <= 7 && w->nkv > 0) {
+			/* a release or withdrawal: one request's entries, or
+			 * an UNLOCK of one of its keys */
+			struct ekv *x = &w->kv[rnd(w, w->nkv)];
+
+			if (rnd(w, 3) == 0)
+				w_del(w, x);
+			else
+				for (size_t i = 0; i < w->nkv; i++)
+					if (w->kv[i].fe == x->fe &&
+					    w->kv[i].seq == x->seq)
+						w_del(w, &w->kv[i]);
+		} else if (what == 8) {
+			/* a lease expires: all of one front end's entries */
+			uint64_t fe = rnd(w, 3) == 0 && ours ? FE_A :
+			    fes[rnd(w, 2)];
+
+			for (size_t i = 0; i < w->nkv; i++)
+				if (w->kv[i].fe == fe)
+					w_del(w, &w->kv[i]);
+		}
+		w_commit(w, step);
+		w_compact(w);
+	}
+	ck_assert_uint_gt(w->rev, 100);
+	if (ours)
+		ck_assert_uint_gt(w->grants, 0);
+	for (int i = 0; i < OURS; i++)
+		w->r[0]->e->be.ops->owner_free(&w->r[0]->e->be, w->ours[i],
+		    kl_now_ms());
+	for (int i = 0; i < 3; i++)
+		if (w->r[i] != NULL)
+			rep_free(w->r[i]);
+	free(w);
+}
+
+START_TEST(two_replicas_agree_on_every_foreign_event)
+{
+	for (uint64_t seed = 1; seed <= 20; seed++)
+		run_stream(seed * 0x9e3779b97f4a7c15ULL, 400, false, false);
+}
+END_TEST
+
+START_TEST(a_client_token_is_the_one_every_replica_shows)
+{
+	for (uint64_t seed = 1; seed <= 20; seed++)
+		run_stream(seed * 0x2545f4914f6cdd1dULL, 400, true, false);
+}
+END_TEST
+
+/*
+ * The lease is lost while memory has run out: every client of ours that
+ * holds or waits is still dropped (hooks.drop), none left believing it
+ * holds a lock etcd has released.
+ */
+START_TEST(losing_the_lease_drops_every_client_without_memory)
+{
+	struct world	*w = calloc(1, sizeof(*w));
+	struct rep	*a;
+
+	ck_assert_ptr_nonnull(w);
+	w->rng = 7;
+	w->rev = 100;
+	w->r[0] = a = rep_new(FE_A);
+	w->r[1] = rep_new(FE_B);
+	for (int i = 0; i < OURS; i++)
+		ck_assert_ptr_nonnull(w->ours[i] = a->e->be.ops->owner_new(
+		    &a->e->be, (uint64_t)(i + 1), NULL));
+	for (int i = 0; i < OURS; i++) {
+		w->rev++;
+		w_lock_ours(w, i);
+		w_commit(w, i);
+	}
+	for (int i = 0; i < OURS; i++)
+		ck_assert(!TAILQ_EMPTY(&eowner_of(a->e, w->ours[i])->reqs));
+	kl_alloc_fail_at(1, true);
+	ebe_lose(a->e, "test: the lease is gone");
+	kl_alloc_fail_at(0, false);
+	ck_assert_int_eq(a->e->state, EBE_LOST);
+	ck_assert_uint_eq(a->ndropped, OURS);
+	for (int i = 0; i < OURS; i++)
+		ck_assert_ptr_eq(a->dropped[i], w->ours[i]);
+	for (int i = 0; i < OURS; i++)
+		a->e->be.ops->owner_free(&a->e->be, w->ours[i], kl_now_ms());
+	rep_free(w->r[0]);
+	rep_free(w->r[1]);
+	free(w);
+}
+END_TEST
+
+static Suite *
+replica_suite(void)
+{
+	Suite	*s = suite_create("replica");
+	TCase	*tc = tcase_create("replica");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, losing_the_lease_drops_every_client_without_memory);
+	tcase_add_test(tc, two_replicas_agree_on_every_foreign_event);
+	tcase_add_test(tc, a_client_token_is_the_one_every_replica_shows);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+const struct check_program check_program = {
+	.name = "check_replica",
+	.suites = { replica_suite, NULL }
+};
