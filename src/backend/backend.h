@@ -61,6 +61,15 @@ struct be_result {
 	const char	*text;		/* BACKEND: what went wrong */
 };
 
+/* What a backend counts, in its caller's memory (STATS, /metrics);
+ * backend local counts nothing here. */
+struct be_counters {
+	uint64_t	txns;		/* etcd transactions sent */
+	uint64_t	txn_failures;	/* of those, not taken */
+	uint64_t	rebuilds;	/* the table built again from a range */
+	uint64_t	losses;		/* lease lost: clients dropped */
+};
+
 struct be_hooks {
 	/* The open request of o is complete; r->op says which it was. */
 	void	(*done)(void *arg, struct lt_owner *o,
@@ -76,6 +85,7 @@ struct be_hooks {
 	 * owner_free(o) before it returns, never another owner's.
 	 */
 	void	(*drop)(void *arg, struct lt_owner *o, const char *why);
+	struct be_counters *counters;	/* NULL: the backend keeps its own */
 	void	*arg;
 };
 

@@ -251,7 +251,8 @@ ebe_lose(struct ebe *e, const char *why)
 	    "wait, and starting over", why);
 	snprintf(e->why, sizeof(e->why), "etcd: %s; reconnecting", why);
 	e->state = EBE_LOST;
-	e->losses++;
+	e->gen++;
+	e->count->losses++;
 	if (e->fe != 0)
 		e->old_fe = e->fe;
 	e->fe = 0;
@@ -394,7 +395,7 @@ watch_compacted(void *arg, int64_t crev)
 	    "(revision %" PRId64 "): rebuilding the table", crev);
 	snprintf(e->why, sizeof(e->why), "etcd: rebuilding the lock table");
 	e->state = EBE_RESYNC;
-	e->rebuilds++;
+	e->count->rebuilds++;
 	/* their deletes are dropped with the rest: the range shows their
 	 * entries, ours and unknown, and they are deleted then */
 	drop_clients(e, "lock lost: the etcd backend rebuilds its table");
@@ -782,7 +783,7 @@ ebe_free(struct backend *be)
 
 	/* transactions still on the wire end unheard (commit_txn_cb) */
 	e->state = EBE_STOPPING;
-	e->losses++;
+	e->gen++;
 	if (e->keepalive != NULL)
 		evtimer_del(e->keepalive);
 	if (e->guard != NULL)
@@ -853,6 +854,7 @@ ebe_create(const struct config *cfg, struct event_base *base,
 	}
 	e->be.ops = &ebe_ops;
 	e->hooks = *hooks;
+	e->count = hooks->counters != NULL ? hooks->counters : &e->own;
 	e->base = base;
 	e->state = EBE_STARTING;
 	e->ttl_s = cfg->etcd_lease_ttl;

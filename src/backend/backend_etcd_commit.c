@@ -47,7 +47,7 @@
 
 struct etxn {
 	struct ebe	*e;
-	uint64_t	 gen;		/* e->losses when sent */
+	uint64_t	 gen;		/* e->gen when sent */
 	uint64_t	 sent_ms;
 	size_t		 ops;
 	size_t		 n;
@@ -267,7 +267,7 @@ commit_send(struct ebe *e)
 		return;
 	}
 	ctx->e = e;
-	ctx->gen = e->losses;
+	ctx->gen = e->gen;
 	ctx->sent_ms = kl_now_ms();
 	ctx->ops = ops;
 	for (size_t i = 0; i < n; i++) {
@@ -310,8 +310,7 @@ commit_send(struct ebe *e)
 			break;
 		}
 	}
-	e->txns++;
-	e->txn_ops += ops;
+	e->count->txns++;
 	e->inflight++;
 	/* tried again on the next member when one fails: a put twice is a
 	 * rewrite (replicas ignore it), a delete twice nothing */
@@ -520,7 +519,7 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 	struct ebe	*e = ctx->e;
 	char		 why[160];
 
-	if (ctx->gen != e->losses) {
+	if (ctx->gen != e->gen) {
 		/* from before a loss: the requests are gone */
 		for (size_t i = 0; i < ctx->n; i++)
 			item_free(ctx->items[i]);
@@ -550,7 +549,7 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 		ebe_end_turn(e);
 		return;
 	} else {
-		e->txn_failures++;
+		e->count->txn_failures++;
 		snprintf(why, sizeof(why), "%s%s%s", etcd_status_name(
 		    res->status), res->message != NULL ? ": " : "",
 		    res->message != NULL ? res->message : "");

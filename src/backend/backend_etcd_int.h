@@ -229,9 +229,11 @@ struct ebe {
 	struct event		*start;		/* steps of start/recovery */
 	int			 start_pause_ms;
 
-	/* counters for STATS and the log */
-	uint64_t		 txns, txn_ops, txn_failures;
-	uint64_t		 rebuilds, losses;
+	/* losses and stops so far: a transaction sent under an older one is
+	 * stale when its reply comes */
+	uint64_t		 gen;
+	struct be_counters	*count;		/* hooks.counters or own */
+	struct be_counters	 own;
 };
 
 /* backend_etcd.c */

@@ -643,6 +643,7 @@ server_new(struct config *cfg)
 	hooks.done = server_be_done;
 	hooks.end_turn = server_be_end_turn;
 	hooks.drop = server_be_drop;
+	hooks.counters = &srv->stats.be;
 	hooks.arg = srv;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||

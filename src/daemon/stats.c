@@ -82,31 +82,12 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 
 	json_object_set_new(o, "version", json_string(version));
 	SET_U(o, "uptime_ms", now_ms - st->start_ms);
-	SET_U(o, "clients", st->clients);
-	SET_U(o, "keys", c->keys);
-	SET_U(o, "held", c->held);
-	SET_U(o, "waiting", c->waiting);
-	SET_U(o, "grants", c->grants);
-	SET_U(o, "timeouts", c->timeouts);
-	SET_U(o, "cancels", c->cancels);
-	SET_U(o, "busy", c->busy);
-	SET_U(o, "deadlocks", c->deadlocks);
-	SET_U(o, "conflicts", c->conflicts);
-	SET_U(o, "releases", c->releases);
-	SET_U(o, "expired", c->expired);
-	SET_U(o, "disconnect_releases", c->disconnect_releases);
+#define STATS_ROW(name, kind, value, help)	SET_U(o, #name, (value));
+	KL_COUNTER_LIST(STATS_ROW)
+#undef STATS_ROW
 	json_object_set_new(o, "wait_ms", stats_hist_json(&c->wait_ms));
 	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
-	SET_U(o, "max_waiters", c->max_waiters);
-	SET_U(o, "table_bytes", c->bytes);
 	json_object_set_new(o, "hot_keys", stats_hot_json(lt));
-	SET_U(o, "connections", st->connections);
-	SET_U(o, "rejected_connections", st->rejected_connections);
-	SET_U(o, "requests", st->requests);
-	SET_U(o, "errors", st->errors);
-	SET_U(o, "auth_failures", st->auth_failures);
-	SET_U(o, "output_closes", st->output_closes);
-	SET_U(o, "nomem_closes", st->nomem_closes);
 	json_object_set_new(o, "backend", json_string(backend));
 	return stats_dump(o);
 }

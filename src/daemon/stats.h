@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "locktable.h"
 
 #define KL_HOT_KEYS	10
@@ -29,7 +30,58 @@ struct stats {
 	uint64_t	auth_failures;
 	uint64_t	output_closes;		/* closed at max-output */
 	uint64_t	nomem_closes;		/* closed: out of memory */
+	struct be_counters be;			/* the backend's */
 };
+
+/*
+ * The numbers STATS and /metrics both show, one row each, in STATS
+ * order: X(name, kind, value, help). STATS has the member name; /metrics
+ * the metric keylockd_name, with _total for a counter. value reads c
+ * (the table's struct lt_counters) or st (struct stats). A new row is a
+ * new STATS member and a new metric: document it in keylockd-protocol(7)
+ * STATS and keylockd(8) MONITORING.
+ */
+#define KL_COUNTER_LIST(X)						\
+	X(clients, gauge, st->clients, "Open connections.")		\
+	X(keys, gauge, c->keys, "Entries in the lock table.")		\
+	X(held, gauge, c->held, "Grants held, one per key and holder.")	\
+	X(waiting, gauge, c->waiting, "Requests waiting.")		\
+	X(grants, counter, c->grants, "Requests granted.")		\
+	X(timeouts, counter, c->timeouts, "Requests timed out.")	\
+	X(cancels, counter, c->cancels, "Waits withdrawn by CANCEL.")	\
+	X(busy, counter, c->busy, "Requests refused with BUSY.")	\
+	X(deadlocks, counter, c->deadlocks,				\
+	    "Requests refused with DEADLOCK.")				\
+	X(conflicts, counter, c->conflicts,				\
+	    "Requests refused with CONFLICT.")				\
+	X(releases, counter, c->releases,				\
+	    "Key holds ended by UNLOCK or UNLOCKALL.")			\
+	X(expired, counter, c->expired, "Key holds ended by ttl.")	\
+	X(disconnect_releases, counter, c->disconnect_releases,		\
+	    "Key holds ended by a connection's end.")			\
+	X(max_waiters, gauge, c->max_waiters,				\
+	    "Most waiters one key has had.")				\
+	X(table_bytes, gauge, c->bytes, "Memory the lock table "	\
+	    "asked for: entries, holds, queues, buckets.")		\
+	X(connections, counter, st->connections, "Connections accepted.") \
+	X(rejected_connections, counter, st->rejected_connections,	\
+	    "Connections refused over max-clients.")			\
+	X(requests, counter, st->requests, "Requests handled.")		\
+	X(errors, counter, st->errors, "ERR replies sent.")		\
+	X(auth_failures, counter, st->auth_failures,			\
+	    "Failed AUTH attempts.")					\
+	X(output_closes, counter, st->output_closes,			\
+	    "Clients closed for unread replies over max-output.")	\
+	X(nomem_closes, counter, st->nomem_closes,			\
+	    "Clients closed because memory ran out for them.")		\
+	X(etcd_txns, counter, st->be.txns,				\
+	    "backend etcd: transactions sent to etcd.")		\
+	X(etcd_txn_failures, counter, st->be.txn_failures,		\
+	    "backend etcd: transactions etcd did not take.")		\
+	X(etcd_rebuilds, counter, st->be.rebuilds,			\
+	    "backend etcd: lock table rebuilt after a compaction.")	\
+	X(etcd_losses, counter, st->be.losses,				\
+	    "backend etcd: lease lost, its clients dropped.")
 
 /* Names a lock-table owner (its connection's NAME) or NULL. */
 typedef const char *(*stats_name_fn)(const struct lt_owner *o);

@@ -158,50 +158,14 @@ metrics_render(struct server *srv)
 	    "keylockd_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
 	metrics_one(&b, "uptime_seconds", "gauge", "Seconds since start.",
 	    (kl_now_ms() - st->start_ms) / 1000);
-	metrics_one(&b, "clients", "gauge", "Open connections.", st->clients);
 	metrics_one(&b, "max_clients", "gauge", "The max-clients setting.",
 	    (uint64_t)server_config(srv)->max_clients);
-	metrics_one(&b, "keys", "gauge", "Entries in the lock table.",
-	    c->keys);
-	metrics_one(&b, "held", "gauge", "Grants held, one per key and "
-	    "holder.", c->held);
-	metrics_one(&b, "waiting", "gauge", "Requests waiting.", c->waiting);
-	metrics_one(&b, "max_waiters", "gauge", "Most waiters one key has "
-	    "had.", c->max_waiters);
-	metrics_one(&b, "table_bytes", "gauge", "Memory the lock table "
-	    "asked for: entries, holds, queues, buckets.", c->bytes);
-	metrics_one(&b, "grants_total", "counter", "Requests granted.",
-	    c->grants);
-	metrics_one(&b, "timeouts_total", "counter", "Requests timed out.",
-	    c->timeouts);
-	metrics_one(&b, "busy_total", "counter", "Requests refused with "
-	    "BUSY.", c->busy);
-	metrics_one(&b, "deadlocks_total", "counter", "Requests refused with "
-	    "DEADLOCK.", c->deadlocks);
-	metrics_one(&b, "conflicts_total", "counter", "Requests refused with "
-	    "CONFLICT.", c->conflicts);
-	metrics_one(&b, "releases_total", "counter", "Key holds ended by "
-	    "UNLOCK or UNLOCKALL.", c->releases);
-	metrics_one(&b, "expired_total", "counter", "Key holds ended by "
-	    "ttl.", c->expired);
-	metrics_one(&b, "disconnect_releases_total", "counter", "Key holds "
-	    "ended by a connection's end.", c->disconnect_releases);
-	metrics_one(&b, "connections_total", "counter", "Connections "
-	    "accepted.", st->connections);
-	metrics_one(&b, "rejected_connections_total", "counter",
-	    "Connections refused over max-clients.", st->rejected_connections);
-	metrics_one(&b, "requests_total", "counter", "Requests handled.",
-	    st->requests);
-	metrics_one(&b, "errors_total", "counter", "ERR replies sent.",
-	    st->errors);
-	metrics_one(&b, "auth_failures_total", "counter", "Failed AUTH "
-	    "attempts.", st->auth_failures);
-	metrics_one(&b, "output_closes_total", "counter", "Clients closed "
-	    "for unread replies over max-output.", st->output_closes);
-	metrics_one(&b, "nomem_closes_total", "counter", "Clients closed "
-	    "because memory ran out for them.", st->nomem_closes);
-	metrics_one(&b, "cancels_total", "counter", "Waits withdrawn by "
-	    "CANCEL.", c->cancels);
+#define METRICS_SUFFIX_counter	"_total"
+#define METRICS_SUFFIX_gauge	""
+#define METRICS_ROW(name, kind, value, help)				\
+	metrics_one(&b, #name METRICS_SUFFIX_##kind, #kind, help, (value));
+	KL_COUNTER_LIST(METRICS_ROW)
+#undef METRICS_ROW
 	metrics_hist(&b, "wait_seconds", "Time from request to grant.",
 	    &c->wait_ms);
 	metrics_hist(&b, "hold_seconds", "Time from grant to release.",

@@ -49,6 +49,7 @@ struct got {
 struct rep {
 	struct event_base	*base;
 	struct ebe		*e;
+	struct be_counters	 count;
 	struct lt_owner		*dropped[16];
 	size_t			 ndropped;
 	struct got		 got[MAXGOT];
@@ -87,7 +88,8 @@ rep_new(uint64_t fe)
 	static char	 prefix[] = "t/";
 	struct rep	*p = calloc(1, sizeof(*p));
 	struct config	 cfg;
-	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL };
+	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL,
+	    NULL };
 	char		 err[256];
 
 	ck_assert_ptr_nonnull(p);
@@ -100,6 +102,7 @@ rep_new(uint64_t fe)
 	cfg.etcd_max_txn_ops = 128;
 	cfg.etcd_connections = 2;
 	hooks.arg = p;
+	hooks.counters = &p->count;
 	ck_assert_ptr_nonnull(p->base = event_base_new());
 	p->e = ebe_create(&cfg, p->base, &hooks, err, sizeof(err));
 	ck_assert_msg(p->e != NULL, "%s", err);
@@ -607,6 +610,7 @@ START_TEST(losing_the_lease_drops_every_client_without_memory)
 	ebe_lose(a->e, "test: the lease is gone");
 	kl_alloc_fail_at(0, false);
 	ck_assert_int_eq(a->e->state, EBE_LOST);
+	ck_assert_uint_eq(a->count.losses, 1);
 	ck_assert_uint_eq(a->ndropped, OURS);
 	for (int i = 0; i < OURS; i++)
 		ck_assert_ptr_eq(a->dropped[i], w->ours[i]);
