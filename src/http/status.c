@@ -1,13 +1,15 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The status page. / sends the embedded status.html as it is; the page
- * fetches /status.json, which is STATS plus INFO of each hot key, both
- * from the stats module's builders, the lists cut short so a busy key
- * cannot make the reply large. The page builds its DOM with textContent
- * and runs under a Content-Security-Policy that admits only its own inline
- * style and script, so key and client names (user input) stay text. This
- * file never changes the server's state.
+ * The status page. /, /status.css and /status.js send the embedded
+ * status.html, status.css and status.js as they are; the script fetches
+ * /status.json, which is STATS plus INFO of each hot key, both from the
+ * stats module's builders, the lists cut short so a busy key cannot make
+ * the reply large. The script builds the DOM with textContent, and the
+ * page runs under a Content-Security-Policy that admits only this
+ * listener's style and script files and nothing inline, so key and client
+ * names (user input) stay text. This file never changes the server's
+ * state.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,6 @@
 
 #include "clock.h"
 #include "conn.h"
-#include "sha256.h"
 #include "status.h"
 #include "util.h"
 
@@ -112,57 +113,6 @@ status_json(const struct stats *st, const struct locktable *lt,
 	return s;
 }
 
-/* The text between <tag> and </tag> in the page; NULL if there is none. */
-static const char *
-status_element(const char *tag, size_t *len)
-{
-	const char	*page = (const char *)status_html, *open, *close;
-	char		 o[16], c[16];
-
-	snprintf(o, sizeof(o), "<%s>", tag);
-	snprintf(c, sizeof(c), "</%s>", tag);
-	if ((open = strstr(page, o)) == NULL ||
-	    (close = strstr(open, c)) == NULL)
-		return NULL;
-	open += strlen(o);
-	*len = (size_t)(close - open);
-	return open;
-}
-
-/* 'sha256-BASE64' of the element's text, as CSP names it. */
-static int
-status_hash(const char *tag, char *out, size_t outlen)
-{
-	unsigned char	 md[SHA256_SIZE];
-	char		 b64[BASE64_SIZE(SHA256_SIZE)];
-	const char	*text;
-	size_t		 len;
-	int		 n;
-
-	if ((text = status_element(tag, &len)) == NULL)
-		return -1;
-	sha256(text, len, md);
-	base64_encode(md, sizeof(md), b64);
-	n = snprintf(out, outlen, "'sha256-%s'", b64);
-	return n < 0 || (size_t)n >= outlen ? -1 : 0;
-}
-
-int
-status_csp(char *buf, size_t len)
-{
-	char	style[128], script[128];
-	int	n;
-
-	if (status_hash("style", style, sizeof(style)) == -1 ||
-	    status_hash("script", script, sizeof(script)) == -1)
-		return -1;
-	n = snprintf(buf, len, "default-src 'none'; style-src %s; "
-	    "script-src %s; connect-src 'self'; img-src 'self'; "
-	    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-	    style, script);
-	return n < 0 || (size_t)n >= len ? -1 : 0;
-}
-
 static void
 status_send(struct evhttp_request *req, const char *type,
     const char *cache, const void *body, size_t len, bool copy)
@@ -192,19 +142,30 @@ int
 status_serve(struct evhttp_request *req, const char *path,
     const struct stats *st, const struct locktable *lt, const char *backend)
 {
-	char	csp[512], *body;
+	static const struct {
+		const char		*path, *type;
+		const unsigned char	*body;
+		const size_t		*len;
+	} files[] = {
+		{ "/", "text/html; charset=utf-8", status_html,
+		    &status_html_len },
+		{ "/status.css", "text/css; charset=utf-8", status_css,
+		    &status_css_len },
+		{ "/status.js", "text/javascript; charset=utf-8", status_js,
+		    &status_js_len }
+	};
+	char	*body;
 
 	if (path == NULL)
 		return -1;
-	if (strcmp(path, "/") == 0) {
-		if (status_csp(csp, sizeof(csp)) == -1) {
-			evhttp_send_error(req, HTTP_INTERNAL, NULL);
-			return 0;
-		}
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		if (strcmp(path, files[i].path) != 0)
+			continue;
+		/* the page's policy; on the other two it does no harm */
 		evhttp_add_header(evhttp_request_get_output_headers(req),
-		    "Content-Security-Policy", csp);
-		status_send(req, "text/html; charset=utf-8", "no-cache",
-		    status_html, status_html_len, false);
+		    "Content-Security-Policy", STATUS_CSP);
+		status_send(req, files[i].type, "no-cache", files[i].body,
+		    *files[i].len, false);
 		return 0;
 	}
 	if (strcmp(path, "/status.json") != 0)

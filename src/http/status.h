@@ -1,9 +1,11 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * The status page on the metrics listener: / is one self-contained HTML
- * file (src/status.html, embedded at build time) that draws /status.json
- * every second. It only reads the server's state.
+ * The status page on the metrics listener: / is an HTML file
+ * (src/http/status.html) whose style and script are /status.css and
+ * /status.js (status.css, status.js), all three embedded at build time;
+ * the script draws /status.json every second. It only reads the server's
+ * state.
  */
 #ifndef STATUS_H
 #define STATUS_H
@@ -18,10 +20,18 @@
 
 struct evhttp_request;
 
-/* The page's bytes (status_html.c, generated from status.html), with a
- * NUL after the last one that status_html_len does not count. */
-extern const unsigned char	status_html[];
-extern const size_t		status_html_len;
+/* The page's files (status_files.c, generated from them by
+ * src/http/local.mk), each with a NUL after its last byte that its _len
+ * does not count. */
+extern const unsigned char	status_html[], status_css[], status_js[];
+extern const size_t		status_html_len, status_css_len,
+				status_js_len;
+
+/* The page's Content-Security-Policy: its style, script and data from
+ * this listener, nothing inline, nothing from elsewhere. */
+#define STATUS_CSP	"default-src 'none'; style-src 'self'; "	\
+	"script-src 'self'; connect-src 'self'; img-src 'self'; "	\
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* What /status.json says: {"stats": STATS, "keys": [INFO of each hot key
  * in STATS's order, its lists cut at STATUS_LIST_MAX], "list_max": N}.
@@ -29,13 +39,9 @@ extern const size_t		status_html_len;
 char	*status_json(const struct stats *st, const struct locktable *lt,
 	    uint64_t now_ms, const char *version, const char *backend);
 
-/* The Content-Security-Policy that admits the page's own inline style and
- * script (by their SHA-256) and nothing else; -1 if it does not fit or
- * the page has no <style> or <script>. */
-int	 status_csp(char *buf, size_t len);
-
-/* Answers GET or HEAD of / and /status.json and returns 0; any other path
- * (NULL too) is not the page's: -1, nothing sent. */
+/* Answers GET or HEAD of /, /status.css, /status.js and /status.json and
+ * returns 0; any other path (NULL too) is not the page's: -1, nothing
+ * sent. */
 int	 status_serve(struct evhttp_request *req, const char *path,
 	    const struct stats *st, const struct locktable *lt,
 	    const char *backend);

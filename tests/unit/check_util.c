@@ -17,7 +17,6 @@
 
 #include "check_main.h"
 #include "clock.h"
-#include "sha256.h"
 #include "util.h"
 
 static void
@@ -230,79 +229,6 @@ START_TEST(strndup_copies_n_bytes_and_a_nul)
 }
 END_TEST
 
-static void
-sha256_hex(const void *data, size_t len, char out[2 * SHA256_SIZE + 1])
-{
-	unsigned char	md[SHA256_SIZE];
-
-	sha256(data, len, md);
-	for (size_t i = 0; i < SHA256_SIZE; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
-/* FIPS 180-2's examples, and lengths on both sides of each padding
- * boundary (digests from Python's hashlib). */
-START_TEST(sha256_matches_the_standard_vectors)
-{
-	static const struct {
-		size_t		 len;
-		const char	*hex;
-	} cut[] = {
-		{ 55, "e7313d333c272e639f790978283f9eb392e843d0f29b7016828bb1daa4aac70b" },
-		{ 56, "4324d65f3c103567f5589c710bc08f8523f929a9272e3af36fc968e52abc6c27" },
-		{ 63, "81c80242132f230c3bd41b3e63bbcff16107339549214a99614ff26664625055" },
-		{ 64, "39e3d7b6b5d075d37d053ad89b24b41bef4f3c29760c84447cab3f3be1882241" },
-		{ 65, "aacca6ff74fdbb296d165a45cecfa04e5127bc008770fbbdd48006f2d2fae95e" },
-		{ 119, "9ce7368e4daf32341631b492e80359dc9f594b48453cd0dd5bf0b19279cc177e" },
-		{ 120, "7836b787757e95e58b3ca5aec90b1b004e8deba1e50e9675af9cabf1a13a04b5" },
-		{ 127, "a8d23e75d936f303d248888d9b165ee543f4cbafcad3c9dd2a79bd84faa11d07" },
-		{ 128, "d2742f1f4ac6bb7ca2b239ee18402ba8b3f9f8e652d2a72973c2b9ba11c08cf6" }
-	};
-	unsigned char	 bytes[128];
-	char		 hex[2 * SHA256_SIZE + 1], *million;
-
-	sha256_hex("abc", 3, hex);
-	ck_assert_str_eq(hex,
-	    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-	sha256_hex("", 0, hex);
-	ck_assert_str_eq(hex,
-	    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-	sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56,
-	    hex);
-	ck_assert_str_eq(hex,
-	    "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-	million = malloc(1000000);
-	ck_assert_ptr_nonnull(million);
-	memset(million, 'a', 1000000);
-	sha256_hex(million, 1000000, hex);
-	free(million);
-	ck_assert_str_eq(hex,
-	    "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-	for (size_t i = 0; i < sizeof(bytes); i++)
-		bytes[i] = (unsigned char)(i * 7 + 3);
-	for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
-		sha256_hex(bytes, cut[i].len, hex);
-		ck_assert_str_eq(hex, cut[i].hex);
-	}
-}
-END_TEST
-
-/* RFC 4648, section 10. */
-START_TEST(base64_matches_the_rfc_vectors)
-{
-	static const char *const want[] = {
-		"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"
-	};
-	char	out[BASE64_SIZE(6)];
-
-	for (size_t n = 0; n <= 6; n++) {
-		ck_assert_uint_eq(base64_encode((const unsigned char *)"foobar",
-		    n, out), strlen(want[n]));
-		ck_assert_str_eq(out, want[n]);
-	}
-}
-END_TEST
-
 static Suite *
 util_suite(void)
 {
@@ -318,8 +244,6 @@ util_suite(void)
 	tcase_add_test(tc, decimal_matches_printf_across_values);
 	tcase_add_test(tc, ok_line_matches_printf);
 	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
-	tcase_add_test(tc, sha256_matches_the_standard_vectors);
-	tcase_add_test(tc, base64_matches_the_rfc_vectors);
 	suite_add_tcase(s, tc);
 	return s;
 }
