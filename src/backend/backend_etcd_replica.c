@@ -726,8 +726,38 @@ req_decide(struct ebe *e, struct ereq *r)
 
 /* ---- applying events ---- */
 
+/*
+ * Keeps of keys[0..n) those a live entry of the request still has (a
+ * range's entries of one request): an UNLOCK of some keys of a grant
+ * deletes their entries alone, and a rebuilt table must not hold them
+ * again. Returns how many are kept.
+ */
+static size_t
+live_keys(const struct ebe *e, const char **keys, size_t *keylens, size_t n,
+    const struct erange_kv *live, size_t nlive)
+{
+	size_t kept = 0, idlen = 2 * EBE_ID_HEX + 2;	/* "/FE-SEQ" */
+
+	for (size_t i = 0; i < n; i++) {
+		bool found = false;
+
+		for (size_t k = 0; k < nlive && !found; k++)
+			found = live[k].keylen == e->prefixlen + 2 +
+			    keylens[i] + idlen && memcmp(live[k].key +
+			    e->prefixlen + 2, keys[i], keylens[i]) == 0;
+		if (found) {
+			keys[kept] = keys[i];
+			keylens[kept++] = keylens[i];
+		}
+	}
+	return kept;
+}
+
+/* A put; while rebuilding, live holds the range's entries of its
+ * request (NULL from the watch, which brings all of them at once). */
 static void
-apply_put(struct ebe *e, const struct etcd_kv *kv)
+apply_put(struct ebe *e, const struct etcd_kv *kv,
+    const struct erange_kv *live, size_t nlive)
 {
 	const char		*keys[KL_KEYS_HARD_MAX];
 	size_t			 keylens[KL_KEYS_HARD_MAX];
@@ -747,6 +777,9 @@ apply_put(struct ebe *e, const struct etcd_kv *kv)
 			    (int)kv->keylen, kv->key);
 			return;
 		}
+		if (live != NULL && (a.nkeys = live_keys(e, keys, keylens,
+		    a.nkeys, live, nlive)) == 0)
+			return;
 		if ((o = eowner_get(e, fe, client, true)) == NULL ||
 		    (r = ereq_new(e, o, fe, seq, &a)) == NULL) {
 			ebe_lose(e, "out of memory for the lock table");
@@ -883,7 +916,7 @@ replica_events(void *arg, const struct etcd_event *ev, size_t n,
 		} else if (ev[i].is_delete) {
 			apply_delete(e, kv);
 		} else {
-			apply_put(e, kv);
+			apply_put(e, kv, NULL, 0);
 		}
 	}
 	kl_clock_release();
@@ -1041,7 +1074,15 @@ replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
 		qsort(kvs, n, sizeof(*kvs), range_kv_cmp);
 	e->rebuilding = true;
 	kl_clock_hold();
-	for (size_t i = 0; i < n && e->state != EBE_LOST; i++) {
+	for (size_t i = 0, first = 0, end = 0; i < n &&
+	    e->state != EBE_LOST; i++) {
+		if (i == end) {		/* the entries of one request */
+			first = i;
+			for (end = i + 1; end < n && kvs[end].fe ==
+			    kvs[first].fe && kvs[end].seq == kvs[first].seq;
+			    end++)
+				;
+		}
 		memset(&kv, 0, sizeof(kv));
 		kv.key = kvs[i].key;
 		kv.keylen = kvs[i].keylen;
@@ -1050,7 +1091,7 @@ replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
 		kv.version = 1;
 		kv.create_revision = kv.mod_revision = kvs[i].create_revision;
 		e->rev = rev;
-		apply_put(e, &kv);
+		apply_put(e, &kv, &kvs[first], end - first);
 	}
 	kl_clock_release();
 	e->rebuilding = false;
