@@ -80,6 +80,12 @@ bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
 	r->op = BE_LOCK;
 	r->limit = a->limit;
 	r->max_waiters = a->max_waiters;
+	if (!token_ready(bl_of(be)->tokens, now_ms)) {
+		r->err = KL_ERR_BACKEND;
+		r->text = "the fencing-token mark cannot be written to the "
+		    "state directory";
+		return BE_DONE;
+	}
 	r->err = locktable_acquire(lt, o, a, now_ms, &granted, &r->value,
 	    &r->why);
 	if (r->err == KL_ERR_CONFLICT) {
@@ -94,7 +100,9 @@ static uint64_t
 bl_acquire_one(struct backend *be, struct lt_owner *o,
     const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
 {
-	return locktable_acquire_one(bl_of(be)->lt, o, a, key, len, now_ms);
+	/* 0 leaves it to bl_acquire(), which refuses it while tokens fail */
+	return token_ready(bl_of(be)->tokens, now_ms) ?
+	    locktable_acquire_one(bl_of(be)->lt, o, a, key, len, now_ms) : 0;
 }
 
 static bool

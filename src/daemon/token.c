@@ -2,11 +2,13 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * The fencing-token high-water mark on disk. The file holds one decimal
- * number H: no token >= H was ever issued. At start the daemon issues from
- * the stored H and first raises the mark to H + KL_TOKEN_BLOCK (written to
- * a temporary file, fsync'd, renamed, directory fsync'd). It never writes
- * per grant and never hands out a token at or above the durable mark,
- * unless that write failed, which it logs.
+ * number H: no token >= H was ever handed out. At start the daemon hands
+ * out from the stored H and first raises the mark to H + 2 blocks
+ * (written to a temporary file, fsync'd, renamed, directory fsync'd).
+ * It never writes per grant and never hands out a token at or above the
+ * durable mark. The mark stays a block ahead of the range handed out, so
+ * a failed write is noticed while that block still serves the grants
+ * already queued; until a write succeeds token_ready() refuses new ones.
  */
 #include <sys/stat.h>
 
@@ -25,7 +27,10 @@
 #define TOKEN_MAX	((1ULL << 63) - 1)
 
 struct token {
-	struct token_range r;	/* first: token_next() reads it inline */
+	uint64_t	 next;		/* next to hand out */
+	uint64_t	 mark;		/* durable: nothing >= mark handed out */
+	uint64_t	 retry_at;	/* failing: the next try, in ms */
+	bool		 failing;	/* the last write of the mark failed */
 	char		*path;
 	char		*tmp;
 	char		*dir;
@@ -123,66 +128,82 @@ token_open(const char *dir, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "out of memory");
 		return NULL;
 	}
-	if (token_read_mark(t->path, &t->r.next) == -1) {
+	if (token_read_mark(t->path, &t->next) == -1) {
 		snprintf(errbuf, errlen, "%s: unreadable or damaged token "
 		    "mark (remove it only if no client keeps tokens)", t->path);
 		token_close(t);
 		return NULL;
 	}
-	if (t->r.next > TOKEN_MAX - KL_TOKEN_BLOCK) {
+	if (t->next > TOKEN_MAX - 2 * KL_TOKEN_BLOCK) {
 		snprintf(errbuf, errlen, "%s: the token space below 2^63 is "
 		    "used up", t->path);
 		token_close(t);
 		return NULL;
 	}
-	if (token_write_mark(t, t->r.next + KL_TOKEN_BLOCK) == -1) {
+	if (token_write_mark(t, t->next + 2 * KL_TOKEN_BLOCK) == -1) {
 		snprintf(errbuf, errlen, "%s: cannot write the token mark: %s",
 		    t->path, strerror(errno));
 		token_close(t);
 		return NULL;
 	}
-	t->r.mark = t->r.next + KL_TOKEN_BLOCK;
+	t->mark = t->next + 2 * KL_TOKEN_BLOCK;
 	return t;
 }
 
-/* At the mark: the next block is made durable before any of it is
- * issued; if that write fails, it logs and goes on in memory. */
+/* Raises the durable mark to a block beyond the next range, if it is
+ * not there already; logs when the mark starts or stops failing. */
 static void
 token_raise(struct token *t)
 {
-	uint64_t	mark = t->r.next + KL_TOKEN_BLOCK;
+	uint64_t	mark = t->next + 2 * KL_TOKEN_BLOCK;
 
-	if (token_write_mark(t, mark) == -1)
-		log_warn("%s: cannot raise the token mark to %" PRIu64
-		    "; tokens stay increasing but a crash now could "
-		    "reuse some", t->path, mark);
-	t->r.mark = mark;
-}
-
-uint64_t
-token_next_block(struct token *t)
-{
-	if (t->r.next >= t->r.mark)
-		token_raise(t);
-	return t->r.next++;
+	if (t->mark >= mark)
+		return;
+	if (mark > TOKEN_MAX || token_write_mark(t, mark) == -1) {
+		if (!t->failing)
+			log_warn("%s: cannot raise the token mark to %" PRIu64
+			    "; new LOCKs are refused until it can be",
+			    t->path, mark);
+		t->failing = true;
+		return;
+	}
+	if (t->failing)
+		log_info("%s: the token mark is raised to %" PRIu64 "; LOCKs "
+		    "are granted again", t->path, mark);
+	t->failing = false;
+	t->mark = mark;
 }
 
 uint64_t
 token_reserve(struct token *t, uint64_t *end)
 {
-	uint64_t	first;
+	uint64_t	first = t->next;
 
-	if (t->r.next >= t->r.mark)
-		token_raise(t);
-	first = t->r.next;
-	*end = t->r.next = t->r.mark;
+	token_raise(t);
+	if (t->mark <= first)
+		fatalx("%s: no fencing token is left below the mark on disk, "
+		    "and the mark cannot be raised: stopping rather than "
+		    "hand out a token that could be handed out again",
+		    t->path);
+	*end = t->next = first + KL_TOKEN_BLOCK < t->mark ?
+	    first + KL_TOKEN_BLOCK : t->mark;
 	return first;
+}
+
+bool
+token_ready(struct token *t, uint64_t now_ms)
+{
+	if (t->failing && now_ms >= t->retry_at) {
+		t->retry_at = now_ms + KL_TOKEN_RETRY_MS;
+		token_raise(t);
+	}
+	return !t->failing;
 }
 
 uint64_t
 token_peek(const struct token *t)
 {
-	return t->r.next;
+	return t->next;
 }
 
 void

@@ -5,53 +5,43 @@
  * across restarts and crashes. Tokens are reserved in blocks: the file
  * holds a high-water mark that is fsync'd before any token below it is
  * handed out, so nothing is written per grant and a crash never reuses one.
+ * When the mark cannot be raised, new grants are refused (token_ready())
+ * rather than a token handed out that a crash could hand out again.
  */
 #ifndef TOKEN_H
 #define TOKEN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_TOKEN_BLOCK	(1ULL << 20)	/* tokens reserved per write */
-#define KL_TOKEN_FILE	"token"
-
-/*
- * The part of a struct token that token_next() reads inline, its first
- * member: the next token to issue and the durable mark it stays under.
- * Everything else, and what happens at the mark, is token.c's.
- */
-struct token_range {
-	uint64_t	 next;	/* next to issue */
-	uint64_t	 mark;	/* durable: nothing >= mark issued */
-};
+#define KL_TOKEN_BLOCK		(1ULL << 20)	/* tokens per range */
+#define KL_TOKEN_FILE		"token"
+#define KL_TOKEN_RETRY_MS	1000	/* a failed mark is tried again */
 
 struct token;
 
-/* Opens (creating if needed) dir/token and reserves the first block.
- * Returns NULL with a message in errbuf on failure. */
+/* Opens (creating if needed) dir/token and makes the first two blocks
+ * durable. Returns NULL with a message in errbuf on failure. */
 struct token	*token_open(const char *dir, char *errbuf, size_t errlen);
-uint64_t	 token_peek(const struct token *t);	/* next to be issued */
+uint64_t	 token_peek(const struct token *t);	/* next handed out */
 void		 token_close(struct token *t);
-/* token_next() at the mark, out of line. */
-uint64_t	 token_next_block(struct token *t);
 /*
- * Hands the caller every token left below the durable mark: returns the
- * first of [first, *end), never empty, and token_next() goes on from
- * *end. At the mark it first makes the next block durable, as
- * token_next() does, so the caller may issue the range without a write.
+ * Hands the caller the next range of tokens: returns the first of
+ * [first, *end), never empty, at most KL_TOKEN_BLOCK long, every one below
+ * the mark on disk, so the caller may issue them without a write. The mark
+ * is kept a block ahead of the range: when less than that would be left,
+ * it is raised first. If that write fails the range comes from the block
+ * kept ahead and token_ready() turns false. With nothing at all left below
+ * the mark it exits the process (fatalx) rather than hand out a token that
+ * a crash could hand out again.
  */
 uint64_t	 token_reserve(struct token *t, uint64_t *end);
-
-/* The next token; reserves a new block when the current one is used up.
- * If the mark cannot be written it logs and keeps going in memory. */
-static inline uint64_t
-token_next(struct token *t)
-{
-	struct token_range	*r = (struct token_range *)(void *)t;
-
-	if (r->next < r->mark)
-		return r->next++;
-	return token_next_block(t);
-}
+/*
+ * Whether new grants may be made: false from a failed write of the mark
+ * until one succeeds. Called at now_ms while false, it tries the write
+ * again, at most once every KL_TOKEN_RETRY_MS.
+ */
+bool		 token_ready(struct token *t, uint64_t now_ms);
 
 #endif /* TOKEN_H */

@@ -5,10 +5,10 @@
  * tokens): a grant storm from a few pipelining clients, SIGKILL of the daemon
  * at seeded random moments, a restart on the same --state-dir, and every token
  * issued after the restart must be greater than every token seen before. Every
- * other round is killed when its tokens come near the end of the block the
- * daemon reserved on disk at start, while it may be writing the next mark.
- * Between rounds the daemon is also killed during its own startup, when it
- * writes the mark first, and must start cleanly after. TOKEN_CRASH_SEED (1)
+ * other round is killed when its tokens come near the end of the first range
+ * the daemon handed its table (a block), while it may be writing the next
+ * mark. Between rounds the daemon is also killed during its own startup, when
+ * it writes the mark first, and must start cleanly after. TOKEN_CRASH_SEED (1)
  * picks the moments.
  */
 #ifndef _GNU_SOURCE
@@ -217,7 +217,8 @@ START_TEST(tokens_after_a_crash_are_above_every_token_before)
 		} else {
 			if (at_mark) {
 				/* the first token was the stored mark: the
-				 * next mark is written one block later */
+				 * next mark is written when the first range,
+				 * a block, is used up */
 				storm_run(&s, floor, 0, 1);
 				storm_run(&s, floor, kt_ms(60000), s.min +
 				    (uint64_t)KL_TOKEN_BLOCK - 20000 + near);
@@ -232,10 +233,10 @@ START_TEST(tokens_after_a_crash_are_above_every_token_before)
 			    "status 0x%x, not by SIGKILL", st);
 			n = (size_t)snprintf(rounds[r], sizeof(rounds[r]),
 			    "killed at %llu ms%s: %" PRIu64 " grants, tokens %"
-			    PRIu64 "..%" PRIu64 " (the block reserved at start "
-			    "ends at %" PRIu64 ")", (unsigned long long)(
-			    kt_now_ms() - t0), at_mark ? " near the end of the "
-			    "reserved block" : "", s.grants, s.min, s.max,
+			    PRIu64 "..%" PRIu64 " (the first range ends at %"
+			    PRIu64 ")", (unsigned long long)(kt_now_ms() - t0),
+			    at_mark ? " near the end of the first range" : "",
+			    s.grants, s.min, s.max,
 			    s.min + (uint64_t)KL_TOKEN_BLOCK - 1);
 		}
 		if (r > 0)

@@ -4,14 +4,18 @@
  * Unit tests of the fencing-token mark (token.h, keylockd-protocol(7) "Fencing
  * tokens"): tokens rise strictly, also across a restart and a crash (a
  * second token_open on the same directory with or without token_close),
- * the mark on disk stays above every token handed out, and a damaged or
- * unusable state directory makes token_open fail with a message. Each test
- * gets a fresh mkdtemp directory from a checked fixture.
+ * the mark on disk stays above every token handed out, also when it cannot
+ * be written (grants are refused until it can, and with nothing left below
+ * it the process exits), and a damaged or unusable state directory makes
+ * token_open fail with a message. Each test gets a fresh mkdtemp directory
+ * from a checked fixture. Tokens are issued as the lock table does: a
+ * range from token_reserve() at a time.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* nftw, mkdtemp */
 #endif
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <check.h>
 #include <errno.h>
@@ -32,6 +36,13 @@
 
 static char	base[PATH_MAX];		/* the test's mkdtemp dir */
 static char	errbuf[512];
+
+/* The range being issued, as the lock table keeps it, of the token
+ * mark in dir. */
+struct range {
+	const char	*dir;
+	uint64_t	 next, end;
+};
 
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -130,14 +141,27 @@ expect_open_fails(const char *dir, const char *needle)
 	    "message \"%s\" does not name \"%s\"", errbuf, needle);
 }
 
+/* The next token of r, reserving the next range of t when r is used up;
+ * every range below the mark on disk. */
+static uint64_t
+next_token(struct token *t, struct range *r)
+{
+	if (r->next >= r->end) {
+		r->next = token_reserve(t, &r->end);
+		ck_assert_uint_lt(r->next, r->end);
+		ck_assert_uint_le(r->end, read_mark(r->dir));
+	}
+	return r->next++;
+}
+
 /* Issues n tokens, checking each is above the previous; returns the last. */
 static uint64_t
-issue(struct token *t, uint64_t n, uint64_t after)
+issue(struct token *t, struct range *r, uint64_t n, uint64_t after)
 {
 	uint64_t	last = after, v;
 
 	for (uint64_t i = 0; i < n; i++) {
-		v = token_next(t);
+		v = next_token(t, r);
 		if (v <= last)
 			ck_abort_msg("token %" PRIu64 " after %" PRIu64, v,
 			    last);
@@ -151,14 +175,16 @@ issue(struct token *t, uint64_t n, uint64_t after)
 START_TEST(tokens_are_strictly_increasing)
 {
 	struct token	*t = open_ok(base);
+	struct range	 r = { base, 0, 0 };
 	uint64_t	 first, last;
 
 	first = token_peek(t);
 	ck_assert_uint_ge(first, 1);
-	ck_assert_uint_eq(token_next(t), first);
-	last = issue(t, 1000, first);
+	ck_assert_uint_eq(next_token(t, &r), first);
+	last = issue(t, &r, 1000, first);
 	ck_assert_uint_eq(last, first + 1000);
-	ck_assert_uint_eq(token_peek(t), last + 1);
+	/* peek: the next token handed out, after the range */
+	ck_assert_uint_eq(token_peek(t), r.end);
 	token_close(t);
 }
 END_TEST
@@ -166,10 +192,11 @@ END_TEST
 START_TEST(tokens_are_positive_and_below_2_63)
 {
 	struct token	*t = open_ok(base);
-	uint64_t	 v = token_next(t);
+	struct range	 r = { base, 0, 0 };
+	uint64_t	 v = next_token(t, &r);
 
 	ck_assert_uint_gt(v, 0);
-	ck_assert_uint_lt(v, UINT64_C(1) << 63);
+	ck_assert_uint_lt(r.end, UINT64_C(1) << 63);
 	token_close(t);
 }
 END_TEST
@@ -177,11 +204,11 @@ END_TEST
 START_TEST(peek_does_not_consume_a_token)
 {
 	struct token	*t = open_ok(base);
-	uint64_t	 p = token_peek(t);
+	uint64_t	 p = token_peek(t), end;
 
 	ck_assert_uint_eq(token_peek(t), p);
-	ck_assert_uint_eq(token_next(t), p);
-	ck_assert_uint_eq(token_peek(t), p + 1);
+	ck_assert_uint_eq(token_reserve(t, &end), p);
+	ck_assert_uint_eq(token_peek(t), end);
 	token_close(t);
 }
 END_TEST
@@ -191,14 +218,15 @@ END_TEST
 START_TEST(restart_after_close_issues_higher_tokens)
 {
 	struct token	*t = open_ok(base);
+	struct range	 r = { base, 0, 0 }, r2 = { base, 0, 0 };
 	uint64_t	 last, v;
 
-	last = issue(t, 100, 0);
+	last = issue(t, &r, 100, 0);
 	token_close(t);
 	t = open_ok(base);
-	v = token_next(t);
+	v = next_token(t, &r2);
 	ck_assert_uint_gt(v, last);
-	issue(t, 10, v);
+	issue(t, &r2, 10, v);
 	token_close(t);
 }
 END_TEST
@@ -206,12 +234,14 @@ END_TEST
 START_TEST(restart_without_close_issues_higher_tokens)
 {
 	struct token	*crashed = open_ok(base), *t;
+	struct range	 r = { base, 0, 0 }, r2 = { base, 0, 0 };
 	uint64_t	 last, v;
 
 	/* A crash: the first instance never closes before the next opens. */
-	last = issue(crashed, 100, 0);
+	last = issue(crashed, &r, 100, 0);
 	t = open_ok(base);
-	v = token_next(t);
+	v = next_token(t, &r2);
+	ck_assert_uint_gt(v, r.end - 1);
 	ck_assert_uint_gt(v, last);
 	token_close(t);
 	token_close(crashed);
@@ -221,12 +251,14 @@ END_TEST
 START_TEST(restart_after_a_block_boundary_issues_higher_tokens)
 {
 	struct token	*t = open_ok(base), *t2;
-	uint64_t	 last, v;
+	struct range	 r = { base, 0, 0 }, r2 = { base, 0, 0 };
+	uint64_t	 v;
 
-	last = issue(t, KL_TOKEN_BLOCK + 5, 0);
+	issue(t, &r, KL_TOKEN_BLOCK + 5, 0);
 	t2 = open_ok(base);	/* crash: t still open */
-	v = token_next(t2);
-	ck_assert_uint_gt(v, last);
+	v = next_token(t2, &r2);
+	/* above all that t could still issue without another write */
+	ck_assert_uint_ge(v, r.end);
 	token_close(t2);
 	token_close(t);
 }
@@ -239,13 +271,14 @@ START_TEST(many_restarts_and_crashes_keep_tokens_increasing)
 
 	for (int i = 0; i < 20; i++) {
 		struct token	*t = open_ok(base);
+		struct range	 r = { base, 0, 0 };
 
 		/* Odd rounds crash: the previous instance is still open. */
 		if (prev != NULL) {
 			token_close(prev);
 			prev = NULL;
 		}
-		last = issue(t, 3, last);
+		last = issue(t, &r, 3, last);
 		if (i % 2 == 0)
 			token_close(t);
 		else
@@ -256,31 +289,105 @@ START_TEST(many_restarts_and_crashes_keep_tokens_increasing)
 }
 END_TEST
 
-START_TEST(a_reserved_range_is_durable_and_tokens_go_on_above_it)
+START_TEST(a_reserved_range_is_durable_and_a_block_ahead)
 {
 	struct token	*t = open_ok(base), *t2;
-	uint64_t	 v, first, end, first2, end2;
+	uint64_t	 first, end, first2, end2, end3;
 
-	v = token_next(t);
 	first = token_reserve(t, &end);
-	/* the rest of the block, all of it under the mark on disk */
-	ck_assert_uint_eq(first, v + 1);
-	ck_assert_uint_gt(end, first);
-	ck_assert_uint_eq(end, read_mark(base));
+	/* a block, all of it under the mark on disk, and a block to spare */
+	ck_assert_uint_eq(end, first + KL_TOKEN_BLOCK);
+	ck_assert_uint_eq(read_mark(base), end + KL_TOKEN_BLOCK);
 	ck_assert_uint_eq(token_peek(t), end);
-	/* used up: the next block is written before it is handed out */
+	/* used up: the mark is raised before the spare block is handed out */
 	first2 = token_reserve(t, &end2);
 	ck_assert_uint_eq(first2, end);
 	ck_assert_uint_eq(end2, end + KL_TOKEN_BLOCK);
-	ck_assert_uint_eq(read_mark(base), end2);
-	/* token_next() goes on above every reserved token */
-	ck_assert_uint_ge(token_next(t), end2);
-	ck_assert_uint_gt(read_mark(base), end2);
+	ck_assert_uint_eq(read_mark(base), end2 + KL_TOKEN_BLOCK);
+	ck_assert_uint_eq(token_reserve(t, &end3), end2);
+	ck_assert_uint_eq(read_mark(base), end3 + KL_TOKEN_BLOCK);
 	/* a crash now: a new instance issues above all of them */
 	t2 = open_ok(base);
-	ck_assert_uint_ge(token_next(t2), end2 + 1);
+	ck_assert_uint_ge(token_reserve(t2, &end), end3);
 	token_close(t2);
 	token_close(t);
+}
+END_TEST
+
+/* ---- a mark that cannot be written ---- */
+
+/* A directory where the temporary file goes: the next write of the mark
+ * fails, as root too (EISDIR). */
+static void
+block_writes(bool on)
+{
+	char	p[PATH_MAX + 32];
+
+	path_in(p, sizeof(p), KL_TOKEN_FILE ".tmp");
+	if (on)
+		ck_assert_msg(mkdir(p, 0700) == 0, "%s: %s", p,
+		    strerror(errno));
+	else
+		ck_assert_msg(rmdir(p) == 0, "%s: %s", p, strerror(errno));
+}
+
+/*
+ * The range after a failed write comes from the block kept ahead, under
+ * the mark on disk, and grants are refused until a write succeeds, tried
+ * again once a second. (Before, the mark was raised in memory alone and
+ * the next block handed out: a crash then could reuse its tokens.)
+ */
+START_TEST(a_failed_mark_refuses_grants_and_hands_out_durable_tokens)
+{
+	struct token	*t = open_ok(base);
+	uint64_t	 end, first, mark;
+
+	ck_assert(token_ready(t, 0));
+	token_reserve(t, &end);
+	mark = read_mark(base);
+	block_writes(true);
+	first = token_reserve(t, &end);
+	ck_assert_uint_lt(first, end);
+	ck_assert_msg(end <= read_mark(base), "tokens up to %" PRIu64
+	    " handed out, %" PRIu64 " durable", end, read_mark(base));
+	ck_assert_uint_eq(read_mark(base), mark);
+	ck_assert(!token_ready(t, 5000));
+	/* written again: not before a second has passed */
+	block_writes(false);
+	ck_assert(!token_ready(t, 5000 + KL_TOKEN_RETRY_MS - 1));
+	ck_assert_uint_eq(read_mark(base), mark);
+	ck_assert(token_ready(t, 5000 + KL_TOKEN_RETRY_MS));
+	ck_assert_uint_eq(read_mark(base), end + 2 * KL_TOKEN_BLOCK);
+	ck_assert(token_ready(t, 0));
+	/* and tokens go on from where they were */
+	mark = end;
+	ck_assert_uint_eq(token_reserve(t, &end), mark);
+	ck_assert_uint_le(end, read_mark(base));
+	token_close(t);
+}
+END_TEST
+
+/* With nothing left below the mark and the mark not writable, the process
+ * exits rather than hand out a token a crash could hand out again. */
+START_TEST(nothing_left_below_a_failed_mark_exits)
+{
+	pid_t	pid;
+	int	status;
+
+	ck_assert_int_ne(pid = fork(), -1);
+	if (pid == 0) {
+		struct token	*t = open_ok(base);
+		uint64_t	 end;
+
+		block_writes(true);
+		token_reserve(t, &end);
+		token_reserve(t, &end);	/* the spare block */
+		token_reserve(t, &end);	/* nothing left: exits */
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+	    "status %#x, want exit 1", status);
 }
 END_TEST
 
@@ -292,7 +399,7 @@ START_TEST(mark_is_above_every_token_after_open)
 	uint64_t	 first = token_peek(t);
 
 	ck_assert_uint_ge(read_mark(base), first + 1);
-	ck_assert_uint_eq(read_mark(base), first + KL_TOKEN_BLOCK);
+	ck_assert_uint_eq(read_mark(base), first + 2 * KL_TOKEN_BLOCK);
 	token_close(t);
 }
 END_TEST
@@ -300,12 +407,13 @@ END_TEST
 START_TEST(mark_is_above_every_token_after_a_block_boundary)
 {
 	struct token	*t = open_ok(base);
+	struct range	 r = { base, 0, 0 };
 	uint64_t	 last, mark_before = read_mark(base);
 
-	last = issue(t, KL_TOKEN_BLOCK + 5, 0);
+	last = issue(t, &r, 2 * KL_TOKEN_BLOCK + 5, 0);
 	ck_assert_uint_ge(read_mark(base), last + 1);
 	ck_assert_uint_gt(read_mark(base), mark_before);
-	ck_assert_uint_gt(read_mark(base), token_peek(t));
+	ck_assert_uint_ge(read_mark(base), token_peek(t));
 	token_close(t);
 }
 END_TEST
@@ -313,9 +421,10 @@ END_TEST
 START_TEST(mark_is_not_written_per_token)
 {
 	struct token	*t = open_ok(base);
+	struct range	 r = { base, 0, 0 };
 	uint64_t	 mark = read_mark(base);
 
-	issue(t, 1000, 0);
+	issue(t, &r, 1000, 0);
 	ck_assert_uint_eq(read_mark(base), mark);
 	token_close(t);
 }
@@ -325,8 +434,9 @@ START_TEST(no_temporary_file_is_left_behind)
 {
 	char		 p[PATH_MAX + 32];
 	struct token	*t = open_ok(base);
+	struct range	 r = { base, 0, 0 };
 
-	issue(t, KL_TOKEN_BLOCK + 1, 0);
+	issue(t, &r, KL_TOKEN_BLOCK + 1, 0);
 	token_close(t);
 	ck_assert_int_eq(access(path_in(p, sizeof(p), KL_TOKEN_FILE ".tmp"),
 	    F_OK), -1);
@@ -338,11 +448,12 @@ START_TEST(an_existing_mark_is_where_tokens_start)
 {
 	char		 p[PATH_MAX + 32];
 	struct token	*t;
+	uint64_t	 end;
 
 	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE), "12345\n", 6);
 	t = open_ok(base);
-	ck_assert_uint_ge(token_next(t), 12345);
-	ck_assert_uint_ge(read_mark(base), 12345 + KL_TOKEN_BLOCK);
+	ck_assert_uint_ge(token_reserve(t, &end), 12345);
+	ck_assert_uint_ge(read_mark(base), 12345 + 2 * KL_TOKEN_BLOCK);
 	token_close(t);
 }
 END_TEST
@@ -351,10 +462,11 @@ START_TEST(a_mark_without_newline_is_accepted)
 {
 	char		 p[PATH_MAX + 32];
 	struct token	*t;
+	uint64_t	 end;
 
 	write_file(path_in(p, sizeof(p), KL_TOKEN_FILE), "777", 3);
 	t = open_ok(base);
-	ck_assert_uint_ge(token_next(t), 777);
+	ck_assert_uint_ge(token_reserve(t, &end), 777);
 	token_close(t);
 }
 END_TEST
@@ -434,13 +546,14 @@ START_TEST(missing_state_dir_is_created)
 	char		 dir[PATH_MAX + 32];
 	struct stat	 sb;
 	struct token	*t;
+	uint64_t	 end;
 
 	path_in(dir, sizeof(dir), "state");
 	ck_assert_int_eq(stat(dir, &sb), -1);
 	t = open_ok(dir);
 	ck_assert_int_eq(stat(dir, &sb), 0);
 	ck_assert(S_ISDIR(sb.st_mode));
-	ck_assert_uint_gt(token_next(t), 0);
+	ck_assert_uint_gt(token_reserve(t, &end), 0);
 	ck_assert_uint_ge(read_mark(dir), token_peek(t));
 	token_close(t);
 }
@@ -517,8 +630,14 @@ token_suite(void)
 	tcase_add_test(tc, restart_without_close_issues_higher_tokens);
 	tcase_add_test(tc, restart_after_a_block_boundary_issues_higher_tokens);
 	tcase_add_test(tc, many_restarts_and_crashes_keep_tokens_increasing);
+	tcase_add_test(tc, a_reserved_range_is_durable_and_a_block_ahead);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("failed_mark");
+	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc,
-	    a_reserved_range_is_durable_and_tokens_go_on_above_it);
+	    a_failed_mark_refuses_grants_and_hands_out_durable_tokens);
+	tcase_add_test(tc, nothing_left_below_a_failed_mark_exits);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mark");
