@@ -9,16 +9,20 @@
  * the daemon handed its table (a block), while it may be writing the next
  * mark. Between rounds the daemon is also killed during its own startup, when
  * it writes the mark first, and must start cleanly after. TOKEN_CRASH_SEED (1)
- * picks the moments.
+ * picks the moments. And a mark that cannot be written: new LOCKs get ERR
+ * BACKEND, a queued one is still granted, no token reaches the mark on disk,
+ * and LOCKs are granted again once it can be written.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -257,6 +261,128 @@ START_TEST(tokens_after_a_crash_are_above_every_token_before)
 }
 END_TEST
 
+/* The mark in state/token. */
+static uint64_t
+mark_of(const char *state)
+{
+	char		 path[PATH_MAX], buf[32];
+	FILE		*f;
+	size_t		 n;
+	uint64_t	 v;
+
+	snprintf(path, sizeof(path), "%s/%s", state, KL_TOKEN_FILE);
+	ck_assert_msg((f = fopen(path, "r")) != NULL, "%s: %s", path,
+	    strerror(errno));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	ck_assert_msg(sscanf(buf, "%" SCNu64, &v) == 1, "%s: %s", path, buf);
+	return v;
+}
+
+/* A LOCK reply of the storm: a token below mark, or false on ERR BACKEND. */
+static bool
+failing_lock_reply(struct kt_conn *c, uint64_t mark, uint64_t *last)
+{
+	uint64_t	t;
+
+	if (kt_line_is_err(c, "BACKEND"))
+		return false;
+	if (!kt_line_token(c, &t))
+		kt_fail("LOCK got \"%s\"", kt_esc(c->line, c->linelen));
+	if (t <= *last || t >= mark)
+		kt_fail("token %" PRIu64 " after %" PRIu64 ", mark on disk %"
+		    PRIu64, t, *last, mark);
+	*last = t;
+	return true;
+}
+
+START_TEST(a_mark_that_cannot_be_written_refuses_new_locks)
+{
+	const char	*state = kt_tmpdir();
+	char		 tmp[PATH_MAX], buf[BATCH * 24];
+	struct kt_conn	*c, *holder, *waiter;
+	const char	*line;
+	uint64_t	 mark, last = 0, t, grants = 0, deadline;
+	size_t		 sent = 0, got = 0, len;
+	bool		 refused = false;
+
+	/* a million grants: seconds under ASan, too long under valgrind */
+	if (kt_slow() > 1)
+		return;
+	ck_assert_ptr_nonnull(state);
+	kt_d = kt_daemon_start_at(KT_AT, state, KT_ARGS("--log-level",
+	    "error"));
+	mark = mark_of(state);
+	/* the temporary file's path a directory: the write fails, as root
+	 * too */
+	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", state, KL_TOKEN_FILE);
+	ck_assert_int_eq(mkdir(tmp, 0700), 0);
+	c = kt_connect();
+	holder = kt_connect();
+	waiter = kt_connect();
+	kt_lock(holder, "LOCK queued");
+	kt_send(waiter, "LOCK queued");
+	json_decref(kt_wait_queue(c, "queued", 1, 1));
+
+	/* LOCK/UNLOCK pairs until the table's first range (a block) is used
+	 * up, the mark cannot be raised, and LOCK is refused */
+	len = 0;
+	for (int b = 0; b < BATCH; b++)
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len,
+		    "LOCK s\nUNLOCK s\n");
+	deadline = kt_now_ms() + (uint64_t)kt_ms(120000);
+	while (!refused || got < sent) {
+		if (!refused && sent - got < 8 * BATCH) {
+			kt_send_raw(c, buf, len);
+			sent += BATCH;
+		}
+		if (kt_conn_readline(c, kt_ms(10000)) != KT_LINE)
+			kt_fail("no reply after %zu pairs", got);
+		if (failing_lock_reply(c, mark, &last)) {
+			grants++;
+			kt_expect_line(c, "OK 1");
+		} else {
+			refused = true;
+			kt_expect_err(c, "NOTHELD");
+		}
+		got++;
+		ck_assert_msg(kt_now_ms() < deadline, "%" PRIu64 " grants "
+		    "and no refusal", grants);
+	}
+	ck_assert_uint_ge(grants, KL_TOKEN_BLOCK - 1);
+	ck_assert_uint_eq(mark_of(state), mark);
+	line = kt_req_err(c, "BACKEND", "LOCK other");
+	ck_assert_msg(strstr(line, "fencing-token mark") != NULL, "%s", line);
+	/* a request already queued is granted, below the mark on disk */
+	kt_req(holder, "OK 1", "UNLOCK queued");
+	t = kt_expect_token(waiter);
+	ck_assert_uint_gt(t, last);
+	ck_assert_uint_lt(t, mark);
+	fprintf(stderr, "token crash: %" PRIu64 " grants, then ERR BACKEND; "
+	    "the queued LOCK got %" PRIu64 ", the mark on disk is %" PRIu64
+	    "\n", grants, t, mark);
+
+	/* writable again: LOCK is granted within a second or so */
+	ck_assert_int_eq(rmdir(tmp), 0);
+	deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
+	for (;;) {
+		kt_send(c, "LOCK other");
+		if (kt_conn_readline(c, kt_ms(KT_REPLY_MS)) != KT_LINE)
+			kt_fail("no reply to LOCK other");
+		if (!kt_line_is_err(c, "BACKEND"))
+			break;
+		ck_assert_msg(kt_now_ms() < deadline, "still ERR BACKEND "
+		    "with the mark writable");
+		kt_sleep_ms(100);
+	}
+	ck_assert_msg(kt_line_token(c, &t), "LOCK other: %s",
+	    kt_esc(c->line, c->linelen));
+	ck_assert_uint_gt(t, last);
+	ck_assert_uint_gt(mark_of(state), mark);
+}
+END_TEST
+
 static Suite *
 token_crash_suite(void)
 {
@@ -267,6 +393,10 @@ token_crash_suite(void)
 	if (tc != NULL)
 		tcase_add_test(tc,
 		    tokens_after_a_crash_are_above_every_token_before);
+	tc = kt_tcase(s, "failed_mark", KT_PRIVATE, 120, kt_setup_none);
+	if (tc != NULL)
+		tcase_add_test(tc,
+		    a_mark_that_cannot_be_written_refuses_new_locks);
 	return s;
 }
 
