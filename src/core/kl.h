@@ -26,6 +26,8 @@ enum kl_err {
 	KL_ERR_SHUTDOWN,
 	KL_ERR_CANCELLED,
 	KL_ERR_BACKEND,
+	KL_ERR_GONE,
+	KL_ERR_SESSION,
 	KL_ERR__COUNT,		/* the wire codes end here */
 	/*
 	 * Inside the daemon only, never on the wire: an allocation failed.
@@ -37,6 +39,7 @@ enum kl_err {
 #define KL_KEY_MAX		250	/* bytes in a key (keylockd-protocol(7), KEYS) */
 #define KL_NAME_MAX		64	/* bytes in a NAME label */
 #define KL_SECRET_MAX		256	/* bytes in an AUTH secret */
+#define KL_SESSION_ID_MAX	64	/* bytes in a session ID (A-Z a-z 0-9 - _) */
 #define KL_KEYS_HARD_MAX	1024	/* keys one parsed request can carry */
 
 #define KL_MAX_LINE_DEFAULT	4096	/* request line, CR and LF included */
@@ -49,6 +52,8 @@ enum kl_err {
 #define KL_PORT_DEFAULT		7711
 #define KL_TLS_PORT_DEFAULT	7712
 #define KL_BIND_DEFAULT		"127.0.0.1"
+#define KL_SESSION_GRACE_DEFAULT	10000	/* ms a detached session lingers */
+#define KL_SESSION_GRACE_MAX_DEFAULT	60000	/* the most SESSION grace= may ask */
 #define KL_WARN_INTERVAL_MS	10000	/* one warning per 10 s of a kind */
 
 /* Option values in milliseconds stop here (about 31 years): no overflow. */

@@ -148,6 +148,25 @@ bool		 locktable_owner_is_waiting(const struct lt_owner *o);
 bool		 locktable_owner_wait_walk(const struct lt_owner *o,
 		    bool (*fn)(void *arg, const char *key, size_t keylen),
 		    void *arg, uint64_t *arrival_ms);
+/* The mode and limit of o's queued request; false if o is not waiting. */
+bool		 locktable_owner_wait_mode(const struct lt_owner *o,
+		    enum lt_mode *mode, uint32_t *limit);
+
+/* One key o holds, for RESUME (keylockd-protocol(7), SESSIONS). */
+struct lt_own_view {
+	const char	*key;
+	size_t		 keylen;
+	uint64_t	 token;		/* the keys of one grant share it */
+	enum lt_mode	 mode;
+	uint32_t	 limit;
+	uint64_t	 expires_in_ms;	/* 0: no ttl; >= 1 while it has one */
+};
+/* Calls fn for each key o holds, oldest grant first and the keys of one
+ * grant in the order it took them, until fn returns false. */
+void		 locktable_owner_hold_walk(const struct locktable *lt,
+		    const struct lt_owner *o, uint64_t now_ms,
+		    bool (*fn)(void *arg, const struct lt_own_view *v),
+		    void *arg);
 
 /*
  * Asks for every key of a at once. Checks, in keylockd-protocol(7) order: LIMIT

@@ -181,3 +181,48 @@ locktable_owner_wait_walk(const struct lt_owner *o,
 			break;
 	return true;
 }
+
+bool
+locktable_owner_wait_mode(const struct lt_owner *o, enum lt_mode *mode,
+    uint32_t *limit)
+{
+	const struct lt_req	*r = o->wait;
+	const struct lt_key	*k;
+
+	if (r == NULL)
+		return false;
+	k = r->slots[0].key;
+	*mode = (enum lt_mode)r->mode;
+	*limit = lt_key_limit(k);
+	return true;
+}
+
+void
+locktable_owner_hold_walk(const struct locktable *lt,
+    const struct lt_owner *o, uint64_t now_ms,
+    bool (*fn)(void *, const struct lt_own_view *), void *arg)
+{
+	const struct lt_hold	*h, *last = NULL;
+	const struct lt_key	*k;
+	struct lt_own_view	 v;
+	uint64_t		 expiry;
+
+	/* Holds are pushed at the head: the oldest is the last. */
+	for (h = o->holds; h != NULL; h = h->onext)
+		last = h;
+	for (h = last; h != NULL; h = h->oprev) {
+		k = lt_hold_key(h);
+		v.key = k->key;
+		v.keylen = k->keylen;
+		v.token = h->token;
+		v.mode = (enum lt_mode)h->mode;
+		v.limit = lt_key_limit(k);
+		v.expires_in_ms = 0;
+		if (h->heap_idx != LT_NO_TTL) {
+			expiry = lt_heap_expiry(lt, h);
+			v.expires_in_ms = expiry > now_ms ? expiry - now_ms : 1;
+		}
+		if (!fn(arg, &v))
+			return;
+	}
+}

@@ -205,13 +205,15 @@ static const size_t proto_arg_max[] = {
 	[PROTO_ARG_KEY]		= KL_KEY_MAX,
 	[PROTO_ARG_NAME]	= KL_NAME_MAX,
 	[PROTO_ARG_SECRET]	= KL_SECRET_MAX,
-	[PROTO_ARG_ID]		= 0
+	[PROTO_ARG_ID]		= 0,
+	[PROTO_ARG_SESSION]	= 0
 };
 
 /* mode= takes a word, not a number: min and max are unused. */
 #define PROTO_OPT_ROW(name, bit, min, max)				\
 	{ name, sizeof(name) - 1, bit, min, max }
 static const struct proto_opt_def proto_opt_defs[] = {
+	PROTO_OPT_ROW("grace",		OPT_GRACE,	 1, KL_MS_MAX),
 	PROTO_OPT_ROW("limit",		OPT_LIMIT,	 1, KL_LIMIT_MAX),
 	PROTO_OPT_ROW("max_waiters",	OPT_MAX_WAITERS, 0, KL_LIMIT_MAX),
 	PROTO_OPT_ROW("mode",		OPT_MODE,	 0, 0),
@@ -239,6 +241,8 @@ static const char *const proto_err_words[KL_ERR__COUNT] = {
 	[KL_ERR_SHUTDOWN]	= "SHUTDOWN",
 	[KL_ERR_CANCELLED]	= "CANCELLED",
 	[KL_ERR_BACKEND]	= "BACKEND",
+	[KL_ERR_GONE]		= "GONE",
+	[KL_ERR_SESSION]	= "SESSION",
 };
 
 static enum kl_err	 proto_fail(struct request *, enum kl_err,
@@ -679,6 +683,9 @@ proto_parse_option(struct request *req, const struct proto_cmd *cmd,
 	case OPT_TTL:
 		req->ttl_ms = v;
 		break;
+	case OPT_GRACE:
+		req->grace_ms = v;
+		break;
 	case OPT_LIMIT:
 		req->limit = (uint32_t)v;
 		break;
@@ -687,6 +694,14 @@ proto_parse_option(struct request *req, const struct proto_cmd *cmd,
 		break;
 	}
 	return KL_OK;
+}
+
+/* keylockd-protocol(7), SESSIONS: the bytes of a session ID. */
+static bool
+proto_is_session_byte(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	    (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
 /* Every argument is counted and checked; the first KL_KEYS_HARD_MAX kept. */
@@ -737,6 +752,15 @@ proto_parse_arg(struct request *req, const struct proto_cmd *cmd,
 		snprintf(req->why, sizeof(req->why), "a client id is a "
 		    "number");
 		return KL_ERR_SYNTAX;
+	case PROTO_ARG_SESSION:
+		for (off = 0; off < tok->len; off++)
+			if (!proto_is_session_byte(tok->p[off]))
+				break;
+		if (tok->len <= KL_SESSION_ID_MAX && off == tok->len)
+			break;
+		snprintf(req->why, sizeof(req->why), "a session ID is 1 to "
+		    "%d bytes of A-Z a-z 0-9 - _", KL_SESSION_ID_MAX);
+		return KL_ERR_SYNTAX;
 	case PROTO_ARG_NONE:
 		break;
 	}
@@ -755,6 +779,8 @@ proto_arg_noun(enum proto_arg kind)
 		return "secret";
 	case PROTO_ARG_ID:
 		return "client id";
+	case PROTO_ARG_SESSION:
+		return "session ID";
 	case PROTO_ARG_NONE:
 		break;
 	}
@@ -1206,6 +1232,7 @@ proto_parse_tokens(const char *line, size_t len, struct request *req)
 	req->opts = 0;
 	req->timeout_ms = 0;
 	req->ttl_ms = 0;
+	req->grace_ms = 0;
 	req->limit = 1;
 	req->max_waiters = 0;
 	req->shared = false;

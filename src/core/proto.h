@@ -31,6 +31,8 @@
 	X(PING,      0,  0, PROTO_ARG_NONE,   0)			\
 	X(QUIT,      0,  0, PROTO_ARG_NONE,   0)			\
 	X(REFRESH,   1, -1, PROTO_ARG_KEY,    OPT_TTL)			\
+	X(RESUME,    1,  1, PROTO_ARG_SESSION, 0)			\
+	X(SESSION,   0,  0, PROTO_ARG_NONE,   OPT_GRACE)		\
 	X(STATS,     0,  0, PROTO_ARG_NONE,   0)			\
 	X(TRYLOCK,   1, -1, PROTO_ARG_KEY,    PROTO_OPTS_TRYLOCK)	\
 	X(UNLOCK,    1, -1, PROTO_ARG_KEY,    0)			\
@@ -49,7 +51,8 @@ enum proto_arg {
 	PROTO_ARG_KEY,		/* keylockd-protocol(7), KEYS; bad ones are BADKEY */
 	PROTO_ARG_NAME,		/* key byte rules, 1..KL_NAME_MAX; SYNTAX */
 	PROTO_ARG_SECRET,	/* one raw token, 1..KL_SECRET_MAX; no options */
-	PROTO_ARG_ID		/* a client id: 1 to 20 digits; SYNTAX */
+	PROTO_ARG_ID,		/* a client id: 1 to 20 digits; SYNTAX */
+	PROTO_ARG_SESSION	/* a session ID: 1..KL_SESSION_ID_MAX of A-Z a-z 0-9 - _; SYNTAX */
 };
 
 enum proto_opt {
@@ -57,7 +60,8 @@ enum proto_opt {
 	OPT_MODE	= 1 << 1,
 	OPT_LIMIT	= 1 << 2,
 	OPT_MAX_WAITERS	= 1 << 3,
-	OPT_TTL		= 1 << 4
+	OPT_TTL		= 1 << 4,
+	OPT_GRACE	= 1 << 5	/* SESSION grace=MS */
 };
 #define PROTO_OPTS_TRYLOCK	(OPT_MODE | OPT_LIMIT | OPT_MAX_WAITERS | OPT_TTL)
 #define PROTO_OPTS_LOCK		(PROTO_OPTS_TRYLOCK | OPT_TIMEOUT)
@@ -75,6 +79,7 @@ struct request {
 	unsigned	 opts;		/* OPT_* given on the line */
 	uint64_t	 timeout_ms;
 	uint64_t	 ttl_ms;	/* >= 1 when given */
+	uint64_t	 grace_ms;	/* SESSION: >= 1 when given */
 	uint32_t	 limit;		/* 1 unless given */
 	uint32_t	 max_waiters;
 	bool		 shared;	/* mode=shared */

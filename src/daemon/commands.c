@@ -21,6 +21,7 @@
 #include "conn.h"
 #include "locktable.h"
 #include "log.h"
+#include "session.h"
 #include "stats.h"
 #include "util.h"
 
@@ -217,11 +218,10 @@ commands_need_auth(const struct commands *cmds)
 /* ---- the texts ---- */
 
 static const char *
-cmd_owner_name(const struct lt_owner *o)
+cmd_owner_name(const struct lt_owner *o, int64_t *detached_ms)
 {
-	const struct conn	*c = locktable_owner_udata(o);
-
-	return c != NULL ? conn_name(c) : NULL;
+	*detached_ms = owner_detached_ms(o, kl_now_ms());
+	return owner_name(o);
 }
 
 /* "KEY held by client 3 (backup) for 812 ms, 2 waiting": who blocks. */
@@ -231,13 +231,17 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 	int	n;
 
 	if (b->holder != NULL) {
-		const char	*name = cmd_owner_name(b->holder);
+		const char	*name = owner_name(b->holder);
 
 		n = snprintf(buf, len, "%.*s held by client %" PRIu64 "%s%s%s"
 		    " for %" PRIu64 " ms", (int)b->keylen, b->key,
 		    locktable_owner_id(b->holder), name != NULL ? " (" : "",
 		    name != NULL ? name : "", name != NULL ? ")" : "",
 		    b->held_ms);
+		if (owner_in_lock_delay(b->holder) && n > 0 &&
+		    (size_t)n < len)
+			n += snprintf(buf + n, len - (size_t)n, " (its session "
+			    "ended: session-lock-delay)");
 		if (b->nholders > 1 && n > 0 && (size_t)n < len)
 			n += snprintf(buf + n, len - (size_t)n, " and %zu "
 			    "other holder%s", b->nholders - 1,
@@ -573,7 +577,28 @@ cmd_clients_add(void *arg, struct conn *c)
 	sc.transport = cmd_transport_name(conn_transport(c));
 	sc.peer = conn_peer(c);
 	sc.age_ms = cl->now - conn_since_ms(c);
+	sc.detached_ms = -1;
 	sc.owner = conn_owner(c);
+	stats_clients_add(cl->list, &sc, cl->now);
+	return true;
+}
+
+/* keylockd-protocol(7), SESSIONS: Seen by operators. */
+static bool
+cmd_clients_add_detached(void *arg, const struct session *s,
+    struct lt_owner *owner, uint64_t detached_ms, const char *peer)
+{
+	struct cmd_clients	*cl = arg;
+	struct stats_client	 sc;
+
+	sc.id = session_client(s);
+	sc.name = session_name(s);
+	sc.transport = cmd_transport_name(
+	    (enum conn_transport)session_transport(s));
+	sc.peer = peer;
+	sc.age_ms = cl->now - session_since_ms(s);
+	sc.detached_ms = (int64_t)detached_ms;
+	sc.owner = owner;
 	stats_clients_add(cl->list, &sc, cl->now);
 	return true;
 }
@@ -589,6 +614,8 @@ cmd_clients(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	conns_walk(conn_set(c), cmd_clients_add, &cl);
+	sessions_walk_detached(conns_sessions(conn_set(c)),
+	    cmd_clients_add_detached, &cl, cl.now);
 	cmd_json_reply(c, stats_clients_json(cl.list));
 }
 
@@ -600,14 +627,32 @@ cmd_kill(struct commands *cmds, struct conn *c, const struct request *req)
 	char		 why[KL_NAME_MAX + 64];
 	const char	*name = conn_name(c);
 
-	if (!kl_parse_u64(req->args[0], req->arglens[0], 0, UINT64_MAX, &id) ||
-	    (target = conns_find(conn_set(c), id)) == NULL) {
+	struct session	*s;
+
+	if (!kl_parse_u64(req->args[0], req->arglens[0], 0, UINT64_MAX, &id)) {
 		conn_reply_u64(c, 0);
 		return;
 	}
 	snprintf(why, sizeof(why), "killed by client %" PRIu64 "%s%s%s",
 	    conn_id(c), name != NULL ? " (" : "", name != NULL ? name : "",
 	    name != NULL ? ")" : "");
+	if ((target = conns_find(conn_set(c), id)) == NULL) {
+		/* A detached session's id ends it (keylockd-protocol(7),
+		 * SESSIONS: Ending a session). */
+		if ((s = sessions_find_client(conns_sessions(conn_set(c)),
+		    id)) == NULL) {
+			conn_reply_u64(c, 0);
+			return;
+		}
+		log_info("client %" PRIu64 " (%s): detached session: KILL by "
+		    "client %" PRIu64 " from %s", id, session_name(s) != NULL ?
+		    session_name(s) : "-", conn_id(c), conn_peer(c));
+		session_end(s, why);
+		conn_reply_u64(c, 1);
+		return;
+	}
+	if ((s = conn_session(target)) != NULL)
+		session_end(s, why);
 	log_info("client %" PRIu64 " (%s) from %s: KILL by client %" PRIu64
 	    " from %s", id, conn_name(target) != NULL ? conn_name(target) :
 	    "-", conn_peer(target), conn_id(c), conn_peer(c));
@@ -616,6 +661,95 @@ cmd_kill(struct commands *cmds, struct conn *c, const struct request *req)
 		conn_quit(c);	/* after its OK 1 */
 	else
 		conn_close(target, why);
+}
+
+/* ---- sessions (keylockd-protocol(7), SESSIONS) ---- */
+
+/* backend etcd replicates owners per front end: a session there would
+ * not outlive its front end, which is what a user of it expects. */
+static bool
+cmd_sessions_available(struct commands *cmds, struct conn *c)
+{
+	if (strcmp(backend_name(cmds->be), "local") == 0)
+		return true;
+	conn_reply_err(c, KL_ERR_BACKEND, "sessions are not available with "
+	    "backend %s yet: nothing was changed", backend_name(cmds->be));
+	return false;
+}
+
+static void
+cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	const struct config	*cfg = cmds->cfg;
+	const struct stats	*st = cmds->st;
+	uint64_t		 grace = (req->opts & OPT_GRACE) ?
+	    req->grace_ms : (uint64_t)cfg->session_grace;
+	char			 id[SESSION_ID_LEN + 1];
+	struct session		*s;
+	bool			 nomem;
+
+	if (!cmd_sessions_available(cmds, c))
+		return;
+	if (conn_session(c) != NULL) {
+		conn_reply_err(c, KL_ERR_SESSION, "this connection already "
+		    "has a session");
+		return;
+	}
+	if (grace > (uint64_t)cfg->session_grace_max) {
+		conn_reply_err(c, KL_ERR_LIMIT, "grace=%" PRIu64 " is over "
+		    "session-grace-max %" PRId64, grace,
+		    cfg->session_grace_max);
+		return;
+	}
+	/* A detached session keeps its connection's slot (keylockd-
+	 * protocol(7), SESSIONS: Limits); this connection has one. */
+	if (st->clients + st->sessions_detached >
+	    (uint64_t)cfg->max_clients) {
+		conn_reply_err(c, KL_ERR_LIMIT, "%" PRIu64 " connections and "
+		    "%" PRIu64 " detached sessions: no room for another "
+		    "session (max-clients %" PRId64 ")", st->clients,
+		    st->sessions_detached, cfg->max_clients);
+		return;
+	}
+	if ((s = session_open(conns_sessions(conn_set(c)), c, grace, id,
+	    &nomem)) == NULL) {
+		if (nomem)
+			conn_close_nomem(c, "a session");
+		else
+			conn_reply_err(c, KL_ERR_SESSION, "no session: the "
+			    "kernel gave no random bytes for its ID");
+		return;
+	}
+	conn_set_session(c, s);
+	conn_reply_ok_str(c, id);
+}
+
+static void
+cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	struct lt_owner	*o = conn_owner(c);
+	struct session	*s;
+	bool		 waiting;
+
+	if (!cmd_sessions_available(cmds, c))
+		return;
+	if (conn_session(c) != NULL || locktable_owner_nholds(o) > 0 ||
+	    locktable_owner_is_waiting(o)) {
+		conn_reply_err(c, KL_ERR_SESSION, "RESUME needs a connection "
+		    "without a session, locks or a wait");
+		return;
+	}
+	if ((s = sessions_find(conns_sessions(conn_set(c)), req->args[0],
+	    req->arglens[0])) == NULL) {
+		conn_reply_err(c, KL_ERR_GONE, "no such session: it ended "
+		    "and its locks were released");
+		return;
+	}
+	o = conn_take_session(c, s, &waiting);
+	cmd_json_reply(c, stats_resume_json(backend_table(cmds->be), o,
+	    req->args[0], req->arglens[0], session_grace(s), kl_now_ms()));
+	if (waiting)
+		conn_resume_wait(c);
 }
 
 static void
@@ -637,6 +771,8 @@ cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 	struct backend		*be = cmds->be;
 	struct be_result	 r;
 
+	if (conn_session(c) != NULL)
+		session_end(conn_session(c), "QUIT");
 	if (be->ops->quit_releases && be->ops->release_owner(be,
 	    conn_owner(c), kl_now_ms(), &r) == BE_PENDING) {
 		conn_pend(c, false, -1, 0);
@@ -658,6 +794,8 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_PING]	= { cmd_ping,		CMD_NO_AUTH },
 	[CMD_QUIT]	= { cmd_quit,		CMD_NO_AUTH },
 	[CMD_REFRESH]	= { cmd_refresh,	CMD_KEYS },
+	[CMD_RESUME]	= { cmd_resume,		0 },
+	[CMD_SESSION]	= { cmd_session,	0 },
 	[CMD_STATS]	= { cmd_stats,		0 },
 	[CMD_TRYLOCK]	= { cmd_lock,		CMD_KEYS },
 	[CMD_UNLOCK]	= { cmd_unlock,		CMD_KEYS },
@@ -813,10 +951,10 @@ void
 commands_done(struct commands *cmds, struct lt_owner *o,
     const struct be_result *r)
 {
-	struct conn	*c = locktable_owner_udata(o);
+	struct conn	*c = owner_conn(o);
 
 	if (c == NULL)
-		return;
+		return;	/* a detached session's: RESUME tells */
 	if (conn_is_quitting(c))
 		conn_reply_ok(c, "%s", "");	/* QUIT's release */
 	else

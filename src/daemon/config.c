@@ -92,6 +92,14 @@ static const struct setting settings[] = {
 	    32767, "s between probes", true },
 	{ "tcp-keepalive-count", "N", SET_INT, OFF(keepalive_count), 1, 127,
 	    "unanswered probes before the peer is dead", true },
+	{ "session-grace", "MS", SET_INT, OFF(session_grace), 1,
+	    (int64_t)KL_MS_MAX, "ms a detached session keeps its locks when "
+	    "SESSION gives no grace=", true },
+	{ "session-grace-max", "MS", SET_INT, OFF(session_grace_max), 1,
+	    (int64_t)KL_MS_MAX, "largest grace= SESSION accepts (ms)", true },
+	{ "session-lock-delay", "MS", SET_INT, OFF(session_lock_delay), 0,
+	    (int64_t)KL_MS_MAX, "ms an expired session's keys stay "
+	    "unavailable (0: none)", true },
 	{ "auth-file", "FILE", SET_STRING, OFF(auth_file), 0, 0,
 	    "file holding the AUTH secret", true },
 	{ "admin-auth-file", "FILE", SET_STRING, OFF(admin_auth_file), 0, 0,
@@ -166,6 +174,9 @@ config_defaults(struct config *cfg)
 	cfg->default_timeout = KL_NONE;
 	cfg->max_timeout = KL_NONE;
 	cfg->default_max_waiters = KL_NONE;
+	cfg->session_grace = KL_SESSION_GRACE_DEFAULT;
+	cfg->session_grace_max = KL_SESSION_GRACE_MAX_DEFAULT;
+	cfg->session_lock_delay = 0;
 	cfg->keepalive_idle = 60;
 	cfg->keepalive_interval = 10;
 	cfg->keepalive_count = 3;
@@ -491,6 +502,13 @@ config_check(const struct config *cfg)
 		fprintf(stderr, "keylockd: default-timeout %" PRId64 " is over "
 		    "max-timeout %" PRId64 ": every LOCK without timeout= "
 		    "would fail\n", cfg->default_timeout, cfg->max_timeout);
+		return EX_KL_CONFIG;
+	}
+	if (cfg->session_grace > cfg->session_grace_max) {
+		fprintf(stderr, "keylockd: session-grace %" PRId64 " is over "
+		    "session-grace-max %" PRId64 ": every SESSION without "
+		    "grace= would fail\n", cfg->session_grace,
+		    cfg->session_grace_max);
 		return EX_KL_CONFIG;
 	}
 	if (cfg->tls_key != NULL && cfg->tls_cert == NULL) {

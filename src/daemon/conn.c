@@ -32,6 +32,7 @@
 #include "conn.h"
 #include "log.h"
 #include "proto.h"
+#include "session.h"
 #include "stats.h"
 #include "tls.h"
 #include "util.h"
@@ -81,6 +82,8 @@ struct conns {
 	struct conn_list	 dead;		/* closed, freed end of turn */
 	struct conn_list	 deferred;	/* turn used up: next turn */
 	struct event		*resume;	/* runs them after the poll */
+	struct sessions		*sessions;	/* keylockd-protocol(7), SESSIONS */
+	bool			 closing;	/* shutdown: sessions end too */
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
@@ -96,7 +99,9 @@ struct conns {
 };
 
 struct conn {
-	struct conn_head	 h;		/* first: conn_owner() reads it */
+	struct owner_head	 h;		/* first: conn_owner() reads it */
+	struct session		*sess;		/* attached session, or NULL */
+	uint64_t		 deadline_ms;	/* the open LOCK's; 0: none */
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
@@ -186,7 +191,9 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->deferred);
 	cs->ok_len = kl_u64_put_ok(cs->ok_line, cs->ok_v);
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
+	    (cs->sessions = sessions_new(cs, base, cfg, st, be)) == NULL ||
 	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL) {
+		sessions_free(cs->sessions);
 		kl_free(cs->scratch);
 		kl_free(cs);
 		return NULL;
@@ -215,7 +222,10 @@ conns_free_dead(struct conns *cs)
  * The owners of the connections closed since the last call leave the
  * backend here, not inside conn_close(): a connection may be closed from
  * within a backend hook (a grant's reply that runs out of memory), which
- * must not call back into the backend. Returns whether any left.
+ * must not call back into the backend. Returns whether any left. A
+ * connection with a session hands its owner, and its waiting LOCK with
+ * its deadline, to the session instead (keylockd-protocol(7), SESSIONS:
+ * Detached), unless the server is stopping.
  */
 static bool
 conns_release_closed(struct conns *cs)
@@ -228,8 +238,17 @@ conns_release_closed(struct conns *cs)
 		return false;	/* most turns */
 	now = kl_now_ms();
 	TAILQ_FOREACH(c, &cs->dead, qentry) {
+		if (c->sess != NULL && cs->closing)
+			session_end(c->sess, "the server is stopping");
 		if (c->h.owner == NULL)
 			continue;
+		if (c->sess != NULL) {
+			session_detach(c->sess, c->h.owner, c->name, c->peer,
+			    c->pending_lock ? c->deadline_ms : 0, now);
+			c->sess = NULL;
+			c->h.owner = NULL;
+			continue;
+		}
 		cs->be->ops->owner_free(cs->be, c->h.owner, now);
 		c->h.owner = NULL;
 		any = true;
@@ -261,6 +280,7 @@ conns_close_all(struct conns *cs, const char *reason)
 	/* Withdrawing one waiter must not grant another (keylockd-protocol(7),
 	 * SEMANTICS: SHUTDOWN means the request was not granted). */
 	cs->be->ops->freeze(cs->be);
+	cs->closing = true;
 	TAILQ_FOREACH(c, &cs->all, entry)
 		if (c->state == CONN_PENDING && c->pending_lock)
 			commands_shutdown_wait(cs->cmds, c);
@@ -277,6 +297,7 @@ conns_free(struct conns *cs)
 		return;
 	conns_close_all(cs, "server shutdown");
 	conns_free_dead(cs);
+	sessions_free(cs->sessions);
 	event_free(cs->resume);
 	kl_free(cs->scratch);
 	kl_free(cs);
@@ -1081,8 +1102,10 @@ conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
 	conn_set_state(c, CONN_PENDING);
 	c->pending_lock = is_lock;
 	c->cancel_asked = false;
+	c->deadline_ms = 0;
 	if (timeout_ms < 0)
 		return;
+	c->deadline_ms = start_ms + (uint64_t)timeout_ms;
 	if (c->timer == NULL && (c->timer = evtimer_new(c->cs->base,
 	    conn_timer_cb, c)) == NULL) {
 		conn_close_nomem(c, "a timer");
@@ -1223,4 +1246,77 @@ conn_set_auth(struct conn *c, bool authed, bool admin)
 {
 	c->authed = authed;
 	c->admin = admin;
+}
+
+/* ---- sessions (keylockd-protocol(7), SESSIONS) ---- */
+
+struct sessions *
+conns_sessions(struct conns *cs)
+{
+	return cs->sessions;
+}
+
+struct session *
+conn_session(const struct conn *c)
+{
+	return c->sess;
+}
+
+void
+conn_set_session(struct conn *c, struct session *s)
+{
+	c->sess = s;
+}
+
+void
+conn_forget_session(struct conn *c)
+{
+	c->sess = NULL;
+}
+
+struct lt_owner *
+conn_take_session(struct conn *c, struct session *s, bool *waiting)
+{
+	struct conns	*cs = c->cs;
+	struct conn	*old = session_conn(s);
+	struct lt_owner	*o;
+	const char	*name = session_name(s);
+	uint64_t	 deadline = 0;
+
+	if (c->name == NULL && name != NULL)
+		conn_set_name(c, name, strlen(name));	/* no memory: none */
+	if (old != NULL) {
+		/* A connection the server has not yet seen die: its owner
+		 * and its waiting LOCK move, its queued lines are dropped. */
+		o = old->h.owner;
+		if (old->state == CONN_PENDING && old->pending_lock)
+			deadline = old->deadline_ms;
+		old->h.owner = NULL;
+		old->sess = NULL;
+		session_attach(s, c, c->peer, &(uint64_t){ 0 });
+		conn_close(old, "its session was resumed by another "
+		    "connection");
+	} else {
+		o = session_attach(s, c, c->peer, &deadline);
+	}
+	cs->be->ops->owner_free(cs->be, c->h.owner, kl_now_ms());
+	c->h.owner = o;
+	locktable_owner_set_udata(o, &c->h);
+	c->id = session_client(s);
+	c->sess = s;
+	c->deadline_ms = deadline;
+	*waiting = locktable_owner_is_waiting(o);
+	return o;
+}
+
+void
+conn_resume_wait(struct conn *c)
+{
+	uint64_t	now = kl_now_ms(), deadline = c->deadline_ms;
+
+	if (deadline == 0)
+		conn_pend(c, true, -1, now);
+	else
+		conn_pend(c, true, deadline > now ? (int64_t)(deadline - now) :
+		    0, now);
 }

@@ -17,6 +17,7 @@
 
 #include "kl.h"
 #include "log.h"
+#include "session.h"
 
 struct backend;
 struct commands;
@@ -105,19 +106,39 @@ const char	*conn_name(const struct conn *c);
 bool		 conn_set_name(struct conn *c, const char *name, size_t len);
 
 /*
- * The first member of every struct conn, the one part other modules read
- * inline: its owner in the backend, which every lock request passes. The
- * rest of the struct is conn.c's.
+ * The first member of every struct conn (session.h: struct owner_head),
+ * the one part other modules read inline: its owner in the backend, which
+ * every lock request passes. The rest of the struct is conn.c's.
  */
-struct conn_head {
-	struct lt_owner	*owner;
-};
-
 static inline struct lt_owner *
 conn_owner(const struct conn *c)
 {
-	return ((const struct conn_head *)(const void *)c)->owner;
+	return ((const struct owner_head *)(const void *)c)->owner;
 }
+
+/* keylockd-protocol(7), SESSIONS. The session attached to c, or NULL. */
+struct session	*conn_session(const struct conn *c);
+/* SESSION: c now has session s, which its close detaches rather than
+ * ends, unless QUIT or KILL ended it first. */
+void		 conn_set_session(struct conn *c, struct session *s);
+/* The session was ended (QUIT, KILL, shutdown): c closes as a plain
+ * connection. */
+void		 conn_forget_session(struct conn *c);
+/*
+ * RESUME on c, which holds and waits for nothing: c takes over session s
+ * with its client id, name, owner and waiting LOCK; a connection s is
+ * still attached to is closed without releasing anything. Returns the
+ * owner; *waiting says whether its LOCK still waits, whose reply c gives
+ * next once the caller has answered the RESUME and called
+ * conn_resume_wait().
+ */
+struct lt_owner	*conn_take_session(struct conn *c, struct session *s,
+		    bool *waiting);
+/* After the RESUME's reply: c's open request is the session's waiting
+ * LOCK, with the deadline it had. */
+void		 conn_resume_wait(struct conn *c);
+/* The sessions of the set. */
+struct sessions	*conns_sessions(struct conns *cs);
 
 struct conns	*conn_set(const struct conn *c);
 const char	*conn_peer(const struct conn *c);

@@ -95,11 +95,14 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 static json_t *
 stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
 {
-	const char	*n = name(owner);
+	int64_t		 detached = -1;
+	const char	*n = name(owner, &detached);
 
 	SET_U(o, "client", locktable_owner_id(owner));
 	json_object_set_new(o, "name", n != NULL ? json_string(n) :
 	    json_null());
+	if (detached >= 0)
+		SET_U(o, "detached_ms", (uint64_t)detached);
 	return o;
 }
 
@@ -234,6 +237,8 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 	json_object_set_new(o, "transport", json_string(c->transport));
 	json_object_set_new(o, "peer", json_string(c->peer));
 	SET_U(o, "age_ms", c->age_ms);
+	if (c->detached_ms >= 0)
+		SET_U(o, "detached_ms", (uint64_t)c->detached_ms);
 	SET_U(o, "held", locktable_owner_nholds(c->owner));
 	if (locktable_owner_wait_walk(c->owner, stats_wait_key, keys,
 	    &since))
@@ -259,4 +264,80 @@ stats_clients_json(struct stats_clients *l)
 	json_object_set_new(o, "clients", l->list);
 	free(l);
 	return stats_dump(o);
+}
+
+/* ---- RESUME ---- */
+
+struct resume_walk {
+	json_t		*held;
+	json_t		*grant;		/* the entry of token, or NULL */
+	uint64_t	 token;
+	bool		 failed;
+};
+
+static bool
+stats_resume_hold(void *arg, const struct lt_own_view *v)
+{
+	struct resume_walk	*w = arg;
+	json_t			*keys;
+
+	if (w->grant == NULL || v->token != w->token) {
+		if ((w->grant = json_object()) == NULL ||
+		    json_array_append_new(w->held, w->grant) != 0) {
+			w->failed = true;
+			return false;
+		}
+		w->token = v->token;
+		json_object_set_new(w->grant, "keys", json_array());
+		SET_U(w->grant, "token", v->token);
+		json_object_set_new(w->grant, "mode",
+		    json_string(stats_mode(v->mode)));
+		SET_U(w->grant, "limit", v->limit);
+		json_object_set_new(w->grant, "ttl_ms", v->expires_in_ms > 0 ?
+		    json_integer((json_int_t)v->expires_in_ms) : json_null());
+	}
+	keys = json_object_get(w->grant, "keys");
+	if (keys == NULL || json_array_append_new(keys,
+	    json_stringn(v->key, v->keylen)) != 0) {
+		w->failed = true;
+		return false;
+	}
+	return true;
+}
+
+char *
+stats_resume_json(const struct locktable *lt, const struct lt_owner *o,
+    const char *id, size_t idlen, uint64_t grace_ms, uint64_t now_ms)
+{
+	struct resume_walk	 w;
+	json_t			*obj, *waiting = NULL, *keys;
+	enum lt_mode		 mode;
+	uint32_t		 limit;
+
+	memset(&w, 0, sizeof(w));
+	if ((obj = json_object()) == NULL)
+		return NULL;
+	json_object_set_new(obj, "session", json_stringn(id, idlen));
+	SET_U(obj, "grace_ms", grace_ms);
+	w.held = json_array();
+	json_object_set_new(obj, "held", w.held);
+	if (w.held != NULL)
+		locktable_owner_hold_walk(lt, o, now_ms, stats_resume_hold,
+		    &w);
+	if (locktable_owner_wait_mode(o, &mode, &limit)) {
+		waiting = json_object();
+		keys = json_array();
+		json_object_set_new(waiting, "keys", keys);
+		locktable_owner_wait_walk(o, stats_wait_key, keys, NULL);
+		json_object_set_new(waiting, "mode",
+		    json_string(stats_mode(mode)));
+		SET_U(waiting, "limit", limit);
+	}
+	json_object_set_new(obj, "waiting", waiting != NULL ? waiting :
+	    json_null());
+	if (w.held == NULL || w.failed) {
+		json_decref(obj);
+		return NULL;
+	}
+	return stats_dump(obj);
 }

@@ -31,6 +31,11 @@ struct stats {
 	uint64_t	output_closes;		/* closed at max-output */
 	uint64_t	nomem_closes;		/* closed: out of memory */
 	struct be_counters be;			/* the backend's */
+	/* keylockd-protocol(7), SESSIONS; session.c writes them. */
+	uint64_t	sessions;		/* open now, detached or not */
+	uint64_t	sessions_detached;	/* detached now */
+	uint64_t	sessions_resumed;	/* RESUMEs that took one */
+	uint64_t	sessions_expired;	/* grace ran out */
 };
 
 /*
@@ -74,6 +79,14 @@ struct stats {
 	    "Clients closed for unread replies over max-output.")	\
 	X(nomem_closes, counter, st->nomem_closes,			\
 	    "Clients closed because memory ran out for them.")		\
+	X(sessions, gauge, st->sessions,				\
+	    "Open sessions, detached or not.")				\
+	X(sessions_detached, gauge, st->sessions_detached,		\
+	    "Sessions without a connection, within their grace.")	\
+	X(sessions_resumed, counter, st->sessions_resumed,		\
+	    "RESUMEs that took a session over.")			\
+	X(sessions_expired, counter, st->sessions_expired,		\
+	    "Detached sessions whose grace ran out.")			\
 	X(etcd_txns, counter, st->be.txns,				\
 	    "backend etcd: transactions sent to etcd.")		\
 	X(etcd_txn_failures, counter, st->be.txn_failures,		\
@@ -83,14 +96,23 @@ struct stats {
 	X(etcd_losses, counter, st->be.losses,				\
 	    "backend etcd: lease lost, its clients dropped.")
 
-/* Names a lock-table owner (its connection's NAME) or NULL. */
-typedef const char *(*stats_name_fn)(const struct lt_owner *o);
+/* Names a lock-table owner (its connection's NAME) or NULL, and says
+ * how long its session has been detached (-1: it has a connection). */
+typedef const char *(*stats_name_fn)(const struct lt_owner *o,
+    int64_t *detached_ms);
 
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
 	    uint64_t now_ms, const char *version, const char *backend);
 char	*stats_info_json(const struct locktable *lt, const char *key,
 	    size_t keylen, uint64_t now_ms, stats_name_fn name, size_t max);
+
+/* RESUME's reply (keylockd-protocol(7), SESSIONS): the session's ID as
+ * the client gave it, its grace, every grant o holds, one entry per
+ * token, and its waiting LOCK. NULL on no memory. */
+char	*stats_resume_json(const struct locktable *lt,
+	    const struct lt_owner *o, const char *id, size_t idlen,
+	    uint64_t grace_ms, uint64_t now_ms);
 
 /* One connection in CLIENTS (keylockd-protocol(7), COMMANDS). */
 struct stats_client {
@@ -99,6 +121,7 @@ struct stats_client {
 	const char		*transport;	/* "tcp", "unix", "tls" */
 	const char		*peer;
 	uint64_t		 age_ms;
+	int64_t			 detached_ms;	/* a detached session's; -1 */
 	const struct lt_owner	*owner;		/* its holds and its wait */
 };
 struct stats_clients;

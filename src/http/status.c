@@ -21,16 +21,16 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "session.h"
 #include "status.h"
 #include "util.h"
 
 /* A table without connections (a test's) names nobody. */
 static const char *
-status_owner_name(const struct lt_owner *o)
+status_owner_name(const struct lt_owner *o, int64_t *detached_ms)
 {
-	const struct conn	*c = locktable_owner_udata(o);
-
-	return c != NULL ? conn_name(c) : NULL;
+	*detached_ms = owner_detached_ms(o, kl_now_ms());
+	return owner_name(o);
 }
 
 /* Parses s, which the stats module built, and frees it. */

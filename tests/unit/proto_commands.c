@@ -300,7 +300,7 @@ START_TEST(err_word_names_every_code)
 	static const char *const words[KL_ERR__COUNT] = {
 		NULL, "SYNTAX", "BADKEY", "TOOLONG", "TIMEOUT", "LOCKED",
 		"BUSY", "DEADLOCK", "HELD", "NOTHELD", "CONFLICT", "LIMIT",
-		"AUTH", "SHUTDOWN", "CANCELLED", "BACKEND"
+		"AUTH", "SHUTDOWN", "CANCELLED", "BACKEND", "GONE", "SESSION"
 	};
 
 	ck_assert_ptr_null(proto_err_word(KL_OK));

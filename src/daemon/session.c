@@ -1,0 +1,592 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The session table (session.h; keylockd-protocol(7), SESSIONS). A
+ * session is found by its ID through a hash of the ID's first 64 random
+ * bits and then compared whole in constant time, so that a wrong RESUME
+ * costs the same whatever it guessed. A detached session owns its lock
+ * owner and one timer: the earlier of its grace's end and its waiting
+ * LOCK's deadline. Its end goes through the backend's owner_free, the
+ * one way out of the table that a closed connection takes too.
+ */
+#include <sys/queue.h>
+#include <sys/random.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "backend.h"
+#include "clock.h"
+#include "config.h"
+#include "conn.h"
+#include "locktable.h"
+#include "log.h"
+#include "session.h"
+#include "stats.h"
+#include "util.h"
+
+#define SESSION_RAW		24	/* random bytes of an ID */
+#define SESSION_BUCKETS_MIN	64
+
+_Static_assert(SESSION_ID_LEN == SESSION_RAW / 3 * 4, "base64 of the raw ID");
+_Static_assert(SESSION_ID_LEN <= KL_SESSION_ID_MAX, "an ID fits the parser");
+
+enum session_state {
+	SESSION_ATTACHED = 0,
+	SESSION_DETACHED,
+	SESSION_DELAY		/* ended, its keys held for lock-delay */
+};
+
+struct session {
+	struct owner_head	 h;		/* first: the owner's udata */
+	TAILQ_ENTRY(session)	 entry;		/* ss->all, oldest first */
+	struct session		*hnext;		/* bucket chain */
+	struct sessions		*ss;
+	struct conn		*conn;		/* ATTACHED: its connection */
+	struct event		*timer;		/* DETACHED, DELAY */
+	char			*name;		/* DETACHED, DELAY */
+	uint64_t		 client;	/* the client id it keeps */
+	uint64_t		 grace_ms;
+	uint64_t		 since_ms;	/* its first connection's */
+	int			 transport;	/* enum conn_transport */
+	uint64_t		 detached_ms;	/* when it was detached */
+	uint64_t		 expires_ms;	/* DETACHED: the grace's end */
+	uint64_t		 wait_deadline_ms; /* DETACHED: 0 none */
+	enum session_state	 state;
+	unsigned char		 raw[SESSION_RAW];
+	char			 peer[64];	/* the last connection's */
+};
+
+TAILQ_HEAD(session_list, session);
+
+struct sessions {
+	struct conns		*cs;		/* whose turn a timer ends */
+	struct event_base	*base;
+	const struct config	*cfg;
+	struct stats		*st;
+	struct backend		*be;
+	struct session_list	 all;
+	struct session		**buckets;
+	size_t			 nbuckets;	/* a power of two */
+	size_t			 n;
+};
+
+static void	session_timer_cb(evutil_socket_t, short, void *);
+
+/* ---- the owner's udata ---- */
+
+struct conn *
+owner_conn(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h == NULL || h->detached != NULL)
+		return NULL;
+	return (struct conn *)(uintptr_t)h;
+}
+
+const char *
+owner_name(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h == NULL)
+		return NULL;
+	if (h->detached != NULL)
+		return h->detached->name;
+	return conn_name((const struct conn *)(const void *)h);
+}
+
+int64_t
+owner_detached_ms(const struct lt_owner *o, uint64_t now_ms)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h == NULL || h->detached == NULL)
+		return -1;
+	return now_ms > h->detached->detached_ms ?
+	    (int64_t)(now_ms - h->detached->detached_ms) : 0;
+}
+
+bool
+owner_in_lock_delay(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	return h != NULL && h->detached != NULL &&
+	    h->detached->state == SESSION_DELAY;
+}
+
+/* ---- the table ---- */
+
+struct sessions *
+sessions_new(struct conns *cs, struct event_base *base,
+    const struct config *cfg, struct stats *st, struct backend *be)
+{
+	struct sessions	*ss;
+
+	if ((ss = kl_calloc(1, sizeof(*ss))) == NULL)
+		return NULL;
+	ss->cs = cs;
+	ss->base = base;
+	ss->cfg = cfg;
+	ss->st = st;
+	ss->be = be;
+	TAILQ_INIT(&ss->all);
+	return ss;
+}
+
+static uint64_t
+session_locator(const unsigned char *raw)
+{
+	uint64_t	v;
+
+	memcpy(&v, raw, sizeof(v));
+	return v;
+}
+
+static size_t
+session_bucket(const struct sessions *ss, const unsigned char *raw)
+{
+	return (size_t)(session_locator(raw) & (ss->nbuckets - 1));
+}
+
+/* One more session fits the buckets: they double past one per bucket. */
+static bool
+sessions_grow(struct sessions *ss)
+{
+	struct session	**nb, *s;
+	size_t		  n, i;
+
+	if (ss->n < ss->nbuckets)
+		return true;
+	n = ss->nbuckets == 0 ? SESSION_BUCKETS_MIN : ss->nbuckets * 2;
+	if ((nb = kl_calloc(n, sizeof(*nb))) == NULL)
+		return false;
+	kl_free(ss->buckets);
+	ss->buckets = nb;
+	ss->nbuckets = n;
+	TAILQ_FOREACH(s, &ss->all, entry) {
+		i = session_bucket(ss, s->raw);
+		s->hnext = nb[i];
+		nb[i] = s;
+	}
+	return true;
+}
+
+static void
+sessions_unlink(struct sessions *ss, struct session *s)
+{
+	struct session	**pp = &ss->buckets[session_bucket(ss, s->raw)];
+
+	while (*pp != s)
+		pp = &(*pp)->hnext;
+	*pp = s->hnext;
+	TAILQ_REMOVE(&ss->all, s, entry);
+	ss->n--;
+}
+
+/* Frees s, which owns nothing in the backend any more. */
+static void
+session_free(struct session *s)
+{
+	struct sessions	*ss = s->ss;
+
+	sessions_unlink(ss, s);
+	ss->st->sessions--;
+	if (s->state != SESSION_ATTACHED)
+		ss->st->sessions_detached--;
+	if (s->timer != NULL)
+		event_free(s->timer);
+	kl_free(s->name);
+	explicit_bzero(s->raw, sizeof(s->raw));
+	kl_free(s);
+}
+
+/* Releases everything s's owner holds and frees s: a detached session's
+ * end, as a closed connection's (keylockd-protocol(7), SESSIONS: Grace). */
+static void
+session_release(struct session *s)
+{
+	struct sessions	*ss = s->ss;
+	struct lt_owner	*o = s->h.owner;
+
+	s->h.owner = NULL;
+	if (o != NULL)
+		ss->be->ops->owner_free(ss->be, o, kl_now_ms());
+	session_free(s);
+}
+
+void
+sessions_free(struct sessions *ss)
+{
+	struct session	*s;
+
+	if (ss == NULL)
+		return;
+	while ((s = TAILQ_FIRST(&ss->all)) != NULL) {
+		if (s->state == SESSION_ATTACHED) {
+			conn_forget_session(s->conn);
+			session_free(s);
+		} else
+			session_release(s);
+	}
+	kl_free(ss->buckets);
+	kl_free(ss);
+}
+
+/* base64url without padding: A-Z a-z 0-9 - _ (keylockd-protocol(7)). */
+static void
+session_encode(const unsigned char *raw, char *out)
+{
+	static const char	 abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "abcdefghijklmnopqrstuvwxyz0123456789-_";
+	size_t			 i, o = 0;
+
+	for (i = 0; i + 3 <= SESSION_RAW; i += 3) {
+		uint32_t v = (uint32_t)raw[i] << 16 |
+		    (uint32_t)raw[i + 1] << 8 | raw[i + 2];
+
+		out[o++] = abc[v >> 18 & 63];
+		out[o++] = abc[v >> 12 & 63];
+		out[o++] = abc[v >> 6 & 63];
+		out[o++] = abc[v & 63];
+	}
+	out[o] = '\0';
+}
+
+/* The raw bytes of an ID, or false if it is not one this server makes. */
+static bool
+session_decode(const char *id, size_t len, unsigned char *raw)
+{
+	unsigned	bad = 0;
+	size_t		i, o = 0;
+
+	if (len != SESSION_ID_LEN)
+		return false;
+	for (i = 0; i < len; i += 4) {
+		uint32_t v = 0;
+
+		for (size_t j = 0; j < 4; j++) {
+			unsigned char	c = (unsigned char)id[i + j];
+			unsigned	d;
+
+			if (c >= 'A' && c <= 'Z')
+				d = c - 'A';
+			else if (c >= 'a' && c <= 'z')
+				d = c - 'a' + 26;
+			else if (c >= '0' && c <= '9')
+				d = c - '0' + 52;
+			else if (c == '-')
+				d = 62;
+			else if (c == '_')
+				d = 63;
+			else {
+				d = 0;
+				bad = 1;
+			}
+			v = v << 6 | d;
+		}
+		raw[o++] = (unsigned char)(v >> 16);
+		raw[o++] = (unsigned char)(v >> 8);
+		raw[o++] = (unsigned char)v;
+	}
+	return bad == 0;
+}
+
+struct session *
+session_open(struct sessions *ss, struct conn *c, uint64_t grace_ms,
+    char *id, bool *nomem)
+{
+	struct session	*s;
+	size_t		 i, off = 0;
+
+	*nomem = true;
+	if (!sessions_grow(ss) || (s = kl_calloc(1, sizeof(*s))) == NULL)
+		return NULL;
+	if ((s->timer = evtimer_new(ss->base, session_timer_cb, s)) ==
+	    NULL) {
+		kl_free(s);
+		return NULL;
+	}
+	while (off < sizeof(s->raw)) {
+		ssize_t	n = getrandom(s->raw + off, sizeof(s->raw) - off, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			log_warn("getrandom");
+			event_free(s->timer);
+			kl_free(s);
+			*nomem = false;
+			return NULL;
+		}
+		off += (size_t)n;
+	}
+	/* 192 random bits never repeat in practice; this keeps it a rule. */
+	for (struct session *t = ss->buckets[session_bucket(ss, s->raw)];
+	    t != NULL; t = t->hnext)
+		if (memcmp(t->raw, s->raw, sizeof(s->raw)) == 0) {
+			event_free(s->timer);
+			kl_free(s);
+			*nomem = false;
+			return NULL;
+		}
+	s->ss = ss;
+	s->h.owner = NULL;	/* the connection holds it while attached */
+	s->h.detached = NULL;
+	s->conn = c;
+	s->client = conn_id(c);
+	s->grace_ms = grace_ms;
+	s->since_ms = conn_since_ms(c);
+	s->transport = (int)conn_transport(c);
+	s->state = SESSION_ATTACHED;
+	snprintf(s->peer, sizeof(s->peer), "%s", conn_peer(c));
+	i = session_bucket(ss, s->raw);
+	s->hnext = ss->buckets[i];
+	ss->buckets[i] = s;
+	TAILQ_INSERT_TAIL(&ss->all, s, entry);
+	ss->n++;
+	ss->st->sessions++;
+	session_encode(s->raw, id);
+	log_info("client %" PRIu64 " (%s) from %s: session opened, grace %"
+	    PRIu64 " ms", s->client, conn_name(c) != NULL ? conn_name(c) :
+	    "-", s->peer, grace_ms);
+	return s;
+}
+
+struct session *
+sessions_find(struct sessions *ss, const char *id, size_t len)
+{
+	unsigned char	 raw[SESSION_RAW];
+	struct session	*s, *found = NULL;
+
+	if (ss->nbuckets == 0 || !session_decode(id, len, raw))
+		return NULL;
+	/* Every session of the bucket is compared whole, whatever matched:
+	 * the bucket depends only on the first 64 bits. */
+	for (s = ss->buckets[session_bucket(ss, raw)]; s != NULL;
+	    s = s->hnext) {
+		unsigned char	diff = 0;
+
+		for (size_t i = 0; i < SESSION_RAW; i++)
+			diff |= (unsigned char)(s->raw[i] ^ raw[i]);
+		if (diff == 0 && s->state != SESSION_DELAY)
+			found = s;
+	}
+	explicit_bzero(raw, sizeof(raw));
+	return found;
+}
+
+struct session *
+sessions_find_client(struct sessions *ss, uint64_t id)
+{
+	struct session	*s;
+
+	TAILQ_FOREACH(s, &ss->all, entry)
+		if (s->client == id)
+			return s;
+	return NULL;
+}
+
+/* ---- detached ---- */
+
+static void
+session_arm(struct session *s, uint64_t now_ms)
+{
+	uint64_t	at = s->expires_ms, left;
+	struct timeval	tv;
+
+	if (s->wait_deadline_ms != 0 && s->wait_deadline_ms < at)
+		at = s->wait_deadline_ms;
+	left = at > now_ms ? at - now_ms : 0;
+	tv.tv_sec = (time_t)(left / 1000);
+	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+	evtimer_add(s->timer, &tv);
+}
+
+void
+session_detach(struct session *s, struct lt_owner *owner, const char *name,
+    const char *peer, uint64_t wait_deadline_ms, uint64_t now_ms)
+{
+	struct sessions	*ss = s->ss;
+
+	s->state = SESSION_DETACHED;
+	s->conn = NULL;
+	s->h.owner = owner;
+	s->h.detached = s;
+	locktable_owner_set_udata(owner, &s->h);
+	kl_free(s->name);
+	s->name = name != NULL ? kl_strndup(name, strlen(name)) : NULL;
+	snprintf(s->peer, sizeof(s->peer), "%s", peer);
+	s->detached_ms = now_ms;
+	s->expires_ms = now_ms + s->grace_ms;
+	s->wait_deadline_ms = wait_deadline_ms;
+	ss->st->sessions_detached++;
+	session_arm(s, now_ms);
+	log_info("client %" PRIu64 " (%s) from %s: session detached: %zu "
+	    "keys held, %s, released in %" PRIu64 " ms unless resumed",
+	    s->client, s->name != NULL ? s->name : "-", s->peer,
+	    locktable_owner_nholds(owner),
+	    locktable_owner_is_waiting(owner) ? "waiting" : "not waiting",
+	    s->grace_ms);
+}
+
+struct lt_owner *
+session_attach(struct session *s, struct conn *c, const char *peer,
+    uint64_t *wait_deadline_ms)
+{
+	struct sessions	*ss = s->ss;
+	struct lt_owner	*o = s->h.owner;
+
+	*wait_deadline_ms = 0;
+	if (s->state == SESSION_DETACHED) {
+		evtimer_del(s->timer);
+		*wait_deadline_ms = s->wait_deadline_ms;
+		ss->st->sessions_detached--;
+		log_info("client %" PRIu64 " (%s): session resumed from %s "
+		    "after %" PRIu64 " ms detached", s->client,
+		    s->name != NULL ? s->name : "-", peer,
+		    kl_now_ms() - s->detached_ms);
+	} else {
+		log_info("client %" PRIu64 " (%s): session moved from %s to "
+		    "%s", s->client, s->name != NULL ? s->name : "-", s->peer,
+		    peer);
+	}
+	ss->st->sessions_resumed++;
+	s->state = SESSION_ATTACHED;
+	s->conn = c;
+	s->h.owner = NULL;
+	s->h.detached = NULL;
+	s->wait_deadline_ms = 0;
+	s->transport = (int)conn_transport(c);
+	snprintf(s->peer, sizeof(s->peer), "%s", peer);
+	return o;
+}
+
+void
+session_end(struct session *s, const char *why)
+{
+	log_info("client %" PRIu64 " (%s): session ended: %s", s->client,
+	    s->name != NULL ? s->name : s->conn != NULL &&
+	    conn_name(s->conn) != NULL ? conn_name(s->conn) : "-", why);
+	if (s->state == SESSION_ATTACHED) {
+		conn_forget_session(s->conn);
+		session_free(s);
+	} else
+		session_release(s);
+}
+
+/*
+ * The grace ran out: release as a closed connection does, or, with
+ * session-lock-delay, withdraw the wait now and hold the keys for the
+ * delay first (keylockd-protocol(7), SESSIONS: Grace).
+ */
+static void
+session_expire(struct session *s, uint64_t now_ms)
+{
+	struct sessions		*ss = s->ss;
+	struct be_result	 r;
+	uint64_t		 delay = (uint64_t)ss->cfg->session_lock_delay;
+
+	ss->st->sessions_expired++;
+	log_info("client %" PRIu64 " (%s) from %s: session expired after %"
+	    PRIu64 " ms detached: %zu keys released%s", s->client,
+	    s->name != NULL ? s->name : "-", s->peer, now_ms - s->detached_ms,
+	    locktable_owner_nholds(s->h.owner), delay > 0 &&
+	    locktable_owner_nholds(s->h.owner) > 0 ? " after lock-delay" : "");
+	if (delay == 0 || locktable_owner_nholds(s->h.owner) == 0) {
+		session_release(s);
+		return;
+	}
+	ss->be->ops->withdraw(ss->be, s->h.owner, LT_WHY_TIMEOUT, now_ms, &r);
+	s->state = SESSION_DELAY;
+	s->expires_ms = now_ms + delay;
+	s->wait_deadline_ms = 0;
+	session_arm(s, now_ms);
+}
+
+static void
+session_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct session		*s = arg;
+	struct sessions		*ss = s->ss;
+	struct be_result	 r;
+	uint64_t		 now = kl_now_ms();
+
+	if (s->state == SESSION_DELAY) {
+		session_release(s);
+	} else if (s->state == SESSION_DETACHED) {
+		if (now >= s->expires_ms) {
+			session_expire(s, now);
+		} else {
+			/* The waiting LOCK's deadline: it ends as it would
+			 * have on its connection, and RESUME says so. */
+			if (locktable_owner_is_waiting(s->h.owner))
+				ss->be->ops->withdraw(ss->be, s->h.owner,
+				    LT_WHY_TIMEOUT, now, &r);
+			s->wait_deadline_ms = 0;
+			session_arm(s, now);
+		}
+	}
+	conns_end_turn(ss->cs);
+}
+
+/* ---- accessors ---- */
+
+struct conn *
+session_conn(const struct session *s)
+{
+	return s->state == SESSION_ATTACHED ? s->conn : NULL;
+}
+
+uint64_t
+session_client(const struct session *s)
+{
+	return s->client;
+}
+
+uint64_t
+session_grace(const struct session *s)
+{
+	return s->grace_ms;
+}
+
+uint64_t
+session_since_ms(const struct session *s)
+{
+	return s->since_ms;
+}
+
+int
+session_transport(const struct session *s)
+{
+	return s->transport;
+}
+
+const char *
+session_name(const struct session *s)
+{
+	if (s->state == SESSION_ATTACHED && s->conn != NULL)
+		return conn_name(s->conn);
+	return s->name;
+}
+
+void
+sessions_walk_detached(struct sessions *ss,
+    bool (*fn)(void *, const struct session *, struct lt_owner *, uint64_t,
+    const char *), void *arg, uint64_t now_ms)
+{
+	struct session	*s;
+
+	TAILQ_FOREACH(s, &ss->all, entry) {
+		if (s->state == SESSION_ATTACHED)
+			continue;
+		if (!fn(arg, s, s->h.owner, now_ms - s->detached_ms, s->peer))
+			return;
+	}
+}

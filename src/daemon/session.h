@@ -1,0 +1,123 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Sessions (keylockd-protocol(7), SESSIONS): a lock owner that outlives
+ * its connection. A session is attached to one connection, which then
+ * holds its owner in the backend as any connection does, or detached:
+ * the session keeps the owner itself, with its holds and its wait, for its
+ * grace, and ends it exactly as a closed connection would when the grace
+ * runs out. The lock table never learns the difference: what it calls the
+ * owner's udata is a struct owner_head, a connection's or a detached
+ * session's, and the helpers below tell the two apart.
+ *
+ * IDs are secrets: 192 bits from getrandom(2), of which the first 64 only
+ * find the session's bucket and the whole ID is compared in constant time.
+ * An ID is never logged, listed or kept in any other form.
+ */
+#ifndef SESSION_H
+#define SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kl.h"
+
+struct backend;
+struct config;
+struct conn;
+struct conns;
+struct event_base;
+struct lt_owner;
+struct stats;
+
+struct session;
+struct sessions;
+
+/*
+ * What the lock table's owner udata points to: the first member of struct
+ * conn and of struct session. detached is NULL in a connection's head and
+ * the session itself in a detached session's.
+ */
+struct owner_head {
+	struct lt_owner	*owner;
+	struct session	*detached;
+};
+
+/* The text form of an ID: base64url of 24 random bytes, and a NUL. */
+#define SESSION_ID_LEN	32
+
+/* The connection that answers for o, or NULL while o's session is
+ * detached (or o has no udata). */
+struct conn	*owner_conn(const struct lt_owner *o);
+/* o's NAME, whether its session is attached or not; NULL: none. */
+const char	*owner_name(const struct lt_owner *o);
+/* How long o's session has been detached, or -1 while it has a
+ * connection. */
+int64_t		 owner_detached_ms(const struct lt_owner *o, uint64_t now_ms);
+/* o belongs to a session that ended and holds its keys for
+ * session-lock-delay. */
+bool		 owner_in_lock_delay(const struct lt_owner *o);
+
+/* The sessions of one server's connections cs. cfg, st and be stay the
+ * caller's. */
+struct sessions	*sessions_new(struct conns *cs, struct event_base *base,
+		    const struct config *cfg, struct stats *st,
+		    struct backend *be);
+/* Ends every session (the server stops): detached ones release all. */
+void		 sessions_free(struct sessions *ss);
+
+/*
+ * Opens a session for c with grace_ms and writes its ID (SESSION_ID_LEN
+ * bytes and a NUL) to id. NULL on no memory or no random bytes from the
+ * kernel (*nomem says which).
+ */
+struct session	*session_open(struct sessions *ss, struct conn *c,
+		    uint64_t grace_ms, char *id, bool *nomem);
+/* The session whose ID is id[0..len), or NULL (keylockd-protocol(7),
+ * GONE). The time taken does not depend on how much of a wrong ID is
+ * right. */
+struct session	*sessions_find(struct sessions *ss, const char *id,
+		    size_t len);
+/* The live session of client id (attached or detached), or NULL. */
+struct session	*sessions_find_client(struct sessions *ss, uint64_t id);
+
+/*
+ * s's connection is gone without QUIT: from now on s holds owner, whose
+ * udata becomes s's head. wait_deadline_ms is when its waiting LOCK times
+ * out (0: none, or no LOCK waits). name (may be NULL) and peer are the
+ * connection's, copied.
+ */
+void		 session_detach(struct session *s, struct lt_owner *owner,
+		    const char *name, const char *peer,
+		    uint64_t wait_deadline_ms, uint64_t now_ms);
+/*
+ * c takes over s (RESUME): returns the owner and, through *wait_deadline_ms,
+ * the deadline of its waiting LOCK (0: none), and s is attached to c. If s
+ * was attached to another connection, the caller has already taken the
+ * owner from it: owner is then the one passed in.
+ */
+struct lt_owner	*session_attach(struct session *s, struct conn *c,
+		    const char *peer, uint64_t *wait_deadline_ms);
+/* s ends now (QUIT, KILL): a detached s releases everything at once; an
+ * attached one is only forgotten, its connection's close releases. */
+void		 session_end(struct session *s, const char *why);
+
+struct conn	*session_conn(const struct session *s);
+uint64_t	 session_client(const struct session *s);
+uint64_t	 session_grace(const struct session *s);
+/* When its first connection connected, and the enum conn_transport of
+ * its last one. */
+uint64_t	 session_since_ms(const struct session *s);
+int		 session_transport(const struct session *s);
+/* Its connection's NAME while attached, the last one's while not. */
+const char	*session_name(const struct session *s);
+
+/* CLIENTS: every detached session, oldest first, until fn returns
+ * false. */
+void		 sessions_walk_detached(struct sessions *ss,
+		    bool (*fn)(void *arg, const struct session *s,
+		    struct lt_owner *owner, uint64_t detached_ms,
+		    const char *peer), void *arg, uint64_t now_ms);
+
+#endif /* SESSION_H */
