@@ -11,6 +11,10 @@ one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
   no connection ever carries a waiting LOCK of two owners;
 - a connection that drops marks every lock it held lost at once, and is
   never replaced behind the back of an owner that still holds locks;
+  with a session (``session=``) it is suspended instead, reconnects and
+  RESUMEs, and its locks count until the client's rule says (T, the send
+  time of the last answered request, plus the grace, less 0.1%): lost
+  exactly then, or at once on GONE;
 - a LOCK whose caller stops waiting is withdrawn with CANCEL, and a grant
   that won the race is released before the caller hears of the
   cancellation (CANCEL's section of the man page).
@@ -19,7 +23,11 @@ one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import os
+import random
+import re
 import socket
 import ssl
 import weakref
@@ -31,12 +39,17 @@ from . import _fork
 from ._errors import (AuthError, ConnectionFailed, Error, LockLost,
                       ProtocolError)
 from ._wire import (Address, Key, check_name, default_name, parse_reply,
-                    parse_servers, unique)
+                    parse_servers, seconds_to_ms, unique)
 
 REPLY_MAX = 1 << 20          # bytes of one reply line (INFO lists stop at 1000)
 MAX_IDLE_DEFAULT = 8
 CONNECT_TIMEOUT_DEFAULT = 10.0
 CANCEL_TIMEOUT_DEFAULT = 10.0
+WINDOW_MARGIN = 0.001        # of the grace: clock-rate error (the rule's)
+BACKOFF_FIRST = 0.05         # s between reconnect rounds, doubling...
+BACKOFF_MAX = 1.0            # ...up to this, with jitter
+SUSPENDED_POLL = 0.05        # s: how often a withdrawal looks whether
+                             # the resume it waits for has settled
 
 # A reply line, or None: the connection closed before it came.
 Reply = Optional[str]
@@ -45,38 +58,64 @@ Reply = Optional[str]
 class Pending:
     """A request whose reply is to come. ``fut`` is what the caller
     awaits; the reply is kept in ``line`` even if that future was
-    cancelled with its task, for whoever settles the request then."""
+    cancelled with its task, for whoever settles the request then.
 
-    __slots__ = ("fut", "line", "done")
+    ``request`` is the line as sent and ``kind`` what it is, so that a
+    resumed session can tell which requests to send again, which the
+    server answered already, and which it must answer itself; ``sent`` is
+    when it left (the loop's clock), for the client's rule."""
 
-    def __init__(self, fut: "asyncio.Future[Reply]") -> None:
+    __slots__ = ("fut", "line", "done", "request", "kind", "sent", "token",
+                 "names", "timeout_at", "cancelling", "hook")
+
+    def __init__(self, fut: "asyncio.Future[Reply]", request: str = "",
+                 kind: str = "") -> None:
         self.fut = fut
         self.line: Reply = None
         self.done = False
+        self.request = request
+        self.kind = kind
+        self.sent = 0.0
+        self.token: Optional[int] = None     # UNLOCK: the grant it ends
+        self.names: List[str] = []           # REFRESH: its keys
+        self.timeout_at: Optional[float] = None   # LOCK with timeout=
+        self.cancelling = False              # LOCK: CANCEL is on its way
+        self.hook: Optional[Callable[[Reply], None]] = None
 
     def answer(self, line: Reply) -> None:
+        if self.done:
+            return
         self.line = line
         self.done = True
+        if self.hook is not None:
+            self.hook(line)
         if not self.fut.done():
             self.fut.set_result(line)
 
 
-class Conn(asyncio.Protocol):
-    """One connection: a FIFO of pending replies over one transport."""
+# Pending.kind: what a resumed session does with a request it sent on the
+# connection that dropped.
+LOCK, UNLOCK, CANCEL, REFRESH, PING, OTHER = (
+    "LOCK", "UNLOCK", "CANCEL", "REFRESH", "PING", "OTHER")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, addr: Address,
-                 sock: socket.socket,
-                 on_close: Callable[["Conn"], None]) -> None:
-        self.loop = loop
+_TIMEOUT_OPT = re.compile(r" timeout=([0-9]+)")
+
+
+class Link(asyncio.Protocol):
+    """One transport of a connection: a FIFO of pending replies. A
+    connection with a session may go through several, one after the
+    other (RESUME)."""
+
+    def __init__(self, conn: "Conn", addr: Address,
+                 sock: socket.socket) -> None:
+        self.conn = conn
         self.addr = addr
         self.sock = sock
         self.transport: Optional[asyncio.Transport] = None
         self.waiters: Deque[Pending] = deque()
-        self.grants: Set[HandleBase] = set()
-        self.closed = False
+        self.dead = False
         self.reason = ""
         self._buf = b""
-        self._on_close = on_close
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -86,7 +125,8 @@ class Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buf = self._buf + data if self._buf else data
         start = 0
-        while True:
+        conn = self.conn
+        while not self.dead:
             nl = buf.find(b"\n", start)
             if nl < 0:
                 break
@@ -94,61 +134,448 @@ class Conn(asyncio.Protocol):
             line = buf[start:end].decode("utf-8", "replace")
             start = nl + 1
             if not self.waiters:
-                self.abort("the server sent a line nobody asked for: "
-                           f"{line[:60]!r}")
+                conn.abort("the server sent a line nobody asked for: "
+                           f"{line[:60]!r}", self)
                 return
-            self.waiters.popleft().answer(line)
+            pending = self.waiters.popleft()
+            if conn.link is self and pending.sent > conn.last_ok:
+                conn.last_ok = pending.sent     # the client's rule: T
+            pending.answer(line)
         self._buf = buf[start:]
         if len(self._buf) > REPLY_MAX:
-            self.abort(f"a reply line over {REPLY_MAX} bytes")
+            conn.abort(f"a reply line over {REPLY_MAX} bytes", self)
 
     def eof_received(self) -> bool:
-        self._closed("the server closed the connection")
+        self.lost("the server closed the connection")
         return False
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
-        self._closed(f"{exc}" if exc else "the connection closed")
+        self.lost(f"{exc}" if exc else "the connection closed")
 
-    def send(self, line: str) -> Pending:
-        """Sends one request; its reply line (None: the connection closed
-        first) comes in the Pending."""
-        pending = Pending(self.loop.create_future())
-        if self.closed or self.transport is None:
-            pending.answer(None)
-            return pending
+    def write(self, pending: Pending) -> None:
+        pending.sent = self.conn.loop.time()
         self.waiters.append(pending)
-        self.transport.write(line.encode("utf-8") + b"\n")
-        return pending
+        assert self.transport is not None
+        self.transport.write(pending.request.encode("utf-8") + b"\n")
 
-    def request(self, line: str) -> "asyncio.Future[Reply]":
-        """Sends one request; the future gets its reply line, or None. A
-        cancelled awaiter drops the reply; the order stays intact."""
-        return self.send(line).fut
+    def lost(self, reason: str) -> None:
+        """The transport is gone (or given up): the connection decides
+        what becomes of the requests it carried."""
+        if self.dead:
+            return
+        self.dead = True
+        self.reason = reason
+        if self.conn.link is self:
+            self.conn._link_lost(self, reason)
+        while self.waiters:
+            self.waiters.popleft().answer(None)
 
-    def abort(self, reason: str) -> None:
-        """Drops the connection now (the server releases its locks)."""
-        self._closed(reason)
+    def drop(self, reason: str) -> None:
+        """Resets the transport now; a session resumes elsewhere."""
+        self.lost(reason)
         if self.transport is not None:
             self.transport.abort()
 
-    def close(self) -> None:
-        """Closes after the queued requests are written."""
-        self._closed("closed by the client")
+    def close(self, quit: bool) -> None:
+        """Closes after the queued requests (and a QUIT) are written."""
+        self.dead = True
         if self.transport is not None:
+            if quit:
+                self.transport.write(b"QUIT\n")
             self.transport.close()
+
+
+class Conn:
+    """One connection to the server, as the lock owners see it: a FIFO of
+    requests and the grants made through it. Without a session it is one
+    transport (a Link). With one, a transport that drops does not end it:
+    the connection is suspended, reconnects with backoff to the server
+    list and RESUMEs, and its requests and grants carry on; it ends when
+    the session cannot be resumed in its window (keylockd-protocol(7),
+    Sessions, the client's rule) or when the server says GONE."""
+
+    def __init__(self, core: "Core", loop: asyncio.AbstractEventLoop,
+                 on_close: Callable[["Conn"], None]) -> None:
+        self.core = core
+        self.loop = loop
+        self.link: Optional[Link] = None
+        self.addr = core.addrs[0]
+        self.grants: Set[HandleBase] = set()
+        self.closed = False
+        self.reason = ""
+        self._on_close = on_close
+        self.generation = _fork.generation
+        # the session
+        self.session: Optional[str] = None
+        self.grace = 0.0                    # seconds
+        # T: the send time of the last answered request
+        self.last_ok: float = 0.0
+        self.suspended = False
+        self.ending = False     # dropped on purpose: never resumed
+        self.retire = False     # back to the pool while suspended
+        self.noticed = 0.0      # when the drop was seen
+        self.limbo: List[Pending] = []      # sent, unanswered, link gone
+        self.deferred: List[Pending] = []   # asked for while suspended
+        self.resumes = 0
+        self._window: Optional[asyncio.TimerHandle] = None
+        self._ticker: Optional[asyncio.TimerHandle] = None
+        self._resumer: Optional["asyncio.Task[None]"] = None
+
+    @property
+    def sock(self) -> Optional[socket.socket]:
+        return self.link.sock if self.link is not None else None
+
+    def send(self, line: str, kind: str = OTHER) -> Pending:
+        """Sends one request; its reply line (None: the connection ended
+        first) comes in the Pending. While suspended, it is sent once
+        the session is resumed."""
+        pending = Pending(self.loop.create_future(), line, kind)
+        if kind == LOCK:
+            m = _TIMEOUT_OPT.search(line)
+            if m:
+                pending.timeout_at = self.loop.time() + int(m.group(1)) / 1e3
+        if self.closed:
+            pending.answer(None)
+        elif self.suspended or self.link is None:
+            self.deferred.append(pending)
+        else:
+            self.link.write(pending)
+        return pending
+
+    def request(self, line: str, kind: str = OTHER) -> "asyncio.Future[Reply]":
+        """Sends one request; the future gets its reply line, or None. A
+        cancelled awaiter drops the reply; the order stays intact."""
+        return self.send(line, kind).fut
+
+    def add_grant(self, handle: "HandleBase") -> None:
+        self.grants.add(handle)
+        if self.session is not None:
+            self._arm()
+
+    def abort(self, reason: str, link: Optional[Link] = None) -> None:
+        """Gives the connection up now. Without a session the server
+        releases its locks; with one it keeps them for the grace (the
+        session is not resumed)."""
+        if link is not None and link is not self.link:
+            link.drop(reason)           # a resume attempt's, not adopted
+            return
+        self.ending = True
+        link = self.link
+        self._closed(reason)
+        if link is not None:
+            link.dead = True
+            if link.transport is not None:
+                link.transport.abort()
+
+    def close(self) -> None:
+        """Closes after the queued requests are written; a session is
+        ended with QUIT (the server releases everything at once)."""
+        self.ending = True
+        link = self.link
+        self._closed("closed by the client")
+        if link is not None and not link.dead:
+            link.close(self.session is not None)
 
     def _closed(self, reason: str) -> None:
         if self.closed:
             return
         self.closed = True
         self.reason = reason
-        while self.waiters:
-            self.waiters.popleft().answer(None)
+        self.suspended = False
+        for timer in (self._window, self._ticker):
+            if timer is not None:
+                timer.cancel()
+        self._window = self._ticker = None
+        resumer, self._resumer = self._resumer, None
+        if resumer is not None and resumer is not _current_task():
+            resumer.cancel()
+        pendings = list(self.link.waiters) if self.link is not None else []
+        if self.link is not None:
+            self.link.waiters.clear()
+        pendings += self.limbo + self.deferred
+        self.limbo, self.deferred = [], []
+        for pending in pendings:
+            pending.answer(None)
         for grant in list(self.grants):
             grant._set_lost(f"the connection to {self.addr.text} is gone "
-                            f"({reason}): the server has released it")
+                            f"({reason}): the server has released it"
+                            if self.session is None else
+                            f"the session on {self.addr.text} is over "
+                            f"({reason})")
         self.grants.clear()
         self._on_close(self)
+
+    # The session: the client's rule, pings, resume
+
+    def window_end(self) -> float:
+        """The instant the locks stop counting without another answer:
+        T + grace, less 0.1% for the clocks' rates."""
+        return self.last_ok + self.grace * (1.0 - WINDOW_MARGIN)
+
+    def _arm(self) -> None:
+        if self._window is None:
+            self._window = self.loop.call_at(self.window_end(),
+                                             self._window_check)
+        if self._ticker is None:
+            self._ticker = self.loop.call_later(self.grace / 3, self._tick)
+
+    def _window_check(self) -> None:
+        self._window = None
+        if self.closed or self.generation != _fork.generation:
+            return
+        if not self.grants and not self.suspended:
+            return
+        end = self.window_end()
+        if self.loop.time() < end:
+            self._window = self.loop.call_at(end, self._window_check)
+            return
+        why = ("the connection dropped and the session could not be "
+               f"resumed within its grace of {self.grace:g} s"
+               if self.suspended else
+               f"the server did not answer for the session's grace of "
+               f"{self.grace:g} s")
+        for grant in list(self.grants):
+            if not grant._confirming:       # not the caller's yet
+                grant._set_lost(f"{why} ({self.reason})" if self.suspended
+                                else why)
+
+    def _tick(self) -> None:
+        """Every grace/3 while locks are held: a PING if nothing was
+        answered meanwhile; a request unanswered that long (but a waiting
+        LOCK) means the transport is dead: resume elsewhere."""
+        self._ticker = None
+        if self.closed or self.generation != _fork.generation or \
+                not self.grants:
+            return
+        third = self.grace / 3
+        link = self.link
+        if not self.suspended and link is not None:
+            now = self.loop.time()
+            if link.waiters:
+                head = link.waiters[0]
+                if head.kind != LOCK and now - head.sent >= third * 0.999:
+                    link.drop(f"no answer in {third:g} s")
+            elif now - self.last_ok >= third * 0.9:
+                self.send("PING", PING)
+        self._ticker = self.loop.call_later(third, self._tick)
+
+    def _link_lost(self, link: Link, reason: str) -> None:
+        self.link = None
+        if self.closed:
+            return
+        if self.generation != _fork.generation:
+            self.closed = True
+            return
+        keep = self.session is not None and not self.ending and (
+            self.grants or any(p.kind in (LOCK, UNLOCK) for p in
+                               (*link.waiters, *self.deferred)))
+        if not keep:
+            self.link = link            # its waiters are answered None
+            self._closed(reason)
+            self.link = None
+            return
+        self.suspended = True
+        self.reason = reason
+        self.noticed = self.loop.time()
+        self.limbo.extend(link.waiters)
+        link.waiters.clear()
+        for pending in self.limbo:
+            if pending.kind == UNLOCK and not pending.fut.done():
+                # the block is left at once: the UNLOCK is settled by the
+                # resume (or by the grace on the server)
+                pending.fut.set_result(None)
+        for grant in self.grants:
+            grant._set_suspended(True)
+        self._arm()
+        self._resumer = self.loop.create_task(self._resume())
+
+    async def _resume(self) -> None:
+        """Reconnects with backoff to the server list, in order, and
+        RESUMEs, until the session is back, GONE, or surely over."""
+        loop = self.loop
+        give_up = max(self.window_end(), self.noticed + self.grace)
+        backoff = BACKOFF_FIRST
+        failures: List[str] = []
+        while self.suspended and not self.closed:
+            for addr in self.core.addrs:
+                left = give_up - loop.time()
+                if left <= 0 or not self.suspended:
+                    break
+                if self.generation != _fork.generation:
+                    return      # a forked child never takes the session
+                try:
+                    await asyncio.wait_for(self._resume_at(addr),
+                                           min(self.core.connect_timeout,
+                                               left))
+                except asyncio.TimeoutError:
+                    failures.append(f"{addr.text}: no answer in time")
+                except (OSError, Error) as e:
+                    failures.append(f"{addr.text}: {e}")
+            left = give_up - loop.time()
+            if not self.suspended or self.closed:
+                return
+            if left <= 0:
+                break
+            await asyncio.sleep(min(left, backoff * (0.5 + random.random())))
+            backoff = min(backoff * 2, BACKOFF_MAX)
+        if self.suspended and not self.closed:
+            self._resumer = None
+            last = "; ".join(failures[-len(self.core.addrs):])
+            self._closed(f"{self.reason}; no RESUME within the grace of "
+                         f"{self.grace:g} s ({last})")
+
+    async def _resume_at(self, addr: Address) -> None:
+        core = self.core
+        sock = await core._socket(self.loop, addr)
+        link = await core._link(self, addr, sock)
+        try:
+            pendings = core._hello_requests(link, resume=self.session)
+            resume = pendings[-1]
+            resume.hook = lambda line: self._resumed(link, resume, line)
+            for pending in pendings:
+                link.write(pending)
+            for pending in pendings:
+                reply = await pending.fut
+                if reply is None:
+                    raise ConnectionFailed(link.reason)
+                if pending is resume:
+                    if self.link is link or self.closed:
+                        return          # resumed, or GONE
+                parse_reply(reply)
+            raise ProtocolError(f"RESUME answered {resume.line!r:.60}")
+        except BaseException:
+            if self.link is not link:
+                link.drop("could not resume the session there")
+            raise
+
+    def _resumed(self, link: Link, resume: Pending, line: Reply) -> None:
+        """RESUME's reply, at once (the waiting LOCK's reply may follow
+        in the same read): reconcile what the client believed with what
+        the server says is held and waiting."""
+        if line is None or not line.startswith("OK "):
+            if line is not None and line.startswith("ERR GONE"):
+                self.ending = True
+                self._closed("the server ended the session (GONE): its "
+                             "locks were released")
+            return
+        if self.closed or not self.suspended:
+            link.close(True)            # given up meanwhile: end it now
+            return
+        try:
+            state = json.loads(line[3:])
+            held = [(int(g["token"]), [str(k) for k in g["keys"]])
+                    for g in state["held"]]
+            waiting = state["waiting"]
+            grace_ms = int(state.get("grace_ms") or 0)
+        except (ValueError, KeyError, TypeError) as e:
+            link.drop(f"RESUME's reply is not understood: {e}")
+            return
+        self.link = link
+        self.addr = link.addr
+        self.suspended = False
+        self.last_ok = resume.sent
+        self.resumes += 1
+        if grace_ms > 0:
+            self.grace = grace_ms / 1000.0
+        limbo, self.limbo = self.limbo, []
+        deferred, self.deferred = self.deferred, []
+        tokens = {token: keys for token, keys in held}
+        held_keys = {k for _, keys in held for k in keys}
+        mine = {h.token for h in self.grants}
+        for h in list(self.grants):
+            if h.token not in tokens:
+                self.grants.discard(h)
+                h._set_lost("the server released it while the connection "
+                            "was down (its ttl ran out)")
+        releasing = {p.token for p in (*limbo, *deferred)
+                     if p.kind == UNLOCK and p.token is not None}
+        unknown = [t for t in tokens if t not in mine and t not in releasing]
+        lock = next((p for p in limbo if p.kind == LOCK), None)
+        lock_served = False
+        if waiting is not None:
+            lock_served = True
+            if lock is not None:
+                link.waiters.append(lock)   # its reply is the next one
+            else:
+                self._stray_wait(link, waiting)
+        elif lock is not None and unknown:
+            lock_served = True
+            lock.answer(f"OK {unknown.pop(0)}")     # granted while detached
+        before = lock is not None
+        for p in limbo:
+            if p is lock:
+                before = False
+                if not lock_served:
+                    if lock.cancelling:
+                        lock.answer("ERR CANCELLED withdrawn while the "
+                                    "connection was down")
+                    else:
+                        self._send_lock(link, lock)
+                continue
+            served = before and lock_served     # ahead of a served LOCK
+            if p.kind == UNLOCK:
+                if p.token in tokens:
+                    link.write(p)
+                else:
+                    p.answer(f"OK {len(unique(p.request.split()[1:]))}")
+            elif p.kind == CANCEL:
+                if waiting is not None and not served:
+                    link.write(p)
+                else:
+                    p.answer("OK 0")
+            elif p.kind == PING and served:
+                p.answer("OK PONG")
+            elif p.kind == REFRESH and served:
+                p.answer(f"OK {sum(1 for k in p.names if k in held_keys)}")
+            else:
+                link.write(p)
+        for p in deferred:
+            if p.kind == LOCK:
+                self._send_lock(link, p)
+            else:
+                link.write(p)
+        for token in unknown:
+            # a grant nobody here knows of (never expected): released
+            self.send("UNLOCK " + " ".join(unique(tokens[token])), UNLOCK)
+        for grant in self.grants:
+            grant._set_suspended(False)
+        if self.retire and not self.grants:
+            self.ending = True
+            self.send("QUIT")
+        elif self.grants:
+            self._arm()
+
+    def _send_lock(self, link: Link, p: Pending) -> None:
+        """A LOCK that the server never saw, or answered with a reply that
+        was lost: asked again, for the time it has left."""
+        if p.timeout_at is not None:
+            left = math.ceil((p.timeout_at - self.loop.time()) * 1000.0)
+            if left <= 0:
+                p.answer("ERR TIMEOUT not granted within its timeout (the "
+                         "connection dropped while it waited)")
+                return
+            p.request = _TIMEOUT_OPT.sub(f" timeout={left}", p.request, 1)
+        link.write(p)
+
+    def _stray_wait(self, link: Link, waiting: Any) -> None:
+        """A waiting LOCK the client did not send: withdrawn (and its
+        grant, if it won the race, released)."""
+        keys = " ".join(unique(str(k) for k in waiting.get("keys", [])))
+        stray = Pending(self.loop.create_future(), "", LOCK)
+
+        def settle(line: Reply) -> None:
+            if line is not None and line.startswith("OK ") and keys:
+                self.send(f"UNLOCK {keys}", UNLOCK)
+        stray.hook = settle
+        link.waiters.append(stray)
+        self.send("CANCEL", CANCEL)
+
+
+def _current_task() -> "Optional[asyncio.Task[Any]]":
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 class HandleBase:
@@ -170,6 +597,8 @@ class HandleBase:
         self._released = False
         self._generation = _fork.generation
         self._lost_reason: Optional[str] = None
+        self._suspended = False
+        self._confirming = False
 
     @property
     def lost_reason(self) -> Optional[str]:
@@ -187,9 +616,20 @@ class HandleBase:
             return
         self._lost_reason = reason
         self._stop_timer()
+        self._set_suspended(False)
         self._signal_lost()
 
+    def _set_suspended(self, on: bool) -> None:
+        if on and (self._lost_reason is not None or self._released):
+            return
+        if on != self._suspended:
+            self._suspended = on
+            self._signal_suspended(on)
+
     def _signal_lost(self) -> None:
+        raise NotImplementedError
+
+    def _signal_suspended(self, on: bool) -> None:
         raise NotImplementedError
 
     def _stop_timer(self) -> None:
@@ -204,7 +644,8 @@ class HandleBase:
 
     def __repr__(self) -> str:
         state = ("released" if self._released else
-                 "lost" if self._lost_reason else "held")
+                 "lost" if self._lost_reason else
+                 "suspended" if self._suspended else "held")
         return (f"<{type(self).__name__} {' '.join(self._names)} "
                 f"token={self.token} {state}>")
 
@@ -237,9 +678,14 @@ class Core:
     def __init__(self, server: Optional[str], *, name: Optional[str],
                  secret: Optional[str], auth_file: Optional[str],
                  ssl_context: Optional[ssl.SSLContext], max_idle: int,
-                 connect_timeout: float, cancel_timeout: float) -> None:
+                 connect_timeout: float, cancel_timeout: float,
+                 session: Optional[float] = None) -> None:
         if max_idle < 0:
             raise ValueError(f"max_idle={max_idle}: want >= 0")
+        #: The grace of the session each connection opens, in ms (None:
+        #: plain connections, whose locks end with them).
+        self.session_ms = (None if session is None else
+                           seconds_to_ms("session", session, 1))
         self.addrs = parse_servers(server)
         self.name = check_name(name) if name is not None else None
         if secret is None:
@@ -273,7 +719,8 @@ class Core:
                                    "event loop")
             for conn in list(self.conns):
                 conn.closed = True      # of a loop that is gone: no events
-                conn.sock.close()
+                if conn.sock is not None:
+                    conn.sock.close()
             self._reset()
             self.loop = loop
         return loop
@@ -286,15 +733,20 @@ class Core:
     async def _checkout(self, loop: asyncio.AbstractEventLoop) -> Conn:
         while self.pool:
             conn = self.pool.pop()
-            if not conn.closed:
+            if not conn.closed and not conn.suspended:
                 return conn
         return await self._connect(loop)
 
     def _checkin(self, conn: Conn) -> None:
         if conn.closed:
             return
-        if conn.grants:
-            conn.abort("returned to the pool with locks held")
+        if conn.suspended:
+            conn.retire = True      # ended (QUIT) once it is resumed
+        elif conn.grants:
+            if conn.session is not None:
+                conn.close()        # QUIT: the session ends at once
+            else:
+                conn.abort("returned to the pool with locks held")
         elif len(self.pool) >= self.max_idle:
             conn.close()
         else:
@@ -319,15 +771,10 @@ class Core:
     async def _open(self, loop: asyncio.AbstractEventLoop,
                     addr: Address) -> Conn:
         sock = await self._socket(loop, addr)
-        conn = Conn(loop, addr, sock, self._conn_closed)
+        conn = Conn(self, loop, self._conn_closed)
+        conn.addr = addr
         try:
-            if addr.unix:
-                await loop.create_unix_connection(lambda: conn, sock=sock)
-            else:
-                ctx = self._tls_context() if addr.tls else None
-                await loop.create_connection(
-                    lambda: conn, sock=sock, ssl=ctx,
-                    server_hostname=addr.host if ctx else None)
+            conn.link = await self._link(conn, addr, sock)
             self.conns.add(conn)
             await self._hello(conn)
         except BaseException:
@@ -335,6 +782,24 @@ class Core:
             sock.close()
             raise
         return conn
+
+    async def _link(self, conn: Conn, addr: Address,
+                    sock: socket.socket) -> Link:
+        """A transport of ``conn`` over the connected ``sock``."""
+        link = Link(conn, addr, sock)
+        try:
+            if addr.unix:
+                await conn.loop.create_unix_connection(lambda: link,
+                                                       sock=sock)
+            else:
+                ctx = self._tls_context() if addr.tls else None
+                await conn.loop.create_connection(
+                    lambda: link, sock=sock, ssl=ctx,
+                    server_hostname=addr.host if ctx else None)
+        except BaseException:
+            sock.close()
+            raise
+        return link
 
     async def _socket(self, loop: asyncio.AbstractEventLoop,
                       addr: Address) -> socket.socket:
@@ -375,21 +840,43 @@ class Core:
             self.ssl_context = ctx
         return self.ssl_context
 
-    async def _hello(self, conn: Conn) -> None:
-        """AUTH, NAME and PING in one write: the server answers, or the
-        next one of the list is tried."""
+    def _hello_requests(self, link: Link,
+                        resume: Optional[str] = None) -> List[Pending]:
+        """AUTH (with a secret), NAME, then SESSION and PING, or RESUME
+        (nothing after it: a waiting LOCK's reply may come next)."""
         name = self.name or default_name(
             "python", socket.gethostname(), os.getpid())
-        futs = []
+        lines = []
         if self.secret is not None:
-            futs.append(conn.request(f"AUTH {self.secret}"))
-        futs.append(conn.request(f"NAME {name}"))
-        futs.append(conn.request("PING"))
-        for fut in futs:
-            reply = await fut
+            lines.append(f"AUTH {self.secret}")
+        lines.append(f"NAME {name}")
+        if resume is not None:
+            lines.append(f"RESUME {resume}")
+        else:
+            if self.session_ms is not None:
+                lines.append(f"SESSION grace={self.session_ms}")
+            lines.append("PING")
+        return [Pending(link.conn.loop.create_future(), line, OTHER)
+                for line in lines]
+
+    async def _hello(self, conn: Conn) -> None:
+        """AUTH, NAME, SESSION and PING in one write: the server answers,
+        or the next one of the list is tried."""
+        assert conn.link is not None
+        pendings = self._hello_requests(conn.link)
+        for pending in pendings:
+            conn.link.write(pending)
+        for pending in pendings:
+            reply = await pending.fut
             if reply is None:
                 raise ConnectionFailed(conn.reason)
-            parse_reply(reply)
+            value = parse_reply(reply)
+            if pending.request.startswith("SESSION "):
+                if not value:
+                    raise ProtocolError(f"SESSION answered {reply!r:.60}")
+                conn.session = value
+                assert self.session_ms is not None
+                conn.grace = self.session_ms / 1000.0
 
     # Locks
 
@@ -430,7 +917,7 @@ class Core:
                 self._checkin(conn)
             raise
         handle = factory(token, keys, names, conn, st, ttl_ms)
-        conn.grants.add(handle)
+        conn.add_grant(handle)
         if ttl_ms is not None:
             if refresh:
                 handle._timer = loop.create_task(self._refresh(handle))
@@ -438,15 +925,42 @@ class Core:
                 handle._timer = loop.call_later(
                     ttl_ms / 1000.0, handle._set_lost,
                     f"its ttl of {ttl_ms} ms ran out")
+        if conn.session is not None and \
+                loop.time() - conn.last_ok >= conn.grace / 3:
+            await self._confirm(conn, handle)
         return handle
 
+    async def _confirm(self, conn: Conn, handle: HandleBase) -> None:
+        """A grant whose LOCK waited a third of the grace or more: by the
+        client's rule it counts only from the send time of a request
+        answered after it, so a PING is answered before the caller gets
+        the handle (one round trip; a quick grant needs none)."""
+        handle._confirming = True
+        ping = conn.send("PING", PING)
+        try:
+            reply = await ping.fut
+        except BaseException:
+            handle._confirming = False
+            await self._settle(conn, self.release(handle))
+            raise
+        handle._confirming = False
+        if reply is None or handle.lost_reason is not None:
+            error = (handle._lost_error() if handle.lost_reason is not None
+                     else ConnectionFailed(f"{conn.addr.text}: "
+                                           f"{conn.reason}"))
+            await self._settle(conn, self.release(handle))
+            raise error
+        conn._arm()
+
     async def _lock(self, conn: Conn, line: str, names: List[str]) -> Reply:
-        pending = conn.send(line)
+        pending = conn.send(line, LOCK)
         try:
             return await pending.fut
         except asyncio.CancelledError:
-            # CANCEL leaves now; the rest must finish whatever comes
-            cancel = conn.request("CANCEL")
+            # CANCEL leaves now (or once the session is resumed); the
+            # rest must finish whatever comes
+            pending.cancelling = True
+            cancel = conn.request("CANCEL", CANCEL)
             await self._settle(conn, self._withdraw(conn, pending, cancel,
                                                     names))
             raise
@@ -464,19 +978,29 @@ class Core:
             reply = await lock.fut
         await cancel
         if reply is not None and reply.startswith("OK"):
-            await conn.request("UNLOCK " + " ".join(unique(names)))
+            unlock = conn.send("UNLOCK " + " ".join(unique(names)), UNLOCK)
+            if reply[3:].isdigit():
+                unlock.token = int(reply[3:])
+            await unlock.fut
 
     async def _settle(self, conn: Conn,
                       work: Coroutine[Any, Any, None]) -> None:
         """Runs ``work`` to its end even if the caller is cancelled again;
         past cancel_timeout the connection is dropped, which withdraws and
-        releases everything on it."""
+        releases everything on it (with a session: when its grace runs
+        out). While a session is being resumed the clock waits."""
         loop = asyncio.get_running_loop()
         task = loop.create_task(work)
         deadline = loop.time() + self.cancel_timeout
         while not task.done():
+            if conn.suspended:
+                # the withdrawal waits for the resume (bounded by the
+                # session's grace); its clock starts after it
+                deadline = loop.time() + self.cancel_timeout
             left = deadline - loop.time()
-            if left <= 0:
+            if conn.suspended:
+                left = min(left, SUSPENDED_POLL)
+            elif left <= 0:
                 conn.abort(f"no answer to CANCEL in "
                            f"{self.cancel_timeout:g} s")
                 left = self.cancel_timeout
@@ -504,9 +1028,13 @@ class Core:
             if conn.closed:
                 return
             names = handle._names
-            fut = conn.request("UNLOCK " + (names[0] if len(names) == 1
-                                            else " ".join(unique(names))))
-            reply = await fut       # cancelled: the reply is dropped
+            unlock = conn.send("UNLOCK " + (names[0] if len(names) == 1
+                                            else " ".join(unique(names))),
+                               UNLOCK)
+            unlock.token = handle.token
+            if conn.suspended:
+                return      # sent once resumed; the server's grace else
+            reply = await unlock.fut    # cancelled: the reply is dropped
             if reply is not None and reply.startswith("ERR NOTHELD"):
                 handle._set_lost("its ttl ran out before the release "
                                  f"({reply[12:]})", released=True)
@@ -529,7 +1057,9 @@ class Core:
         while True:
             await asyncio.sleep(ttl / 3)
             sent = loop.time()
-            fut = conn.request(line)
+            refresh = conn.send(line, REFRESH)
+            refresh.names = names
+            fut = refresh.fut
             try:
                 reply = await asyncio.wait_for(fut, good_until - sent)
             except asyncio.TimeoutError:
@@ -562,6 +1092,10 @@ class Core:
         if reply is None:
             raise ConnectionFailed(f"{conn.addr.text}: {conn.reason}")
         return parse_reply(reply)
+
+    def suspended(self) -> int:
+        """Connections whose session is being resumed now."""
+        return sum(1 for c in self.conns if c.suspended)
 
     async def aclose(self) -> None:
         """Closes every connection; locks still held are lost."""

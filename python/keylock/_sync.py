@@ -123,12 +123,16 @@ _fork.at_child(_child_reset)
 
 
 class Handle(HandleBase):
-    """A held lock: ``token``, ``keys``, ``lost``, ``lost_reason``.
+    """A held lock: ``token``, ``keys``, ``lost``, ``lost_reason``,
+    ``suspended``.
 
     ``lost`` is a :class:`threading.Event`, set the moment the lock is known
     to be gone (its connection dropped, its ttl ran out, a refresh
-    failed); leaving the block of a lost lock raises
-    :class:`keylock.LockLost`.
+    failed; with a session: the window of the client's rule closed
+    without a resume, or the server said GONE); leaving the block of a
+    lost lock raises :class:`keylock.LockLost`. ``suspended``, another
+    Event, is set while a session's connection is down and the lock
+    still counts, and cleared by the resume (or the loss).
     """
 
     def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
@@ -136,9 +140,17 @@ class Handle(HandleBase):
         super().__init__(token, keys, names, conn, owner, ttl_ms)
         #: Set when the lock is lost; ``h.lost.wait(timeout)`` to watch.
         self.lost = threading.Event()
+        #: Set while the session's connection is down within the window.
+        self.suspended = threading.Event()
 
     def _signal_lost(self) -> None:
         self.lost.set()
+
+    def _signal_suspended(self, on: bool) -> None:
+        if on:
+            self.suspended.set()
+        else:
+            self.suspended.clear()
 
 
 class Hold:
@@ -195,7 +207,8 @@ class KeyedLock:
     ``tls://host:port``, a comma-separated list tried in order; ``None``:
     ``$KEYLOCK_SERVER`` or ``127.0.0.1:7711``), ``name``, ``secret`` or
     ``auth_file``, ``ssl_context``, ``max_idle`` idle connections kept,
-    ``connect_timeout``, ``cancel_timeout`` and the default ``refresh``.
+    ``connect_timeout``, ``cancel_timeout``, the default ``refresh`` and
+    ``session`` (seconds of grace; off by default).
 
     Each thread that holds locks has a connection of its own; any number
     of threads may share one KeyedLock. It opens nothing until the first
@@ -209,11 +222,12 @@ class KeyedLock:
                  max_idle: int = _core.MAX_IDLE_DEFAULT,
                  connect_timeout: float = _core.CONNECT_TIMEOUT_DEFAULT,
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
-                 refresh: bool = False) -> None:
+                 refresh: bool = False,
+                 session: Optional[float] = None) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
-                          cancel_timeout=cancel_timeout)
+                          cancel_timeout=cancel_timeout, session=session)
         self._refresh = refresh
 
     def hold(self, *keys: Key, timeout: Optional[float] = None,

@@ -32,18 +32,24 @@ __all__ = ["KeyedLock", "Lock", "Handle"]
 
 
 class Handle(HandleBase):
-    """A held lock: ``token``, ``keys``, ``lost``, ``lost_reason``.
+    """A held lock: ``token``, ``keys``, ``lost``, ``lost_reason``,
+    ``suspended``.
 
     ``lost`` is an :class:`asyncio.Event`, set the moment the lock is known
     to be gone (its connection dropped, its ttl ran out, a refresh
-    failed); leaving the block of a lost lock raises
-    :class:`keylock.LockLost`.
+    failed; with a session: the window of the client's rule closed
+    without a resume, or the server said GONE); leaving the block of a
+    lost lock raises :class:`keylock.LockLost`. ``suspended``, another
+    Event, is set while a session's connection is down and the lock
+    still counts (its window is open), and cleared by the resume (or
+    the loss).
     """
 
     def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
                  conn: Conn, owner: Owner, ttl_ms: Optional[int]) -> None:
         super().__init__(token, keys, names, conn, owner, ttl_ms)
         self._event: Optional[asyncio.Event] = None
+        self._suspended_event: Optional[asyncio.Event] = None
 
     @property
     def lost(self) -> asyncio.Event:
@@ -57,6 +63,23 @@ class Handle(HandleBase):
     def _signal_lost(self) -> None:
         if self._event is not None:
             self._event.set()
+
+    @property
+    def suspended(self) -> asyncio.Event:
+        """Set while the session's connection is down within the window
+        (the lock still counts; the client is resuming)."""
+        if self._suspended_event is None:
+            self._suspended_event = asyncio.Event()
+            if self._suspended:
+                self._suspended_event.set()
+        return self._suspended_event
+
+    def _signal_suspended(self, on: bool) -> None:
+        if self._suspended_event is not None:
+            if on:
+                self._suspended_event.set()
+            else:
+                self._suspended_event.clear()
 
 
 class Lock:
@@ -119,7 +142,10 @@ class KeyedLock:
     ``max_idle`` connections are kept open for reuse. ``connect_timeout``
     bounds a connect (per server), ``cancel_timeout`` the withdrawal of a
     cancelled wait (past it the connection is dropped). ``refresh`` is
-    the default of :meth:`lock`'s ``refresh``.
+    the default of :meth:`lock`'s ``refresh``. ``session`` (seconds, off
+    by default) opens a session of that grace on every connection: its
+    locks outlive a dropped connection for the grace while the client
+    reconnects and RESUMEs (see python/README.md, "Sessions").
 
     A KeyedLock is used from one event loop at a time; it opens nothing
     until the first lock.
@@ -132,11 +158,12 @@ class KeyedLock:
                  max_idle: int = _core.MAX_IDLE_DEFAULT,
                  connect_timeout: float = _core.CONNECT_TIMEOUT_DEFAULT,
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
-                 refresh: bool = False) -> None:
+                 refresh: bool = False,
+                 session: Optional[float] = None) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
-                          cancel_timeout=cancel_timeout)
+                          cancel_timeout=cancel_timeout, session=session)
         self._refresh = refresh
 
     def lock(self, *keys: Key, timeout: Optional[float] = None,

@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import queue
+import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -26,6 +30,9 @@ if str(PYDIR) not in sys.path:
     sys.path.insert(0, str(PYDIR))
 
 READY_S = 10.0
+#: Timing of the session tests, scaled on a loaded machine as the rest of
+#: the suite is (KEYLOCKD_TEST_SLOW=2 doubles every grace and bound).
+SLOW = float(os.environ.get("KEYLOCKD_TEST_SLOW") or 1)
 
 
 def clean_env() -> Dict[str, str]:
@@ -223,3 +230,201 @@ def run_workers(mode: str, count: int, *args: str) -> Tuple[float, List[Any]]:
     w = Workers(mode, count, *args)
     go = w.go()
     return go, w.results()
+
+
+def speaks_sessions(d: Daemon) -> bool:
+    """Whether the daemon knows SESSION. Only ``ERR SYNTAX`` (a daemon of
+    protocol 1.1) says no; anything else is the daemon's answer to
+    judge."""
+    with socket.create_connection(("127.0.0.1", d.port), 5) as s:
+        s.sendall(b"SESSION grace=1\nQUIT\n")
+        data = b""
+        while b"\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    first = data.split(b"\n")[0].decode()
+    return not first.startswith("ERR SYNTAX")
+
+
+# A function for the proxy's thread to run, its result, and its end.
+Call = Tuple[Callable[[], Any], List[Any], threading.Event]
+
+
+def _rst(sock: socket.socket) -> None:
+    """Closes ``sock`` with a reset (SO_LINGER 0): the peer sees ECONNRESET,
+    not an orderly EOF."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                        struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+class Proxy:
+    """A TCP proxy between clients and a daemon, on its own thread, that a
+    test can break: :meth:`reset` resets every connection through it
+    (client and daemon both see a reset, as after a NAT or load balancer
+    drops a flow), :meth:`refuse` makes new connections fail (reset at
+    once: the server is unreachable) until :meth:`refuse` is called with
+    False."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(128)
+        self.lsock.setblocking(False)
+        self.port: int = self.lsock.getsockname()[1]
+        self.refusing = False
+        self.accepted = 0
+        self.refused = 0
+        self._peer: Dict[socket.socket, socket.socket] = {}
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.lsock, selectors.EVENT_READ)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._calls: "queue.Queue[Call]" = queue.Queue()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="test-proxy")
+        self._thread.start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        done = threading.Event()
+        box: List[Any] = []
+        self._calls.put((fn, box, done))
+        self._wake_w.send(b"x")
+        assert done.wait(10), "the proxy thread is stuck"
+        return box[0] if box else None
+
+    def reset(self) -> int:
+        """Resets every connection now; how many there were."""
+        def go() -> int:
+            n = 0
+            for sock in list(self._peer):
+                self._drop(sock, reset=True)
+                n += 1
+            return n // 2
+        n: int = self._call(go)
+        return n
+
+    def refuse(self, on: bool = True) -> None:
+        """New connections are reset at once (on) or pass (off)."""
+        def go() -> None:
+            self.refusing = on
+        self._call(go)
+
+    def connections(self) -> int:
+        n: int = self._call(lambda: len(self._peer) // 2)
+        return n
+
+    def close(self) -> None:
+        def go() -> None:
+            self._stop = True
+            for sock in list(self._peer):
+                self._drop(sock, reset=True)
+        self._call(go)
+        self._thread.join(10)
+        self._sel.close()
+        self.lsock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _drop(self, sock: socket.socket, reset: bool) -> None:
+        other = self._peer.pop(sock, None)
+        for s in (sock, other):
+            if s is None:
+                continue
+            self._peer.pop(s, None)
+            try:
+                self._sel.unregister(s)
+            except (KeyError, ValueError):
+                pass
+            if reset:
+                _rst(s)
+            else:
+                s.close()
+
+    def _run(self) -> None:
+        while not self._stop:
+            for key, _ in self._sel.select(0.5):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self.lsock:
+                    self._accept()
+                elif sock is self._wake_r:
+                    sock.recv(4096)
+                    while not self._calls.empty():
+                        fn, box, done = self._calls.get()
+                        box.append(fn())
+                        done.set()
+                elif sock in self._peer:
+                    self._pump(sock)
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.lsock.accept()
+        except BlockingIOError:
+            return
+        if self.refusing:
+            self.refused += 1
+            _rst(client)
+            return
+        try:
+            upstream = socket.create_connection(self.target, 5)
+        except OSError:
+            _rst(client)
+            return
+        self.accepted += 1
+        for s in (client, upstream):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.setblocking(False)
+        self._peer[client] = upstream
+        self._peer[upstream] = client
+        self._sel.register(client, selectors.EVENT_READ)
+        self._sel.register(upstream, selectors.EVENT_READ)
+
+    def _pump(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        other = self._peer.get(sock)
+        if other is None:
+            return
+        if not data:
+            self._drop(sock, reset=False)
+            return
+        try:
+            other.setblocking(True)
+            other.settimeout(5)
+            other.sendall(data)
+            other.setblocking(False)
+        except OSError:
+            self._drop(sock, reset=True)
+
+
+@pytest.fixture
+def sessions(server: Daemon) -> Daemon:
+    """The shared daemon, if it speaks sessions (protocol 1.2)."""
+    if not speaks_sessions(server):
+        pytest.skip("this keylockd answers SESSION with ERR SYNTAX "
+                    "(no sessions yet)")
+    return server
+
+
+@pytest.fixture
+def proxy(server: Daemon) -> Iterator[Proxy]:
+    """A proxy to the shared daemon that the test can reset."""
+    p = Proxy(server.port)
+    yield p
+    p.close()

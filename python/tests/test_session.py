@@ -1,0 +1,457 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""Sessions (protocol 1.2, keylockd-protocol(7) "Sessions"): locks that
+outlive a dropped connection for the grace while the client reconnects
+and RESUMEs by itself.
+
+Every test goes through a proxy (conftest.Proxy) that resets the
+connections between the client and the real daemon, or refuses new
+ones, as a NAT, a load balancer or a network blip would. The daemon is
+the judge: who holds and who waits (INFO), what was released and how
+(STATS), and the keys gauge back at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import socket
+import time
+from typing import Any, Awaitable, Callable, Dict, List
+
+import pytest
+
+import keylock
+import keylock.aio
+from conftest import SLOW, Daemon, Proxy, speaks_sessions
+
+
+def counters(d: Daemon) -> Dict[str, int]:
+    st = d.stats()
+    return {k: int(st.get(k, 0)) for k in (
+        "grants", "releases", "disconnect_releases", "sessions_resumed",
+        "sessions_expired")}
+
+
+async def until(cond: Callable[[], Awaitable[bool]], seconds: float,
+                what: str) -> None:
+    deadline = time.monotonic() + seconds * SLOW
+    while not await cond():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def sync_until(cond: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds * SLOW
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.01)
+
+
+def test_a_reset_connection_is_resumed_and_the_lock_kept(
+        sessions: Daemon, proxy: Proxy) -> None:
+    """The transport is reset under a holder: ``suspended`` is set, the
+    server keeps the lock for the session (nobody else gets it), the
+    client reconnects and RESUMEs, ``suspended`` clears, the lock was
+    never lost, and the task's connection works on under the same client
+    id."""
+    grace = 3.0 * SLOW
+    before = counters(sessions)
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        other = keylock.aio.KeyedLock(sessions.addr)
+        async with locks.lock("ss:a") as h:
+            [holder] = (await other.info("ss:a"))["holders"]
+            me = holder["client"]
+            assert holder["token"] == h.token
+            assert not h.suspended.is_set()
+            assert proxy.reset() == 1
+            await asyncio.wait_for(h.suspended.wait(), grace / 2)
+            with pytest.raises(keylock.Locked):
+                async with other.lock("ss:a", timeout=0):
+                    pass
+
+            async def resumed() -> bool:
+                return not h.suspended.is_set()
+            await until(resumed, grace / 2, "resumed")
+            assert not h.lost.is_set() and h.lost_reason is None
+            [holder] = (await other.info("ss:a"))["holders"]
+            assert (holder["client"], holder["token"]) == (me, h.token)
+            async with locks.lock("ss:b"):      # the same owner, resumed
+                [nested] = (await other.info("ss:b"))["holders"]
+                assert nested["client"] == me
+        assert proxy.accepted >= 2
+        await locks.aclose()
+        await other.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+    d = {k: v - before[k] for k, v in counters(sessions).items()}
+    assert d["grants"] == 2 and d["releases"] == 2, d
+    assert d["disconnect_releases"] == 0, d
+    if "sessions_resumed" in sessions.stats():
+        assert d["sessions_resumed"] >= 1, d
+
+
+def test_the_threading_face_resumes_too(sessions: Daemon,
+                                        proxy: Proxy) -> None:
+    grace = 3.0 * SLOW
+    with keylock.KeyedLock(proxy.addr, session=grace) as locks:
+        with locks.hold("ss:sync") as h:
+            proxy.reset()
+            assert h.suspended.wait(grace / 2)
+            sync_until(lambda: not h.suspended.is_set(), grace / 2,
+                       "resumed")
+            assert not h.lost.is_set()
+            assert sessions.info("ss:sync")["holders"][0]["token"] == \
+                h.token
+    sessions.wait_idle()
+
+
+def test_a_waiting_task_keeps_its_place_across_a_resume(
+        sessions: Daemon, proxy: Proxy) -> None:
+    """A task waits through the proxy; the connection is reset; a third
+    task queues meanwhile. The waiting LOCK keeps its place: when the
+    holder lets go, the resumed task is granted first, and its block
+    runs."""
+    grace = 3.0 * SLOW
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        holder = plain.lock("sw:k")
+        await holder.__aenter__()
+        order: List[str] = []
+
+        async def waiter(name: str, kl: keylock.aio.KeyedLock) -> None:
+            async with kl.lock("sw:k", timeout=30 * SLOW):
+                order.append(name)
+
+        async def waiters() -> List[Any]:
+            return [w["client"] for w in
+                    (await plain.info("sw:k"))["waiters"]]
+        first = asyncio.ensure_future(waiter("session", locks))
+
+        async def queued_one() -> bool:
+            return len(await waiters()) == 1
+        await until(queued_one, 5, "the session's LOCK queued")
+        [me] = await waiters()
+        assert proxy.reset() == 1
+        second = asyncio.ensure_future(waiter("plain", plain))
+
+        async def queued_two() -> bool:
+            return len(await waiters()) == 2 and proxy.accepted >= 2
+        await until(queued_two, grace, "resumed, and the second queued")
+        assert (await waiters())[0] == me
+        await asyncio.sleep(0.1)        # the resume has settled
+        await holder.__aexit__(None, None, None)
+        await asyncio.wait_for(asyncio.gather(first, second), 10 * SLOW)
+        assert order == ["session", "plain"]
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+
+
+def test_a_grant_made_while_detached_is_taken_back(
+        sessions: Daemon, proxy: Proxy) -> None:
+    """The waiting LOCK is granted while its session is detached (the
+    proxy refuses every reconnect meanwhile); once the proxy lets the
+    client through, RESUME lists the grant in ``held`` and the waiting
+    task enters its block with that grant's token."""
+    grace = 5.0 * SLOW
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        holder = plain.lock("sg:k")
+        first = await holder.__aenter__()
+        got: List[int] = []
+
+        async def waiter() -> None:
+            async with locks.lock("sg:k") as h:
+                got.append(h.token)
+                info = await plain.info("sg:k")
+                assert [x["token"] for x in info["holders"]] == [h.token]
+        task = asyncio.ensure_future(waiter())
+
+        async def queued() -> bool:
+            return len((await plain.info("sg:k"))["waiters"]) == 1
+        await until(queued, 5, "queued")
+        proxy.refuse(True)
+        proxy.reset()
+
+        async def retried() -> bool:
+            return proxy.refused >= 1
+        await until(retried, grace / 2, "a reconnect tried")
+        await holder.__aexit__(None, None, None)
+
+        async def granted_detached() -> bool:
+            return len((await plain.info("sg:k"))["holders"]) == 1
+        await until(granted_detached, 5, "granted to the detached session")
+        [h] = (await plain.info("sg:k"))["holders"]
+        assert h["token"] > first.token
+        assert not task.done()
+        proxy.refuse(False)
+        await asyncio.wait_for(task, grace)
+        assert got == [h["token"]]
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+
+
+@pytest.mark.parametrize("granted", [False, True],
+                         ids=["still-waiting", "granted-while-detached"])
+def test_a_task_cancelled_during_the_resume_leaves_nothing(
+        sessions: Daemon, proxy: Proxy, granted: bool) -> None:
+    """A waiting task is cancelled while its session is detached and the
+    server unreachable. Its cancellation waits for the resume to settle;
+    then the wait is withdrawn with CANCEL (or the grant that came while
+    detached is released with UNLOCK), and only then does
+    CancelledError propagate. Nothing stays held or waiting, and nothing
+    was released by the session's expiry."""
+    grace = 5.0 * SLOW
+    before = counters(sessions)
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        holder = plain.lock("sc:k")
+        await holder.__aenter__()
+
+        async def waiter() -> None:
+            async with locks.lock("sc:k"):
+                raise AssertionError("the block ran")
+        task = asyncio.ensure_future(waiter())
+
+        async def queued() -> bool:
+            return len((await plain.info("sc:k"))["waiters"]) == 1
+        await until(queued, 5, "queued")
+        proxy.refuse(True)
+        proxy.reset()
+
+        async def retried() -> bool:
+            return proxy.refused >= 1
+        await until(retried, grace / 2, "a reconnect tried")
+        if granted:
+            await holder.__aexit__(None, None, None)
+
+            async def detached_holder() -> bool:
+                return len((await plain.info("sc:k"))["holders"]) == 1
+            await until(detached_holder, 5, "granted while detached")
+        task.cancel()
+        await asyncio.sleep(0.3 * SLOW)
+        assert not task.done()          # waits for the resume to settle
+        proxy.refuse(False)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, grace)
+        info = await plain.info("sc:k")
+        assert info["waiters"] == []
+        holders = [x["token"] for x in info["holders"]]
+        if granted:
+            assert holders == []
+        else:
+            assert len(holders) == 1
+            await holder.__aexit__(None, None, None)
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+    d = {k: v - before[k] for k, v in counters(sessions).items()}
+    assert d["releases"] == d["grants"], d
+    assert d["disconnect_releases"] == 0 and d["sessions_expired"] == 0, d
+
+
+def test_lost_at_the_window_end_when_the_server_is_unreachable(
+        sessions: Daemon, proxy: Proxy, report: Any) -> None:
+    """The connection is reset and every reconnect refused: ``suspended``
+    is set at once, ``lost`` exactly when the client's rule says (T + grace
+    less 0.1%, T the send time of the last answered request, at most a
+    third of the grace before the reset thanks to the pings), never later;
+    leaving the block raises LockLost. The server releases the lock when
+    the session's grace runs out, not before."""
+    grace = 1.5 * SLOW
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        with pytest.raises(keylock.LockLost) as e:
+            async with locks.lock("sl:k") as h:
+                await asyncio.sleep(grace * 0.8)    # pings keep it alive
+                assert not h.lost.is_set()
+                proxy.refuse(True)
+                reset_at = time.monotonic()
+                proxy.reset()
+                await asyncio.wait_for(h.suspended.wait(), grace / 2)
+                await asyncio.wait_for(h.lost.wait(), grace * 2)
+                lost_after = time.monotonic() - reset_at
+                assert not h.suspended.is_set()
+                # the server still holds it for the detached session
+                with pytest.raises(keylock.Locked):
+                    async with plain.lock("sl:k", timeout=0):
+                        pass
+        assert "grace" in str(e.value), e.value
+        report(f"grace {grace:g} s: lost {lost_after:.3f} s after the "
+               "reset (the window: between 2/3 and 1 grace after it)")
+        assert lost_after <= grace + 0.05 * SLOW, lost_after
+        assert lost_after >= grace * 0.999 * 2 / 3 - 0.05, lost_after
+        async with plain.lock("sl:k", timeout=grace * 2) as h2:
+            assert h2.token > 0         # released by the server's grace
+        proxy.refuse(False)
+        async with locks.lock("sl:k") as h3:    # a new connection
+            assert not h3.lost.is_set()
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+
+
+def test_the_threading_face_loses_at_the_window_end(
+        sessions: Daemon, proxy: Proxy) -> None:
+    grace = 1.0 * SLOW
+    with keylock.KeyedLock(proxy.addr, session=grace) as locks:
+        with pytest.raises(keylock.LockLost):
+            with locks.hold("sl:sync") as h:
+                proxy.refuse(True)
+                t0 = time.monotonic()
+                proxy.reset()
+                assert h.suspended.wait(grace / 2)
+                assert h.lost.wait(grace * 2)
+                assert time.monotonic() - t0 <= grace + 0.05 * SLOW
+    sync_until(lambda: sessions.info("sl:sync")["holders"] == [],
+               grace * 3, "released by the server's grace")
+    sessions.wait_idle()
+
+
+def test_gone_is_lost_at_once(tmp_path: pathlib.Path) -> None:
+    """An operator KILLs the detached session; the client's RESUME is
+    answered GONE: ``lost`` at once, long before the window's end."""
+    secret = tmp_path / "admin"
+    secret.write_text("0per\n")
+    d = Daemon(tmp_path, "--admin-auth-file", str(secret))
+    proxy = Proxy(d.port)
+    try:
+        if not speaks_sessions(d):
+            pytest.skip("this keylockd answers SESSION with ERR SYNTAX")
+        grace = 30.0
+
+        async def main() -> None:
+            locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+            with pytest.raises(keylock.LockLost) as e:
+                async with locks.lock("sk:k") as h:
+                    me = d.info("sk:k")["holders"][0]["client"]
+                    proxy.refuse(True)
+                    proxy.reset()
+                    await asyncio.wait_for(h.suspended.wait(), 5)
+                    with socket.create_connection(("127.0.0.1", d.port),
+                                                  5) as s:
+                        s.sendall(f"AUTH 0per\nKILL {me}\nQUIT\n".encode())
+                        replies = s.makefile().read().split("\n")
+                    assert replies[:2] == ["OK", "OK 1"], replies
+                    t0 = time.monotonic()
+                    proxy.refuse(False)
+                    await asyncio.wait_for(h.lost.wait(), 5 * SLOW)
+                    assert time.monotonic() - t0 < 5 * SLOW
+            assert "GONE" in str(e.value), e.value
+            await locks.aclose()
+        asyncio.run(main())
+        d.wait_idle()
+    finally:
+        proxy.close()
+        d.stop()
+
+
+def test_closing_ends_the_session_at_once(sessions: Daemon,
+                                          proxy: Proxy) -> None:
+    """aclose() (or leaving the KeyedLock's block) QUITs: the server
+    releases at once instead of keeping the locks for the grace, and no
+    session is left."""
+    grace = 30.0
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr, session=grace)
+        async with locks.lock("sq:k") as h:
+            assert h.token > 0
+        lock = locks.lock("sq:held")
+        await lock.__aenter__()
+        await locks.aclose()
+    asyncio.run(main())
+    t0 = time.monotonic()
+    st = sessions.wait_idle(2)
+    assert time.monotonic() - t0 < 2
+    assert st.get("sessions", 0) == 0, st
+
+
+def test_plain_connections_stay_plain(server: Daemon, proxy: Proxy) -> None:
+    """Without ``session=`` nothing changes: a reset loses the lock at
+    once, and the server has released it."""
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(proxy.addr)
+        with pytest.raises(keylock.LockLost):
+            async with locks.lock("sp:k") as h:
+                proxy.reset()
+                await asyncio.wait_for(h.lost.wait(), 2)
+                assert not h.suspended.is_set()
+                assert server.info("sp:k")["holders"] == []
+        await locks.aclose()
+    asyncio.run(main())
+
+
+def test_session_argument_is_checked() -> None:
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ValueError):
+            keylock.aio.KeyedLock("127.0.0.1:1", session=bad)
+    with pytest.raises(TypeError):
+        keylock.KeyedLock("127.0.0.1:1", session=True)  # type: ignore
+
+
+def test_a_grant_after_a_long_wait_is_confirmed_and_counts(
+        sessions: Daemon) -> None:
+    """A LOCK that waited longer than the grace: the server's grant is
+    confirmed by one PING before lock() returns, so the client's window
+    starts afresh; the lock is not lost while the block runs on for more
+    than a grace (the pings keep it)."""
+    grace = 0.6 * SLOW
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(sessions.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        holder = plain.lock("sx:k")
+        await holder.__aenter__()
+        asyncio.get_running_loop().call_later(
+            grace * 2, lambda: asyncio.ensure_future(
+                holder.__aexit__(None, None, None)))
+        async with locks.lock("sx:k") as h:
+            await asyncio.sleep(grace * 2)
+            assert not h.lost.is_set(), h.lost_reason
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
+
+
+def test_a_nested_wait_longer_than_the_grace_loses_the_outer_lock(
+        sessions: Daemon) -> None:
+    """Behind a waiting LOCK nothing else is answered on its connection,
+    so by the client's rule the task's outer lock stops counting at
+    T + grace: it is lost then (and the server still lets go of it
+    properly when the block is left)."""
+    grace = 0.6 * SLOW
+
+    async def main() -> None:
+        locks = keylock.aio.KeyedLock(sessions.addr, session=grace)
+        plain = keylock.aio.KeyedLock(sessions.addr)
+        holder = plain.lock("sn:inner")
+        await holder.__aenter__()
+        with pytest.raises(keylock.LockLost):
+            async with locks.lock("sn:outer") as outer:
+                with pytest.raises(keylock.Timeout):
+                    async with locks.lock("sn:inner", timeout=grace * 2):
+                        pass
+                assert outer.lost.is_set()
+                assert "grace" in (outer.lost_reason or "")
+        await holder.__aexit__(None, None, None)
+        await locks.aclose()
+        await plain.aclose()
+    asyncio.run(main())
+    sessions.wait_idle()
