@@ -13,7 +13,7 @@ BENCH=${BENCH:-$(dirname "$KEYLOCKD")/../tools/keylock-bench}
 # On failure, what the bench wrote (daemon.sh adds the daemon's log).
 cleanup_suite() {
 	[ "$status" -ne 0 ] && [ "$status" -ne 77 ] || return 0
-	for f in bench.json hold.json bench.err; do
+	for f in bench.json hold.json seed.json bench.err; do
 		[ -s "$TMP/$f" ] || continue
 		echo "--- $TEST: $f" >&2
 		tail -n 30 "$TMP/$f" >&2
@@ -68,5 +68,16 @@ case $per in
 	fail "table_bytes_per_key is '$per', not a positive number"
 	;;
 esac
+# The seed: 200 one-millisecond holds, 20 in a row on each of 10 keys, each
+# next LOCK written before the UNLOCK that hands the key over: all done, no
+# grant of a key still held, fencing tokens growing per key.
+"$BENCH" -S "127.0.0.1:$PORT" -w seed -c 200 -r 10 --hold-ms 1 \
+    --no-progress --json >"$TMP/seed.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench -w seed exited with status $?"
+for m in operations:200 overlaps:0 token_errors:0; do
+	v=$(json_get seed "${m%%:*}" <"$TMP/seed.json") ||
+	    fail "the seed output has no seed.${m%%:*}"
+	[ "$v" = "${m#*:}" ] || fail "seed.${m%%:*} is '$v', not ${m#*:}"
+done
 pass "$cycles lock-unlock cycles in about a second;" \
-    "$per table bytes per held key"
+    "$per table bytes per held key; the seed's 200 holds without overlap"

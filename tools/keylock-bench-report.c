@@ -177,6 +177,14 @@ bench_json_extra(const struct bench *b, json_t *root)
 		    (json_int_t)b->seed_overlaps));
 		json_object_set_new(o, "token_errors", json_integer(
 		    (json_int_t)b->seed_token_errors));
+		json_object_set_new(o, "first_grant_ms", json_real(bench_ms(
+		    b->seed_first_grant)));
+		json_object_set_new(o, "locks_written_ms", json_real(bench_ms(
+		    b->seed_locks_written)));
+		json_object_set_new(o, "handoff_ms", bench_hist_json(
+		    &b->seed_handoff, 0));
+		json_object_set_new(o, "hold_overrun_ms", bench_hist_json(
+		    &b->seed_overrun, 0));
 		json_object_set_new(root, "seed", o);
 	}
 }
@@ -239,6 +247,16 @@ bench_print(const struct bench *b)
 		    " keys finished in %.4f s; %" PRIu64 " overlaps, %" PRIu64
 		    " token errors\n", b->cycles, o->hold_ms, o->keyspace, s,
 		    b->seed_overlaps, b->seed_token_errors);
+	if (o->work == WORK_SEED)
+		printf("  seed: first grant after %.3f ms, last LOCK written "
+		    "after %.3f ms; hand-off (UNLOCK written to the next "
+		    "grant read) p50 %.3f ms, p90 %.3f ms; hold past %d ms "
+		    "p50 %.3f ms, p90 %.3f ms\n", bench_ms(b->seed_first_grant),
+		    bench_ms(b->seed_locks_written),
+		    bench_ms(bhist_percentile(&b->seed_handoff, 50)),
+		    bench_ms(bhist_percentile(&b->seed_handoff, 90)),
+		    o->hold_ms, bench_ms(bhist_percentile(&b->seed_overrun, 50)),
+		    bench_ms(bhist_percentile(&b->seed_overrun, 90)));
 	if (o->work != WORK_HOLD)
 		printf("  %.3f s: %" PRIu64 " cycles (%.0f/s), %" PRIu64
 		    " requests (%.0f/s)\n", s, b->cycles, s > 0 ?

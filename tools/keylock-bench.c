@@ -680,6 +680,11 @@ bench_events(struct bench *b)
 	event_config_free(cfg);
 	if (b->base == NULL)
 		return false;
+	/* The seed: events take the middle one of three priorities, and the
+	 * LOCKs not yet written the lowest (work_seed_burst_cb). */
+	if (b->o.work == WORK_SEED &&
+	    event_base_priority_init(b->base, BENCH_PRIORITIES) == -1)
+		return false;
 	b->deadline = evtimer_new(b->base, bench_deadline_cb, b);
 	b->sigint = evsignal_new(b->base, SIGINT, bench_signal_cb, b);
 	b->sigterm = evsignal_new(b->base, SIGTERM, bench_signal_cb, b);
@@ -725,8 +730,12 @@ bench_init(struct bench *b)
 	if (o->work == WORK_SEED) {
 		b->seed_holder = malloc(o->keyspace * sizeof(int));
 		b->seed_token = calloc(o->keyspace, sizeof(uint64_t));
-		if (b->seed_holder == NULL || b->seed_token == NULL)
+		b->seed_released = calloc(o->keyspace, sizeof(uint64_t));
+		if (b->seed_holder == NULL || b->seed_token == NULL ||
+		    b->seed_released == NULL)
 			return false;
+		bhist_init(&b->seed_handoff);
+		bhist_init(&b->seed_overrun);
 		for (uint64_t i = 0; i < o->keyspace; i++)
 			b->seed_holder[i] = -1;
 	}
@@ -751,6 +760,9 @@ bench_cleanup(struct bench *b)
 	free(b->ebody);
 	free(b->seed_holder);
 	free(b->seed_token);
+	free(b->seed_released);
+	if (b->seed_burst != NULL)
+		event_free(b->seed_burst);
 	if (b->tick != NULL)
 		event_free(b->tick);
 	if (b->deadline != NULL)

@@ -27,6 +27,7 @@
 #define BENCH_FD_SPARE		32	/* descriptors besides connections */
 #define BETCD_REQ_MAX		1024	/* one etcd gateway request */
 #define BENCH_SERVERS_MAX	16	/* -S a,b,...: connections take turns */
+#define BENCH_PRIORITIES	3	/* seed: of libevent's events */
 
 enum bench_proto {
 	BENCH_KEYLOCK,
@@ -151,6 +152,8 @@ struct bconn {
 	uint64_t		 hold_next;	/* holders: next key to take */
 	uint64_t		 hold_end;
 	struct event		*timer;		/* seed: the hold time */
+	int			 seed_index;	/* seed: in the LOCKs' order */
+	uint64_t		 t_granted;	/* seed: when the grant was read */
 	bool			 seed_done;
 	int64_t			 lease;		/* etcd: this connection's */
 	int64_t			 erev;		/* etcd: revision of a range */
@@ -233,6 +236,12 @@ struct bench {
 	uint64_t		 seed_token_errors;
 	int			 seed_left;	/* operations not yet done */
 	int			 seed_next;	/* next connection to LOCK */
+	struct event		*seed_burst;	/* the next LOCKs, when idle */
+	uint64_t		*seed_released;	/* per key: UNLOCK written, ns */
+	uint64_t		 seed_first_grant;	/* ns after t_start */
+	uint64_t		 seed_locks_written;	/* ns after t_start */
+	struct bhist		 seed_handoff;	/* UNLOCK written: next grant */
+	struct bhist		 seed_overrun;	/* hold's end past hold_ms */
 
 	int64_t			 etcd_ttl_s;	/* of the leases */
 	int64_t			 etcd_rev_before, etcd_rev_after;
