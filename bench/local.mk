@@ -23,4 +23,5 @@ bench_echo_server_LDADD = $(LIBEVENT_LIBS)
 
 TESTS += bench/smoke.sh
 EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/instructions.sh \
+	bench/seed.sh \
 	bench/RESULTS.md
