@@ -178,7 +178,7 @@ verdict=$(awk -v k="$k" -v t="$TARGET_S" -v o="$(sum k overlaps)" \
 table() {
 	echo "| | keylockd | echo floor (no waiting) |"
 	echo "|---|---:|---:|"
-	echo "| time to finish, s, after ($(runs k) runs) |" \
+	echo "| time to finish, s${BEFORE:+, after} ($(runs k) runs) |" \
 	    "$(cell k secs 4) | $(cell e secs 4) |"
 	if [ -n "$BEFORE" ]; then
 		echo "| time to finish, s, before ($(runs kb) runs) |" \
