@@ -370,6 +370,7 @@ watch_created(void *arg, int64_t rev)
 	struct ebe *e = arg;
 
 	if (e->state == EBE_STARTING || e->state == EBE_RESYNC) {
+		e->range_flat = false;
 		log_info("backend etcd: serving; table at revision %" PRId64
 		    ", watching %s on %s", e->rev, e->prefix,
 		    etcd_current_endpoint(e->etcd));
@@ -389,6 +390,17 @@ watch_compacted(void *arg, int64_t crev)
 {
 	struct ebe *e = arg;
 
+	if (e->state == EBE_STARTING || e->state == EBE_RESYNC) {
+		/* compacted since the range: from the newest one alone */
+		log_info("backend etcd: the watch's first revision is compacted "
+		    "(at %" PRId64 "): building the table again", crev);
+		e->range_flat = true;
+		replica_clear(e);
+		if (replica_rebuild_start(e) != 0)
+			ebe_fail(e, "out of memory");
+		ebe_end_turn(e);
+		return;
+	}
 	if (e->state != EBE_READY)
 		return;
 	log_warnx("backend etcd: the watch fell behind etcd's compaction "

@@ -206,6 +206,9 @@ struct ebe {
 	uint64_t		 rev_grants;	/* grants at rev */
 	bool			 rebuilding;	/* tokens are not sent */
 	bool			 clearing;	/* grants are ignored */
+	bool			 range_flat;	/* rebuild from the newest range
+						 * alone (erange, in the
+						 * replica) */
 	struct eownerq		 owners;
 	struct ehash		 by_id;		/* eowner by (fe, client) */
 	struct ehash		 by_lo;		/* eowner by lt_owner */

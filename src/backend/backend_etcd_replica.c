@@ -1016,6 +1016,19 @@ replica_free(struct ebe *e)
 
 /* ---- rebuilding from a range ---- */
 
+/*
+ * A token is the revision at which its grant was made, and a range
+ * cannot say which that was for a hold granted after its put (when a
+ * delete freed its keys): a table built from the newest range would
+ * give such holds tokens their clients never received. So the range is
+ * taken twice: at the newest revision R, which gives the oldest live
+ * entry's revision M, then at M - 1, and the watch goes on from M: every
+ * grant a live hold has was made at M or later, and the watch brings
+ * those events again in order, so each is made at its own revision, as
+ * every other replica made it. When M - 1 is compacted (or the second
+ * range fails), the table is built from R's entries: holds carried then
+ * have R's revision as their token's (replica_build).
+ */
 struct erange {
 	struct ebe		*e;
 	int64_t			 rev;	/* of the first page; 0 before */
@@ -1024,9 +1037,23 @@ struct erange {
 	char			*next;	/* key to go on from */
 	size_t			 nextlen;
 	struct etcd_call	*call;
+	bool			 back;	/* the second range, at M - 1 */
+	struct erange_kv	*flat;	/* the first's entries, at flat_rev */
+	size_t			 nflat;
+	int64_t			 flat_rev;
 };
 
 static void	range_page(struct erange *g);
+
+static void
+range_kvs_free(struct erange_kv *kvs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		kl_free(kvs[i].key);
+		kl_free(kvs[i].value);
+	}
+	kl_free(kvs);
+}
 
 static void
 range_free(struct erange *g)
@@ -1035,11 +1062,8 @@ range_free(struct erange *g)
 		return;
 	if (g->call != NULL)
 		etcd_cancel(g->call);
-	for (size_t i = 0; i < g->n; i++) {
-		kl_free(g->kvs[i].key);
-		kl_free(g->kvs[i].value);
-	}
-	kl_free(g->kvs);
+	range_kvs_free(g->kvs, g->n);
+	range_kvs_free(g->flat, g->nflat);
 	kl_free(g->next);
 	kl_free(g);
 }
@@ -1113,6 +1137,50 @@ range_apply(struct erange *g)
 	range_free(g);
 }
 
+/* The first range is complete: the second goes back to M - 1. False
+ * when there is none to take (no entry, or M - 1 before revision 1). */
+static bool
+range_back(struct erange *g)
+{
+	int64_t oldest = g->rev;
+
+	if (g->e->range_flat)
+		return false;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->kvs[i].create_revision < oldest)
+			oldest = g->kvs[i].create_revision;
+	if (g->n == 0 || oldest - 1 < 1)
+		return false;
+	g->flat = g->kvs;
+	g->nflat = g->n;
+	g->flat_rev = g->rev;
+	g->kvs = NULL;
+	g->n = g->cap = 0;
+	kl_free(g->next);
+	g->next = NULL;
+	g->back = true;
+	g->rev = oldest - 1;
+	range_page(g);
+	return true;
+}
+
+/* The second range failed: the table from the first one's entries. */
+static void
+range_flat(struct erange *g, const char *why)
+{
+	log_info("backend etcd: no range at revision %" PRId64 " (%s): the "
+	    "table is built at revision %" PRId64 ", the tokens of the holds "
+	    "it carries from there", g->rev, why, g->flat_rev);
+	range_kvs_free(g->kvs, g->n);
+	g->kvs = g->flat;
+	g->n = g->nflat;
+	g->rev = g->flat_rev;
+	g->flat = NULL;
+	g->nflat = 0;
+	g->back = false;
+	range_apply(g);
+}
+
 static void
 range_cb(void *arg, const struct etcd_result *res)
 {
@@ -1120,6 +1188,11 @@ range_cb(void *arg, const struct etcd_result *res)
 	struct ebe	*e = g->e;
 
 	g->call = NULL;
+	if (res->status != ETCD_OK && g->back) {
+		range_flat(g, res->message != NULL ? res->message :
+		    etcd_status_name(res->status));
+		return;
+	}
 	if (res->status != ETCD_OK) {
 		e->range = NULL;
 		range_free(g);
@@ -1170,6 +1243,8 @@ range_cb(void *arg, const struct etcd_result *res)
 		range_page(g);
 		return;
 	}
+	if (!g->back && range_back(g))
+		return;
 	range_apply(g);
 	return;
 nomem:

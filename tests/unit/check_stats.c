@@ -98,6 +98,10 @@ setup(void)
 	st.errors = 9;
 	st.auth_failures = 3;
 	st.output_closes = 1;
+	st.be.txns = 70;
+	st.be.txn_failures = 4;
+	st.be.rebuilds = 5;
+	st.be.losses = 6;
 }
 
 static void

@@ -82,6 +82,10 @@ START_TEST(stats_reports_the_servers_own_counters)
 	EXPECT_U(cs_doc, "errors", 9);
 	EXPECT_U(cs_doc, "auth_failures", 3);
 	EXPECT_U(cs_doc, "output_closes", 1);
+	EXPECT_U(cs_doc, "etcd_txns", 70);
+	EXPECT_U(cs_doc, "etcd_txn_failures", 4);
+	EXPECT_U(cs_doc, "etcd_rebuilds", 5);
+	EXPECT_U(cs_doc, "etcd_losses", 6);
 }
 END_TEST
 
