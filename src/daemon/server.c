@@ -37,6 +37,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "server.h"
+#include "session.h"
 #include "stats.h"
 #include "tls.h"
 #include "util.h"
@@ -611,16 +612,20 @@ server_be_end_turn(void *arg)
 	server_end_turn(arg);
 }
 
-/* The backend has lost o's locks: its connection goes. The owner's
- * udata is the connection that made it (conn_new()), NULL once closed. */
+/* The backend has lost o's locks: its connection goes, or, while o's
+ * session is detached, the session ends (sessions are refused with
+ * backend etcd today: commands.c). */
 static void
 server_be_drop(void *arg, struct lt_owner *o, const char *why)
 {
-	struct conn *c = locktable_owner_udata(o);
+	const struct owner_head	*h = locktable_owner_udata(o);
+	struct conn		*c = owner_conn(o);
 
 	(void)arg;
 	if (c != NULL)
 		conn_close(c, why);
+	else if (h != NULL && h->detached != NULL)
+		session_end(h->detached, why);
 }
 
 struct server *
