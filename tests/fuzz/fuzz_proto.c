@@ -123,12 +123,21 @@ fuzz_check_ok(const struct request *req, const char *line, size_t len)
 			FUZZ_CHECK(n <= KL_SECRET_MAX);
 		if (c->kind != PROTO_ARG_SECRET)
 			FUZZ_CHECK(memchr(a, '=', n) == NULL);
+		if (c->kind == PROTO_ARG_SESSION) {
+			FUZZ_CHECK(n >= 1 && n <= KL_SESSION_ID_MAX);
+			for (size_t j = 0; j < n; j++)
+				FUZZ_CHECK(strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				    "abcdefghijklmnopqrstuvwxyz0123456789-_",
+				    a[j]) != NULL && a[j] != '\0');
+		}
 	}
 
 	FUZZ_CHECK(req->timeout_ms <= KL_MS_MAX);
 	FUZZ_CHECK((req->opts & OPT_TIMEOUT) || req->timeout_ms == 0);
 	FUZZ_CHECK((req->opts & OPT_TTL) ? req->ttl_ms >= 1 &&
 	    req->ttl_ms <= KL_MS_MAX : req->ttl_ms == 0);
+	FUZZ_CHECK((req->opts & OPT_GRACE) ? req->grace_ms >= 1 &&
+	    req->grace_ms <= KL_MS_MAX : 1);
 	FUZZ_CHECK(req->limit >= 1 && req->limit <= KL_LIMIT_MAX);
 	FUZZ_CHECK((req->opts & OPT_LIMIT) || req->limit == 1);
 	FUZZ_CHECK(req->max_waiters <= KL_LIMIT_MAX);

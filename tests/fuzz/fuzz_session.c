@@ -161,9 +161,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		cl[i].fd = -1;
 	}
 	fs_run(srv, cl);
-	assert(locktable_counters(backend_table(server_backend(srv)))->keys == 0);
-	assert(locktable_counters(backend_table(server_backend(srv)))->waiting == 0);
+	/* Every client has gone: only detached sessions may hold or wait
+	 * (keylockd-protocol(7), SESSIONS), and server_free() ends them. */
 	assert(server_stats(srv)->clients == 0);
+	assert(server_stats(srv)->sessions ==
+	    server_stats(srv)->sessions_detached);
+	if (server_stats(srv)->sessions == 0) {
+		assert(locktable_counters(backend_table(
+		    server_backend(srv)))->keys == 0);
+		assert(locktable_counters(backend_table(
+		    server_backend(srv)))->waiting == 0);
+	}
+	assert(locktable_check(backend_table(server_backend(srv))) == NULL);
 	server_free(srv);
 	return 0;
 }
