@@ -45,6 +45,9 @@
 		s.append("#" + c.client + " ");
 		s.append(c.name === null ? el("span", "dim", "(no name)") :
 		    el("span", "name", c.name));
+		if (c.detached_ms !== undefined)
+			s.append(" ", el("span", "detached",
+			    "(session detached " + ms(c.detached_ms) + ")"));
 		return s;
 	}
 
@@ -71,6 +74,8 @@
 		var t = [
 			["clients", num(s.clients)], ["keys", num(s.keys)],
 			["held", num(s.held)], ["waiting", num(s.waiting)],
+			["sessions", num(s.sessions)],
+			["detached", num(s.sessions_detached)],
 			["requests/s", rate(s, "requests")],
 			["grants/s", rate(s, "grants")],
 			["timeouts/s", rate(s, "timeouts")],

@@ -62,6 +62,15 @@ session_open mallory 6 127.0.0.1 "$PORT"
 session_send mallory "NAME <i>mallory</i>"
 session_send mallory "LOCK $HOSTILE"
 session_expect mallory 2 '^OK [0-9]+$' "the hostile key's LOCK"
+# dave's session is detached: his hold stays, and the page says so.
+session_open dave 8 127.0.0.1 "$PORT"
+session_send dave "NAME dave"
+session_send dave "SESSION grace=60000"
+session_send dave "LOCK jobs:dave"
+session_expect dave 3 '^OK [0-9]+$' "dave's LOCK"
+exec 8>&-
+wait_for "ask_tcp STATS | grep -q '\"sessions_detached\":1'" "$REPLY_S" ||
+    fail "dave's session is not detached"
 session_open capper 7 127.0.0.1 "$PORT"
 session_send capper "LOCK cap:key"
 session_expect capper 1 '^OK [0-9]+$' "cap:key's LOCK"
@@ -171,7 +180,7 @@ browser --virtual-time-budget=4000 --dump-dom "$URL/" >"$TMP/dom.html" ||
     fail "chromium --dump-dom: $(tail -n 5 "$TMP/chromium.log")"
 tr -d '\n' <"$TMP/dom.html" >"$TMP/dom1"
 expect_grep 'id="state" class="dim">updated ' "$TMP/dom1" "the page's state"
-expect_grep '<title>keylockd: 3 held, 23 waiting</title>' "$TMP/dom1" \
+expect_grep '<title>keylockd: 4 held, 23 waiting</title>' "$TMP/dom1" \
     "the page's title"
 expect_grep '<p class="key">jobs:nightly</p>' "$TMP/dom1" "the held key"
 expect_grep '<p class="key">jobs:nightly</p><div class="dim">1 holding, 2 waiting[^<]*</div><ul class="holders"><li class="holder"><span>#[0-9]+ <span class="name">alice</span></span> exclusive, held [0-9.]+ m?s' \
@@ -201,6 +210,9 @@ for h in wait hold; do
 done
 expect_grep 'data-name="requests/s"><b>[0-9]' "$TMP/dom1" "requests/s"
 expect_grep 'data-name="held"><b>[0-9]+</b>' "$TMP/dom1" "held"
+expect_grep 'data-name="detached"><b>1</b>' "$TMP/dom1" "detached sessions"
+expect_grep '<span class="name">dave</span> <span class="detached">\(session detached [0-9.]+ m?s\)</span>' \
+    "$TMP/dom1" "dave's detached hold"
 pass "the rendered page: holder, waiters in order, charts, hostile text"
 
 browser --virtual-time-budget=2500 --window-size=1280,1100 \
