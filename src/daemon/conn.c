@@ -244,7 +244,8 @@ conns_release_closed(struct conns *cs)
 			continue;
 		if (c->sess != NULL) {
 			session_detach(c->sess, c->h.owner, c->name, c->peer,
-			    c->pending_lock ? c->deadline_ms : 0, now);
+			    locktable_owner_is_waiting(c->h.owner) ?
+			    c->deadline_ms : 0, now);
 			c->sess = NULL;
 			c->h.owner = NULL;
 			continue;

@@ -475,6 +475,114 @@ START_TEST(every_failed_allocation_of_a_session_closes_one_connection)
 }
 END_TEST
 
+/* Every line k got before its end starts as want[i] does. */
+static void
+sweep_check(struct sweep_client *k, const char *const *want, size_t nwant)
+{
+	char	*p = k->rx, *lf;
+
+	k->rx[k->rlen] = '\0';
+	for (size_t i = 0; (lf = strchr(p, '\n')) != NULL; i++) {
+		ck_assert_msg(i < nwant && strncmp(p, want[i],
+		    strlen(want[i])) == 0, "reply %zu: \"%.*s\", want \"%s...\"",
+		    i, (int)(lf - p), p, i < nwant ? want[i] : "(none)");
+		p = lf + 1;
+	}
+}
+
+/*
+ * keylockd-protocol(7), SESSIONS, with allocation n failing: a opens a
+ * session and holds a key, b waits for it, a's connection ends (detach),
+ * c resumes the session and unlocks, b is granted, c quits. A failure
+ * closes one connection and never misreports; a session left detached by
+ * a failure expires within its grace, and then nothing is left.
+ */
+static void
+sweep_protocol_session(uint64_t n)
+{
+	struct sweep_client	a, b, c;
+	static const char *const a_want[] = { "OK ", "OK " };
+	static const char *const b_want[] = { "OK ", "OK 1" };
+	static const char *const c_want[] = { "OK {", "OK 1", "OK" };
+	char			 req[128], id[80] = "";
+
+	sweep_open(&a);
+	sweep_open(&b);
+	snprintf(req, sizeof(req), "SESSION grace=100\nLOCK ps:%ju\n",
+	    (uintmax_t)n);
+	sweep_send(&a, req);
+	sweep_wait(&a, 2);
+	a.rx[a.rlen] = '\0';
+	sscanf(a.rx, "OK %79[A-Za-z0-9_-]", id);
+	sweep_check(&a, a_want, 2);
+	snprintf(req, sizeof(req), "LOCK ps:%ju timeout=5000\n", (uintmax_t)n);
+	sweep_send(&b, req);
+	close(a.fd);
+	cc_pump();
+	sweep_open(&c);
+	if (id[0] == '\0')
+		c.eof = true;	/* no session: a's end released all */
+	snprintf(req, sizeof(req), "RESUME %s\nUNLOCK ps:%ju\n", id,
+	    (uintmax_t)n);
+	sweep_send(&c, req);
+	sweep_wait(&c, 2);
+	sweep_wait(&b, 1);
+	snprintf(req, sizeof(req), "UNLOCK ps:%ju\n", (uintmax_t)n);
+	sweep_send(&b, req);
+	sweep_wait(&b, 2);
+	sweep_send(&c, "QUIT\n");
+	sweep_wait(&c, 3);
+	sweep_check(&b, b_want, 2);
+	sweep_check(&c, c_want, 3);
+	close(b.fd);
+	close(c.fd);
+	cc_pump();
+}
+
+START_TEST(every_failed_allocation_around_a_protocol_session_closes_one)
+{
+	json_t		*j;
+	uint64_t	 deadline;
+	int64_t		 closes0 = -1, closes = 0;
+
+	for (uint64_t n = 1; n <= 120; n++) {
+		kl_alloc_fail_at(n, false);
+		sweep_protocol_session(n);
+		kl_alloc_fail_at(0, false);
+		deadline = cc_now_ms() + WAIT_MS;
+		for (;;) {
+			j = sweep_stats();
+			if (cc_json_int(j, "sessions") == 0)
+				break;
+			ck_assert_msg(cc_json_int(j, "sessions") ==
+			    cc_json_int(j, "sessions_detached"), "allocation "
+			    "%ju failed: a session is attached to nobody",
+			    (uintmax_t)n);
+			ck_assert_msg(cc_now_ms() < deadline, "allocation %ju "
+			    "failed: a detached session outlives its grace",
+			    (uintmax_t)n);
+			json_decref(j);
+			cc_nap(NULL, 20);
+			cc_pump();
+		}
+		ck_assert_msg(cc_json_int(j, "keys") == 0 &&
+		    cc_json_int(j, "waiting") == 0 &&
+		    cc_json_int(j, "clients") == 1, "allocation %ju failed: "
+		    "keys %jd, waiting %jd, clients %jd left", (uintmax_t)n,
+		    (intmax_t)cc_json_int(j, "keys"),
+		    (intmax_t)cc_json_int(j, "waiting"),
+		    (intmax_t)cc_json_int(j, "clients"));
+		if (closes0 < 0)
+			closes0 = cc_json_int(j, "nomem_closes");
+		closes = cc_json_int(j, "nomem_closes");
+		json_decref(j);
+	}
+	/* the sweep reached SESSION, the detach and RESUME, not only the
+	 * accepts */
+	ck_assert_int_ge(closes - closes0, 5);
+}
+END_TEST
+
 void
 cc_add_cancel(Suite *s)
 {
@@ -499,4 +607,6 @@ cc_add_cancel(Suite *s)
 	tc = cc_tcase(s, "nomem", 120);
 	tcase_add_test(tc,
 	    every_failed_allocation_of_a_session_closes_one_connection);
+	tcase_add_test(tc,
+	    every_failed_allocation_around_a_protocol_session_closes_one);
 }
