@@ -72,6 +72,8 @@ static const struct setting settings[] = {
 	    "write the bound TCP port here", false },
 	{ "max-clients", "N", SET_INT, OFF(max_clients), 1, 10000000,
 	    "open connections", true },
+	{ "reserved-slots", "N", SET_INT, OFF(reserved_slots), 0, 1000,
+	    "connections the unix socket may open past max-clients", true },
 	{ "max-keys", "N", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
 	    "keys per request", true },
 	{ "max-locks", "N", SET_INT, OFF(max_locks), 1, 100000000,
@@ -167,6 +169,7 @@ config_defaults(struct config *cfg)
 	cfg->unix_mode = 0660;
 	cfg->state_dir = config_strdup(KL_LOCALSTATEDIR "/lib/keylockd");
 	cfg->max_clients = KL_MAX_CLIENTS_DEFAULT;
+	cfg->reserved_slots = KL_RESERVED_SLOTS_DEFAULT;
 	cfg->max_keys = KL_MAX_KEYS_DEFAULT;
 	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;

@@ -190,7 +190,12 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 				log_warn("accept on %s", l->name);
 			break;
 		}
-		if (srv->stats.clients >= (uint64_t)srv->cfg->max_clients) {
+		/* The unix socket keeps a few slots past max-clients, so an
+		 * operator gets in to CLIENTS and KILL when the network has
+		 * filled every other (keylockd.conf(5), reserved-slots). */
+		if (srv->stats.clients >= (uint64_t)srv->cfg->max_clients +
+		    (l->transport == CONN_UNIX ?
+		    (uint64_t)srv->cfg->reserved_slots : 0)) {
 			log_debug("refused a connection on %s: max-clients "
 			    "%" PRId64 " reached", l->name,
 			    srv->cfg->max_clients);

@@ -341,6 +341,49 @@ START_TEST(max_clients_refuses_the_extra_connection)
 }
 END_TEST
 
+/* keylockd.conf(5), reserved-slots: silent network clients that took
+ * every slot do not lock the operator out of the unix socket, which may go
+ * that many past max-clients and no further. */
+START_TEST(the_unix_socket_keeps_slots_for_operators)
+{
+	struct kt_conn	*c[3], *extra, *op[2], *ok;
+	json_t		*r;
+	json_int_t	 victim;
+
+	if (!kt_have_unix())
+		return;
+	kt_start("--max-clients", "3", "--reserved-slots", "2");
+	for (int i = 0; i < 3; i++) {
+		c[i] = kt_connect();
+		kt_req(c[i], "OK PONG", "PING");
+	}
+	kt_lock(c[0], "LOCK rs:k");
+	extra = kt_connect();
+	kt_expect_line(extra, "ERR LIMIT too many connections");
+	for (int i = 0; i < 2; i++) {
+		op[i] = kt_connect_unix();
+		kt_req(op[i], "OK PONG", "PING");
+	}
+	extra = kt_connect_unix();	/* past the reserve too */
+	kt_expect_line(extra, "ERR LIMIT too many connections");
+	kt_send(op[0], "CLIENTS");
+	r = kt_expect_json(op[0]);
+	ck_assert_int_eq(kt_jint(r, "total"), 5);
+	json_decref(r);
+	victim = pu_holder_id(op[0], "rs:k");
+	kt_req(op[0], "OK 1", "KILL %lld", (long long)victim);
+	kt_expect_eof(c[0], kt_ms(2000));
+	kt_wait_stat(op[1], "keys", 0);
+	/* The network's slots count the operators too: one frees when two
+	 * more connections go. */
+	kt_conn_close(op[1]);
+	kt_conn_close(c[1]);
+	kt_wait_stat(op[0], "clients", 2);
+	ok = kt_connect();
+	kt_req(ok, "OK PONG", "PING");
+}
+END_TEST
+
 START_TEST(max_line_option_sets_the_limit)
 {
 	struct kt_conn	*c;
@@ -522,6 +565,7 @@ protocol_errors_suite(void)
 
 	tc = kt_tcase(s, "limits", KT_PRIVATE, 30, kt_setup_none);
 	if (tc != NULL) {
+		tcase_add_test(tc, the_unix_socket_keeps_slots_for_operators);
 		tcase_add_test(tc, max_keys_per_request);
 		tcase_add_test(tc, max_locks_per_connection);
 		tcase_add_test(tc, max_clients_refuses_the_extra_connection);
