@@ -121,21 +121,6 @@ struct backend_ops {
 	enum be_status	 (*withdraw)(struct backend *, struct lt_owner *,
 			    enum lt_why why, uint64_t now_ms,
 			    struct be_result *);
-	/*
-	 * Optional (NULL: the backend has none), for the common requests
-	 * alone, each done at once without a be_result or a pending
-	 * completion, or not at all: LOCK of one key key[0..len) with a
-	 * request's invariant parts prepared in a (a plain lock: limit 1,
-	 * no ttl; its keys are not read) returns the token of a grant made
-	 * at once, and UNLOCK of one key true once released (OK 1). 0 and
-	 * false change nothing: the caller goes on to acquire or release,
-	 * which decide. Neither ever calls a hook.
-	 */
-	uint64_t	 (*acquire_one)(struct backend *, struct lt_owner *,
-			    const struct lt_acquire *a, const char *key,
-			    size_t len, uint64_t now_ms);
-	bool		 (*release_one)(struct backend *, struct lt_owner *,
-			    const char *key, size_t len, uint64_t now_ms);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
 	/* Shutdown: nothing is granted from now on. */

@@ -96,22 +96,6 @@ bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
 	return r->err == KL_OK && !granted ? BE_PENDING : BE_DONE;
 }
 
-static uint64_t
-bl_acquire_one(struct backend *be, struct lt_owner *o,
-    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
-{
-	/* 0 leaves it to bl_acquire(), which refuses it while tokens fail */
-	return token_ready(bl_of(be)->tokens, now_ms) ?
-	    locktable_acquire_one(bl_of(be)->lt, o, a, key, len, now_ms) : 0;
-}
-
-static bool
-bl_release_one(struct backend *be, struct lt_owner *o, const char *key,
-    size_t len, uint64_t now_ms)
-{
-	return locktable_release_one(bl_of(be)->lt, o, key, len, now_ms);
-}
-
 /* NOTHELD names the key at bad. */
 static void
 bl_bad_key(struct be_result *r, enum kl_err err, const char *const *keys,
@@ -249,8 +233,6 @@ static const struct backend_ops bl_ops = {
 	.release_owner = bl_release_owner,
 	.refresh = bl_refresh,
 	.withdraw = bl_withdraw,
-	.acquire_one = bl_acquire_one,
-	.release_one = bl_release_one,
 	.table = bl_table,
 	.freeze = bl_freeze,
 	.end_turn = bl_end_turn,

@@ -27,16 +27,11 @@ static void	 key_add_waiter(struct locktable *, struct lt_key *);
 static void	 key_remove_waiter(struct locktable *, struct lt_key *);
 static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 		    uint64_t *);
-LT_INLINE struct lt_hold *owner_scan_holds(const struct lt_owner *,
-		    const char *, size_t);
 static struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t);
-LT_INLINE void	 release_plain(struct locktable *, struct lt_key *);
-LT_INLINE bool	 release_one(struct locktable *, struct lt_owner *,
-		    const char *, size_t, uint64_t);
-static enum kl_err release_keys(struct locktable *, struct lt_owner *,
-		    const char *const *, const size_t *, size_t, uint64_t,
-		    size_t *, size_t *) __attribute__((noinline));
+static bool	 release_is_plain(const struct locktable *,
+		    const struct lt_hold *);
+static void	 release_plain(struct locktable *, struct lt_hold *, uint64_t);
 static void	 queue_unlink(struct locktable *, struct lt_slot *);
 static void	 req_free(struct locktable *, struct lt_req *);
 static void	 req_grant(struct locktable *, struct lt_req *,
@@ -53,6 +48,7 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 	if ((lt = kl_calloc(1, sizeof(*lt))) == NULL)
 		return NULL;
 	lt->c.bytes = sizeof(*lt);
+	lt->short_paths = true;
 	if (!lt_hash_init(lt, seed)) {
 		kl_free(lt);
 		return NULL;
@@ -65,6 +61,12 @@ locktable_new(const struct lt_hooks *hooks, uint64_t seed)
 		lt->tok_end = UINT64_C(1) << 63;
 	}
 	return lt;
+}
+
+void
+locktable_set_short_paths(struct locktable *lt, bool on)
+{
+	lt->short_paths = on;
 }
 
 void
@@ -359,30 +361,23 @@ lt_hold_find(const struct lt_key *k, const struct lt_owner *o)
 	return NULL;
 }
 
-/* o's hold on key among its holds, by the keys' bytes: for a few holds,
- * cheaper than hashing. */
-LT_INLINE struct lt_hold *
-owner_scan_holds(const struct lt_owner *o, const char *key, size_t len)
-{
-	struct lt_hold	*h;
-	struct lt_key	*k;
-
-	for (h = o->holds; h != NULL; h = h->onext) {
-		k = lt_hold_key(h);
-		if (k->keylen == len && lt_bytes_eq(k->key, key, len))
-			return h;
-	}
-	return NULL;
-}
-
+/* o's hold on key: among its holds by the keys' bytes when it has a few
+ * (cheaper than hashing), else through the key's entry. */
 static struct lt_hold *
 owner_find_hold(const struct locktable *lt, const struct lt_owner *o,
     const char *key, size_t len)
 {
+	struct lt_hold	*h;
 	struct lt_key	*k;
 
-	if (o->nholds <= LT_OWNER_SCAN)
-		return owner_scan_holds(o, key, len);
+	if (o->nholds <= LT_OWNER_SCAN) {
+		for (h = o->holds; h != NULL; h = h->onext) {
+			k = lt_hold_key(h);
+			if (k->keylen == len && lt_bytes_eq(k->key, key, len))
+				return h;
+		}
+		return NULL;
+	}
 	k = lt_key_lookup(lt, key, len, lt_key_hash(lt, key, len));
 	return k == NULL ? NULL : lt_hold_find(k, o);
 }
@@ -576,16 +571,28 @@ locktable_withdraw(struct locktable *lt, struct lt_owner *o, uint64_t now_ms,
 }
 
 /*
- * The common UNLOCK: o's own hold on a plain entry (no extension: nobody
- * waits for it and nobody else holds it), with no ttl and held for less
- * than a millisecond, which then goes back to its pool, the table keeping
- * its size (lt_free_fits()). What hold_end(), key_touch() and
- * lt_key_free() do, with what they test known, so that nothing is called.
+ * The common UNLOCK, on the table's short path (lt->short_paths): the hold
+ * is its entry's own on a plain entry (no extension: nobody waits for it
+ * and nobody else holds it), without a ttl, and the entry goes back to
+ * its pool with the table keeping its size (lt_free_fits()).
  */
-LT_INLINE void
-release_plain(struct locktable *lt, struct lt_key *k)
+static bool
+release_is_plain(const struct locktable *lt, const struct lt_hold *h)
 {
-	struct lt_hold	*h = &k->own;
+	return lt->short_paths && h->inkey && h->heap_idx == LT_NO_TTL &&
+	    lt_free_fits(lt, lt_hold_key(h));
+}
+
+/*
+ * What hold_end(), key_touch() and lt_key_free() do for the common
+ * UNLOCK, with what they test known: nothing is left to settle. The
+ * differential test (tests/unit/locktable_short.c) runs every operation
+ * with and without it and compares the tables.
+ */
+static void
+release_plain(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
+{
+	struct lt_key	*k = lt_hold_key(h);
 	struct lt_owner	*o = h->owner;
 	struct lt_key	**pp;
 	size_t		 size = lt_key_size(k->keylen);
@@ -600,7 +607,7 @@ release_plain(struct locktable *lt, struct lt_key *k)
 		h->onext->oprev = h->oprev;
 	o->nholds--;
 	lt->c.held--;
-	kl_hist_add(&lt->c.hold_ms, 0);
+	kl_hist_add(&lt->c.hold_ms, lt_ms_since(now_ms, h->granted_ms));
 	lt->c.releases++;
 	pp = &lt->buckets[lt_key_bucket(lt, k->hash)];
 	while (*pp != k)
@@ -615,76 +622,26 @@ release_plain(struct locktable *lt, struct lt_key *k)
 }
 
 /*
- * One key of an owner that holds a few, the common UNLOCK, is found among
- * its holds and, on a plain entry without a ttl, held for less than a
- * millisecond, whose freeing calls nothing (lt_free_fits()), released at
- * once (release_plain()): that path makes no call. false: nothing done.
- */
-LT_INLINE bool
-release_one(struct locktable *lt, struct lt_owner *o, const char *key,
-    size_t len, uint64_t now_ms)
-{
-	struct lt_hold	*h;
-	struct lt_key	*k = NULL;
-
-	if (o->nholds > LT_OWNER_SCAN)
-		return false;
-	/* Only an entry's own hold can be released here: o has one hold
-	 * per key, so if that is another, none of these matches. */
-	for (h = o->holds; h != NULL; h = h->onext) {
-		if (!h->inkey)
-			continue;
-		k = lt_hold_key(h);
-		if (k->keylen == len && lt_bytes_eq(k->key, key, len))
-			break;
-	}
-	/* nothing is left to settle between calls: lt->dirty is empty */
-	if (h == NULL || h->heap_idx != LT_NO_TTL || now_ms > h->granted_ms ||
-	    !lt_free_fits(lt, k))
-		return false;
-	release_plain(lt, k);
-	return true;
-}
-
-bool
-locktable_release_one(struct locktable *lt, struct lt_owner *o,
-    const char *key, size_t len, uint64_t now_ms)
-{
-	return release_one(lt, o, key, len, now_ms);
-}
-
-/* The rest goes to release_keys(). */
-enum kl_err
-locktable_release(struct locktable *lt, struct lt_owner *o,
-    const char *const *keys, const size_t *keylens, size_t nkeys,
-    uint64_t now_ms, size_t *n, size_t *bad_index)
-{
-	if (nkeys == 1 && release_one(lt, o, keys[0], keylens[0], now_ms)) {
-		if (n != NULL)
-			*n = 1;
-		return KL_OK;
-	}
-	return release_keys(lt, o, keys, keylens, nkeys, now_ms, n,
-	    bad_index);
-}
-
-/*
  * Checks every key before releasing any. A key seen again after its hold
  * ended is a duplicate (o cannot regain it: nothing settles in between).
+ * One key, the common UNLOCK, is looked up once.
  */
-static enum kl_err
-release_keys(struct locktable *lt, struct lt_owner *o,
+enum kl_err
+locktable_release(struct locktable *lt, struct lt_owner *o,
     const char *const *keys, const size_t *keylens, size_t nkeys,
     uint64_t now_ms, size_t *n, size_t *bad_index)
 {
 	struct lt_hold	*h;
 	size_t		 i, done = 0;
 
-	/* One key: one lookup, not a check pass too. */
 	if (nkeys == 1 && (h = owner_find_hold(lt, o, keys[0], keylens[0])) !=
 	    NULL) {
-		hold_end(lt, h, now_ms, &lt->c.releases);
-		settle(lt, now_ms);
+		if (release_is_plain(lt, h))
+			release_plain(lt, h, now_ms);
+		else {
+			hold_end(lt, h, now_ms, &lt->c.releases);
+			settle(lt, now_ms);
+		}
 		if (n != NULL)
 			*n = 1;
 		return KL_OK;

@@ -113,6 +113,15 @@ void		 locktable_reserve_tokens(struct locktable *lt,
 		    uint64_t (*reserve)(void *arg, uint64_t *end));
 
 /*
+ * The common LOCK (one key nobody holds or waits for) and UNLOCK (of a
+ * plain entry) take a short path inside locktable_acquire() and
+ * locktable_release() that changes the table exactly as the general one
+ * would. On by default; only the tests turn it off, to run one sequence
+ * both ways and compare.
+ */
+void		 locktable_set_short_paths(struct locktable *lt, bool on);
+
+/*
  * Frees every key, hold and queued request; owners stay the caller's.
  * Free them first with locktable_owner_free() to have their releases
  * counted; an owner still alive is detached (emptied, nothing counted) and
@@ -191,20 +200,6 @@ enum kl_err	 locktable_acquire(struct locktable *lt, struct lt_owner *o,
 		    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
 		    uint64_t *token, struct lt_blocker *why);
 
-/*
- * The common LOCK, on its own short path: the one key key[0..len), as a
- * plain lock in a->mode under a->max_holds (a->keys, nkeys, try and
- * max_waiters are not read; a->limit must be 1 and a->ttl_ms 0, else it
- * does nothing). When the key has no entry, o waits for nothing and has
- * room, and granting needs no call (a pooled entry, no resize, a token in
- * the reserved range), it is granted as locktable_acquire() would grant
- * it and its token returned. Otherwise it returns 0 with nothing changed,
- * and the caller asks locktable_acquire(), which decides.
- */
-uint64_t	 locktable_acquire_one(struct locktable *lt, struct lt_owner *o,
-		    const struct lt_acquire *a, const char *key, size_t len,
-		    uint64_t now_ms);
-
 /* Fills *why for o's queued request: the first of its keys that blocks it.
  * Returns false if o is not waiting. */
 bool		 locktable_wait_blocker(struct locktable *lt,
@@ -224,18 +219,6 @@ bool		 locktable_withdraw(struct locktable *lt, struct lt_owner *o,
 enum kl_err	 locktable_release(struct locktable *lt, struct lt_owner *o,
 		    const char *const *keys, const size_t *keylens,
 		    size_t nkeys, uint64_t now_ms, size_t *n, size_t *bad_index);
-
-/*
- * The common UNLOCK, on its own short path: o's hold on key[0..len) when o
- * holds a few keys and that one alone on a plain entry (nobody else holds
- * or waits), without a ttl, granted within now_ms's millisecond, and
- * freeing the entry needs no call. Then it is released as
- * locktable_release() would release it (n = 1) and true returned;
- * otherwise false with nothing changed, and the caller asks
- * locktable_release(), which decides.
- */
-bool		 locktable_release_one(struct locktable *lt, struct lt_owner *o,
-		    const char *key, size_t len, uint64_t now_ms);
 
 /* Withdraws o's wait and releases every hold; returns the holds released. */
 size_t		 locktable_release_owner(struct locktable *lt,

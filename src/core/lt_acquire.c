@@ -2,14 +2,13 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * The lock table's acquire path: one LOCK or TRYLOCK. Its keys are looked up
- * once and deduplicated, checked in keylockd-protocol(7)'s order (Which error
- * wins), then granted on every key at one instant or queued at the tail of
- * every key's queue at one instant (Multi-key requests are atomic). All a
- * grant or a wait needs is allocated before the table changes, so an error
- * leaves the table as it was. It never reads the clock, a socket or a global,
- * and never logs.
+ * once and deduplicated, checked in keylockd-protocol(7)'s order (REPLIES:
+ * "Checks run in this order"), then granted on every key at one instant or
+ * queued at the tail of every key's queue at one instant (SEMANTICS,
+ * Multi-key requests are atomic). All a grant or a wait needs is allocated
+ * before the table changes, so an error leaves the table as it was. It
+ * never reads the clock, a socket or a global, and never logs.
  */
-#include <errno.h>
 #include <string.h>
 
 #include "locktable.h"
@@ -18,8 +17,8 @@
 
 static bool	 probes_init(struct locktable *, struct lt_probes *,
 		    const struct lt_acquire *);
-static void	 probes_add(struct locktable *, struct lt_probes *,
-		    const char *, size_t);
+static inline void probes_add(struct locktable *, struct lt_probes *,
+		    const char *, size_t) __attribute__((always_inline));
 static bool	 probes_alloc(struct locktable *, struct lt_probes *,
 		    uint32_t, bool);
 static void	 probes_unalloc(struct locktable *, struct lt_probes *);
@@ -39,9 +38,10 @@ static enum kl_err acquire_grant(struct locktable *, struct lt_owner *,
 		    uint64_t *);
 static enum kl_err acquire_queue(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, struct lt_probes *, uint64_t);
-static enum kl_err acquire_full(struct locktable *, struct lt_owner *,
-		    const struct lt_acquire *, uint64_t, bool *, uint64_t *,
-		    struct lt_blocker *) __attribute__((noinline));
+static bool	 acquire_is_fresh(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, const struct lt_probes *);
+static void	 acquire_fresh(struct locktable *, struct lt_owner *,
+		    enum lt_mode, const struct lt_probe *, uint64_t, uint64_t);
 
 static bool
 probes_init(struct locktable *lt, struct lt_probes *ps,
@@ -74,8 +74,9 @@ probes_init(struct locktable *lt, struct lt_probes *ps,
 	return true;
 }
 
-/* keylockd-protocol(7): duplicate keys in one request count once. */
-static void
+/* keylockd-protocol(7): duplicate keys in one request count once. Inline:
+ * every LOCK looks up its keys here. */
+static inline void
 probes_add(struct locktable *lt, struct lt_probes *ps, const char *key,
     size_t len)
 {
@@ -198,17 +199,16 @@ acquire_validate(const struct lt_acquire *a)
 	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
 	    (a->mode == LT_SHARED && a->limit > 1))
 		return KL_ERR_SYNTAX;
-	if (a->nkeys > KL_KEYS_HARD_MAX) {
-		errno = 0;
+	if (a->nkeys > KL_KEYS_HARD_MAX)
 		return KL_ERR_LIMIT;
-	}
 	for (i = 0; i < a->nkeys; i++)
 		if (a->keylens[i] == 0 || a->keylens[i] > KL_KEY_MAX)
 			return KL_ERR_BADKEY;
 	return KL_OK;
 }
 
-/* keylockd-protocol(7), Which error wins: LIMIT, HELD, CONFLICT. */
+/* keylockd-protocol(7), REPLIES, the order of checks: LIMIT, HELD,
+ * CONFLICT. */
 static enum kl_err
 acquire_check(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, const struct lt_probes *ps,
@@ -217,10 +217,8 @@ acquire_check(struct locktable *lt, struct lt_owner *o,
 	struct lt_key	*k;
 	size_t		 i;
 
-	if (a->max_holds != 0 && o->nholds + ps->n > a->max_holds) {
-		errno = 0;
+	if (a->max_holds != 0 && o->nholds + ps->n > a->max_holds)
 		return KL_ERR_LIMIT;
-	}
 	for (i = 0; i < ps->n; i++) {
 		if ((k = ps->p[i].k) != NULL && lt_hold_find(k, o) != NULL) {
 			why->key = k->key;
@@ -364,20 +362,37 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
 }
 
 /*
- * A fresh entry for key[0..len), with this hash and not in bucket b, from
- * pool pl (which has one), granted to o in mode with token: what
- * lt_key_new(), lt_key_insert() and lt_hold_grant() would do, each field
- * written once, as their tests are known (the caller made sure that
- * inserting needs no resize).
+ * The common request, on the table's short path (lt->short_paths): one
+ * key that has no entry, a plain lock without a ttl, max_holds with room.
+ * Nothing can be in its way, and its fresh entry comes from its pool and
+ * goes in without a resize, so acquire_fresh() grants it with no call.
  */
-LT_INLINE void
-acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
-    const char *key, size_t len, uint32_t hash, struct lt_key **b,
-    struct lt_pool *pl, uint64_t now_ms, uint64_t token)
+static bool
+acquire_is_fresh(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const struct lt_probes *ps)
 {
+	return lt->short_paths && ps->n == 1 && ps->p[0].k == NULL &&
+	    a->limit == 1 && a->ttl_ms == 0 &&
+	    (a->max_holds == 0 || o->nholds < a->max_holds) &&
+	    lt_fresh_fits(lt, ps->p[0].len);
+}
+
+/*
+ * What acquire_grant() does for the common request: lt_key_new(),
+ * lt_key_insert() and lt_hold_grant() on the entry's own hold, each field
+ * written once, as their tests are known. The differential test
+ * (tests/unit/locktable_short.c) runs every operation with and without
+ * it and compares the tables.
+ */
+static void
+acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
+    const struct lt_probe *p, uint64_t now_ms, uint64_t token)
+{
+	struct lt_key	**b = &lt->buckets[lt_key_bucket(lt, p->hash)];
+	size_t		 size = lt_key_size(p->len);
+	struct lt_pool	*pl = &lt->pools[lt_pool_class(size)];
 	struct lt_key	*k = pl->head;
 	struct lt_hold	*h = &k->own;
-	size_t		 size = lt_key_size(len);
 
 	LT_UNPOISON(k, lt_pool_size(lt_pool_class(size)));
 	memcpy(&pl->head, k, sizeof(pl->head));
@@ -388,8 +403,8 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	k->next = *b;
 	*b = k;
 	k->x = NULL;
-	k->hash = hash;
-	k->keylen = (uint16_t)len;
+	k->hash = p->hash;
+	k->keylen = (uint16_t)p->len;
 	k->owned = 1;
 	h->owner = o;
 	h->oprev = NULL;
@@ -400,8 +415,8 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	h->mode = (uint8_t)mode;
 	h->mark = 0;
 	h->inkey = 1;
-	lt_bytes_copy(k->key, key, len);
-	k->key[len] = '\0';
+	lt_bytes_copy(k->key, p->key, p->len);
+	k->key[p->len] = '\0';
 	if (o->holds != NULL)
 		o->holds->oprev = h;
 	o->holds = h;
@@ -409,137 +424,9 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	lt_grant_count(lt, 0);
 }
 
-/* k's bucket, and k if key[0..len) has an entry there. */
-LT_INLINE struct lt_key *
-acquire_lookup(struct locktable *lt, const char *key, size_t len,
-    uint32_t hash, struct lt_key ***bp)
-{
-	struct lt_key	*k;
-
-	*bp = &lt->buckets[lt_key_bucket(lt, hash)];
-	for (k = **bp; k != NULL; k = k->next)
-		if (k->hash == hash && k->keylen == len &&
-		    lt_bytes_eq(k->key, key, len))
-			break;
-	return k;
-}
-
-/* The pool a fresh entry for a key of len bytes would come from, if it
- * has one and inserting it needs no resize; else NULL. */
-LT_INLINE struct lt_pool *
-acquire_pool(struct locktable *lt, size_t len)
-{
-	size_t		 size = lt_key_size(len);
-	struct lt_pool	*pl;
-
-	/* the size first: a longer key has no pool to index */
-	if (size > LT_POOL_MAX ||
-	    (pl = &lt->pools[lt_pool_class(size)])->head == NULL ||
-	    lt->c.keys >= lt->nbuckets)
-		return NULL;
-	return pl;
-}
-
-/*
- * The common request: one key of a valid length, a plain lock, no ttl,
- * from an owner not already waiting. If the key has no entry and
- * max_holds has room, nothing can be in its way: it is granted at once on
- * a fresh entry's own hold (acquire_fresh()). That path calls nothing but
- * the token's, last, and only when the reserved range is used up. Anything
- * else goes on to acquire_full(), with the key already looked up.
- */
+/* Each key is hashed and looked up once, in probes_init(). */
 enum kl_err
 locktable_acquire(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, uint64_t now_ms, bool *granted,
-    uint64_t *token, struct lt_blocker *why)
-{
-	struct lt_key	**b;
-	struct lt_pool	*pl;
-	const char	*key;
-	size_t		 len;
-	uint32_t	 hash;
-	uint64_t	 t;
-
-	if (a->nkeys != 1 || a->limit != 1 ||
-	    (len = a->keylens[0]) - 1 >= KL_KEY_MAX ||
-	    (a->mode != LT_EXCLUSIVE && a->mode != LT_SHARED) ||
-	    o->wait != NULL)
-		return acquire_full(lt, o, a, now_ms, granted, token, why);
-	key = a->keys[0];
-	hash = lt_key_hash(lt, key, len);
-	if (acquire_lookup(lt, key, len, hash, &b) != NULL ||
-	    (a->max_holds != 0 && o->nholds >= a->max_holds) ||
-	    a->ttl_ms != 0 || (pl = acquire_pool(lt, len)) == NULL)
-		return acquire_full(lt, o, a, now_ms, granted, token, why);
-	t = lt->tok_next < lt->tok_end ? lt->tok_next++ : 0;
-	acquire_fresh(lt, o, a->mode, key, len, hash, b, pl, now_ms, t);
-	*granted = true;
-	if (t == 0)
-		o->holds->token = t = lt_next_token_slow(lt);
-	*token = t;
-	return KL_OK;
-}
-
-/*
- * locktable_acquire()'s common path with the request's invariant parts
- * prepared by the caller, and making no call of its own: everything it
- * might call for (a token outside the range, a resize, an allocation) is
- * left to locktable_acquire(). The cheap tests come before the hash.
- */
-LT_INLINE uint64_t
-acquire_one(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
-{
-	struct lt_key	**b;
-	struct lt_pool	*pl;
-	uint32_t	 hash;
-	enum lt_mode	 mode = a->mode;
-
-	/* one test for a valid length and an entry size a pool serves */
-	_Static_assert(LT_SHORT_KEY_MAX <= KL_KEY_MAX, "short keys are keys");
-	if (len - 1 >= LT_SHORT_KEY_MAX || a->limit != 1 || a->ttl_ms != 0 ||
-	    (unsigned)mode > LT_SHARED || o->wait != NULL ||
-	    o->nholds > a->max_holds - 1 || lt->tok_next >= lt->tok_end ||
-	    lt->c.keys >= lt->nbuckets)
-		return 0;
-	hash = lt_key_hash(lt, key, len);
-	if (acquire_lookup(lt, key, len, hash, &b) != NULL ||
-	    (pl = &lt->pools[lt_pool_class(lt_key_size(len))])->head == NULL)
-		return 0;
-	acquire_fresh(lt, o, mode, key, len, hash, b, pl, now_ms,
-	    lt->tok_next);
-	return lt->tok_next++;
-}
-
-/* Keys of 16 bytes or more: their hash and copy are calls. */
-static uint64_t __attribute__((noinline))
-acquire_one_long(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
-{
-	return acquire_one(lt, o, a, key, len, now_ms);
-}
-
-/*
- * Shorter keys, most of them, are hashed, compared and copied inline, so
- * that their path calls nothing and needs no frame: the longer ones go
- * to acquire_one_long() before anything else.
- */
-uint64_t
-locktable_acquire_one(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, const char *key, size_t len, uint64_t now_ms)
-{
-	if (len >= 16)
-		return acquire_one_long(lt, o, a, key, len, now_ms);
-	return acquire_one(lt, o, a, key, len, now_ms);
-}
-
-/*
- * Every request the common path does not grant, with its arguments:
- * called last, as a tail call, so that the common path needs no frame.
- * The key is looked up again here (a request that waits or is refused).
- */
-static enum kl_err
-acquire_full(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
     uint64_t *token, struct lt_blocker *why)
 {
@@ -554,13 +441,15 @@ acquire_full(struct locktable *lt, struct lt_owner *o,
 	memset(why, 0, sizeof(*why));
 	if ((err = acquire_validate(a)) != KL_OK)
 		return err;
-	if (o->wait != NULL) {
-		errno = EBUSY;
+	if (o->wait != NULL)
 		return KL_ERR_LIMIT;
-	}
 	if (!probes_init(lt, &ps, a))
 		return lt_nomem();
-	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
+	if (acquire_is_fresh(lt, o, a, &ps)) {
+		acquire_fresh(lt, o, a->mode, &ps.p[0], now_ms,
+		    *token = lt_next_token(lt));
+		*granted = true;
+	} else if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
 		if (acquire_is_grantable(&ps, a->mode)) {
 			err = acquire_grant(lt, o, a, &ps, now_ms, token);
 			*granted = err == KL_OK;

@@ -11,7 +11,6 @@
 #ifndef LT_IMPL_H
 #define LT_IMPL_H
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,10 +35,6 @@
 #define LT_UNPOISON(p, n)	((void)(p), (void)(n))
 #endif
 
-/* For the few helpers of the per-request path that the compiler would
- * otherwise call: their callers are where the cost is counted. */
-#define LT_INLINE	static inline __attribute__((always_inline))
-
 #define LT_BUCKETS_MIN_BITS 4
 #define LT_BUCKETS_MIN	(1u << LT_BUCKETS_MIN_BITS)
 #define LT_BUCKETS_MAX_BITS 32	/* the hash has 32 bits */
@@ -60,8 +55,6 @@ _Static_assert(KL_KEY_MAX / 8 + 1 <= LT_HASH_WORDS,
 #define LT_POOL_MAX	256
 #define LT_POOL_CLASSES	((LT_POOL_MAX + 7) / LT_POOL_GRAIN + 1)
 #define LT_POOL_KEEP	1024	/* per class; beyond that, back to malloc */
-/* The longest key whose entry a pool serves (struct lt_key below). */
-#define LT_SHORT_KEY_MAX	(LT_POOL_MAX - sizeof(struct lt_key) - 1)
 /* An owner with this few holds finds one by key without hashing. */
 #define LT_OWNER_SCAN	4
 
@@ -142,9 +135,6 @@ struct lt_key {
 	char		 key[];		/* keylen bytes and a NUL */
 };
 
-_Static_assert(sizeof(struct lt_key) + LT_SHORT_KEY_MAX + 1 <= LT_POOL_MAX,
-    "an entry of the longest short key fits its pool");
-
 /* A hold with a ttl, in the min-heap on expiry. */
 struct lt_ttl {
 	uint64_t	 expiry_ms;
@@ -190,6 +180,9 @@ struct locktable {
 	uint64_t	 tok_next;	/* tokens [tok_next, tok_end) reserved: */
 	uint64_t	 tok_end;	/* see lt_next_token */
 	bool		 frozen;	/* shutting down: grant nothing more */
+	/* The common LOCK and UNLOCK on their short paths (acquire_fresh(),
+	 * release_plain()); off only in tests, to compare. */
+	bool		 short_paths;
 	struct lt_counters c;
 };
 
@@ -226,7 +219,7 @@ lt_ms_since(uint64_t now_ms, uint64_t then_ms)
 	return now_ms > then_ms ? now_ms - then_ms : 0;
 }
 
-/* The header's convention for running out of memory: LIMIT and ENOMEM. */
+/* Out of memory, with nothing changed (locktable.h). */
 static inline enum kl_err
 lt_nomem(void)
 {

@@ -15,32 +15,7 @@
 #include "proto.h"
 #include "util.h"
 
-/* The short paths classify sixteen bytes at a time where SSE2 is there
- * (every x86-64); elsewhere, or with PROTO_PORTABLE, eight, and
- * proto_scan_lines() takes no line. */
-#if defined(__SSE2__) && !defined(PROTO_PORTABLE)
-#include <emmintrin.h>
-#define PROTO_SIMD 1
-/* and proto_scan_lines() 32 at a time where the CPU has AVX2 */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define PROTO_AVX2 1
-#endif
-#endif
-
 #define PROTO_WORD	sizeof(uint64_t)
-/* Folds a word's letters to upper case (and changes other bytes: only
- * words of plain bytes are folded, and compared with folded names). */
-#define PROTO_FOLD	(~0x2020202020202020ULL)
-
-/* A command's name as a folded word of its first bytes, zeros after. */
-#define PROTO_NAME_WORD(a, b, c, d, e, f, g)				\
-	((uint64_t)(a) | (uint64_t)(b) << 8 | (uint64_t)(c) << 16 |	\
-	 (uint64_t)(d) << 24 | (uint64_t)(e) << 32 |			\
-	 (uint64_t)(f) << 40 | (uint64_t)(g) << 48)
-#define PROTO_WORD_LOCK		PROTO_NAME_WORD('L', 'O', 'C', 'K', 0, 0, 0)
-#define PROTO_WORD_UNLOCK	PROTO_NAME_WORD('U', 'N', 'L', 'O', 'C', 'K', 0)
-
 /* Eight bytes at p, the first lowest. */
 static inline uint64_t
 proto_le64(const void *p)
@@ -53,42 +28,6 @@ proto_le64(const void *p)
 #endif
 	return w;
 }
-
-#ifdef PROTO_SIMD
-/*
- * Bit i set: byte i of v is not plain (keylockd-protocol(7), KEYS). Adding
- * 0x80 - 0x21 moves '!'..'~' to the lowest signed bytes, -128..-35, so one
- * signed compare tests the range; then '=' is taken out.
- */
-static inline unsigned
-proto_not_plain_v(__m128i v)
-{
-	__m128i	ok;
-
-	ok = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(0x80 - 0x21)),
-	    _mm_set1_epi8((char)(0x80 + ('~' - '!') + 1)));
-	ok = _mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('=')), ok);
-	return ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
-}
-
-static inline unsigned
-proto_not_plain16(const void *p)
-{
-	return proto_not_plain_v(_mm_loadu_si128((const __m128i *)p));
-}
-
-/* The same for 32 bytes, the first lowest. */
-static inline uint64_t
-proto_not_plain32(const char *p)
-{
-	return (uint64_t)(proto_not_plain16(p) |
-	    proto_not_plain16(p + 16) << 16);
-}
-#endif
-
-/* The short path looks no further: a command word, a space, the longest
- * key, CR and LF. */
-#define PROTO_SHORT_MAX	(PROTO_WORD + KL_KEY_MAX + 2)
 
 /* A command word or option name is echoed only when short and printable. */
 #define PROTO_ECHO_MAX	32
@@ -193,12 +132,6 @@ static const unsigned char proto_cmd_busy[] = {
 	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING
 };
 
-/* The commands whose "WORD key" the short path takes, busiest first. */
-static const struct proto_cmd *const proto_short_cmds[] = {
-	&proto_cmds[CMD_LOCK], &proto_cmds[CMD_UNLOCK],
-	&proto_cmds[CMD_TRYLOCK], &proto_cmds[CMD_INFO], NULL
-};
-
 /* The longest argument of each kind whose bytes need no other check. */
 static const size_t proto_arg_max[] = {
 	[PROTO_ARG_NONE]	= SIZE_MAX,
@@ -262,11 +195,7 @@ static inline const struct proto_cmd *proto_find_word(uint64_t, uint64_t,
 			    size_t);
 static inline bool	 proto_cmd_is(const struct proto_cmd *, uint64_t,
 			    uint64_t, size_t);
-static inline bool	 proto_scan(const unsigned char *, size_t, size_t *,
-			    size_t *) __attribute__((always_inline));
-static inline bool	 proto_short_request(const char *, size_t, size_t,
-			    struct request *);
-static inline const struct proto_cmd *proto_short_cmd(uint64_t, size_t);
+static inline void	 proto_reset(struct request *);
 static inline bool	 proto_parse_short(const char *, size_t,
 			    struct request *);
 static enum kl_err	 proto_parse_tokens(const char *, size_t,
@@ -299,7 +228,6 @@ proto_fail(struct request *req, enum kl_err err, const char *fmt, ...)
 	return err;
 }
 
-/* Eight bytes as a word, the first in memory lowest whatever the host. */
 /*
  * Up to eight bytes of s[i..len) as a word, the first lowest and zeros past
  * len. It reads nothing outside s[0..len): near the end it takes the last
@@ -816,397 +744,65 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	return KL_OK;
 }
 
-#ifdef PROTO_SIMD
-/*
- * The offsets of the first and second bytes of u[0..n) that are not
- * plain, n >= 8, looking no further than PROTO_SHORT_MAX bytes; *second
- * is n (or past PROTO_SHORT_MAX) when there is none. Thirty-two bytes at
- * once, enough for most requests, then sixteen at a time; under that, the
- * first and the last sixteen or eight, overlapping. false: no such byte in
- * the first eight.
- */
-static inline __attribute__((always_inline)) bool
-proto_scan(const unsigned char *u, size_t n, size_t *first, size_t *second)
+/* req as every parse starts it: no command, no argument, no option. */
+static inline void
+proto_reset(struct request *req)
 {
-	uint32_t	m;
-	size_t		i;
-
-	if (n >= 32) {
-		m = proto_not_plain16(u) | proto_not_plain16(u + 16) << 16;
-		i = 32;
-	} else if (n >= 16) {
-		m = proto_not_plain16(u) | proto_not_plain16(u + n - 16) <<
-		    (n - 16);
-		i = n;
-	} else {
-		m = proto_not_plain_v(_mm_set_epi64x((long long)proto_le64(u +
-		    n - PROTO_WORD), (long long)proto_le64(u)));
-		m = (m & 0xff) | (m >> 8) << (n - PROTO_WORD);
-		i = n;
-	}
-	if ((m & 0xff) == 0)
-		return false;
-	*first = (size_t)__builtin_ctz(m);
-	if ((m &= m - 1) != 0) {
-		*second = (size_t)__builtin_ctz(m);
-		return true;
-	}
-	for (; i < PROTO_SHORT_MAX && i < n; i += 16) {
-		if (i + 16 > n)
-			m = proto_not_plain16(u + n - 16) >> (16 - (n - i));
-		else
-			m = proto_not_plain16(u + i);
-		if (m != 0) {
-			*second = i + (size_t)__builtin_ctz(m);
-			return true;
-		}
-	}
-	*second = i < n ? i : n;
-	return true;
-}
-#else
-/* The same, eight bytes at a time. */
-static inline __attribute__((always_inline)) bool
-proto_scan(const unsigned char *u, size_t n, size_t *first, size_t *second)
-{
-	uint64_t	m;
-	size_t		i;
-
-	if ((m = proto_not_plain(proto_le64(u))) == 0)
-		return false;
-	*first = (size_t)__builtin_ctzll(m) / 8;
-	if ((m &= m - 1) != 0) {
-		*second = (size_t)__builtin_ctzll(m) / 8;
-		return true;
-	}
-	for (i = PROTO_WORD; i < PROTO_SHORT_MAX; i += PROTO_WORD) {
-		if (i + PROTO_WORD > n) {
-			if (i >= n)
-				break;
-			/* the word that ends the input, less what is done */
-			m = proto_not_plain(proto_le64(u + n - PROTO_WORD)) >>
-			    (8 * (PROTO_WORD - (n - i)));
-		} else
-			m = proto_not_plain(proto_le64(u + i));
-		if (m != 0) {
-			*second = i + (size_t)__builtin_ctzll(m) / 8;
-			return true;
-		}
-	}
-	*second = i < n ? i : n;
-	return true;
-}
-#endif
-
-/*
- * The command of a short form: the sp bytes of w (sp < 8), all plain and
- * so none zero, folded as proto_find_word() does. Equal words are then
- * equal names, lengths included, as the names are zero-padded.
- */
-static inline const struct proto_cmd *
-proto_short_cmd(uint64_t w, size_t sp)
-{
-	const struct proto_cmd *const	*c;
-	uint64_t			 lo;
-
-	lo = w & ~0x2020202020202020ULL & ((UINT64_C(1) << (8 * sp)) - 1);
-	for (c = proto_short_cmds; *c != NULL; c++)
-		if (proto_le64((*c)->name) == lo)
-			return *c;
-	return NULL;
-}
-
-/* req as the short forms leave it: cmd with one key and no options. */
-static inline __attribute__((always_inline)) void
-proto_short_fill(struct request *req, enum cmd_id id, const char *key,
-    size_t keylen)
-{
-	req->cmd = id;
-	req->nargs = 1;
-	req->args[0] = key;
-	req->arglens[0] = keylen;
+	req->cmd = CMD_NONE;
+	req->nargs = 0;
 	req->opts = 0;
 	req->timeout_ms = 0;
 	req->ttl_ms = 0;
+	req->grace_ms = 0;
 	req->limit = 1;
 	req->max_waiters = 0;
 	req->shared = false;
-	req->plain = true;
 	req->why[0] = '\0';
 }
 
 /*
- * The request of a short form, "WORD key": the word is u[0..sp), sp < 8,
- * and the key u[sp + 1..end). Fills req if the word names a command that
- * takes it as a whole request (short_ok) and the key fits; false leaves
- * req as it was.
- */
-static inline bool
-proto_short_request(const char *line, size_t sp, size_t end,
-    struct request *req)
-{
-	const struct proto_cmd	*cmd;
-
-	if (end - sp - 1 - 1 >= KL_KEY_MAX ||
-	    (cmd = proto_short_cmd(proto_le64(line), sp)) == NULL)
-		return false;
-	proto_short_fill(req, cmd->id, line + sp + 1, end - sp - 1);
-	return true;
-}
-
-/*
  * The common request, a command word of up to seven letters, one space and
- * one plain key ("LOCK k", "UNLOCK k"), in one pass over the line and
- * without the token loop. The loop would find the same two plain tokens,
- * and a command that takes them as a whole request (short_ok) needs no
- * other check, so the result is the same; any other line returns false
- * with req as it was, for the loop to parse (lines under eight bytes too).
- * A key with a byte that is not plain is checked once, there.
+ * one plain key ("LOCK k", "UNLOCK k"), in one pass over the line, eight
+ * bytes at a time, and without the token loop. The loop would find the
+ * same two plain tokens, and a command whose short_ok column says it takes
+ * them as a whole request needs no other check, so the result is the
+ * same; any other line returns false, for the loop to parse (lines under
+ * eight bytes too). A key with a byte that is not plain is checked once,
+ * there.
  */
 static inline bool
 proto_parse_short(const char *line, size_t len, struct request *req)
 {
 	const unsigned char	*u = (const unsigned char *)line;
-	size_t			 sp, end;
-
-	return len >= PROTO_WORD && proto_scan(u, len, &sp, &end) &&
-	    end == len && u[sp] == ' ' && sp > 0 &&
-	    proto_short_request(line, sp, end, req);
-}
-
-/* The line's end at u[end] (end < avail): the bytes up to and with its
- * LF, if it is "\n" or "\r\n" and the LF is within max; else 0. */
-static inline size_t
-proto_line_end(const unsigned char *u, size_t avail, size_t max, size_t end)
-{
-	size_t	lf = end;
-
-	if (u[end] == '\r' && end + 1 < avail)
-		lf = end + 1;
-	return u[lf] == '\n' && lf < max ? lf + 1 : 0;
-}
-
-/*
- * The folded first sp bytes of a word (sp < 8), as proto_short_cmd()
- * computes them: one load in place of a shift and two masks.
- */
-static const uint64_t proto_word_masks[PROTO_WORD] = {
-	0,
-	PROTO_FOLD & 0xffULL,
-	PROTO_FOLD & 0xffffULL,
-	PROTO_FOLD & 0xffffffULL,
-	PROTO_FOLD & 0xffffffffULL,
-	PROTO_FOLD & 0xffffffffffULL,
-	PROTO_FOLD & 0xffffffffffffULL,
-	PROTO_FOLD & 0xffffffffffffffULL
-};
-
-_Static_assert(30 <= KL_KEY_MAX, "a key within 32 bytes is never too long");
-
-/*
- * The request "WORD key" when the line is u[0..end] with its LF at
- * u[end], the one space at u[sp] (0 < sp < 8) and only plain bytes
- * between: LOCK and UNLOCK by two compares, the other short commands by
- * proto_short_cmd(). Returns the bytes of the line, or 0 with req as it
- * was.
- */
-static inline __attribute__((always_inline)) size_t
-proto_short_line(const char *buf, size_t sp, size_t end,
-    struct request *req)
-{
 	const struct proto_cmd	*cmd;
-	uint64_t		 w = proto_le64(buf) & proto_word_masks[sp];
-	enum cmd_id		 id;
+	uint64_t		 w, m;
+	size_t			 sp, i;
 
-	if (w == PROTO_WORD_LOCK)
-		id = CMD_LOCK;
-	else if (w == PROTO_WORD_UNLOCK)
-		id = CMD_UNLOCK;
-	else if ((cmd = proto_short_cmd(w, sp)) != NULL)
-		id = cmd->id;
-	else
-		return 0;
-	proto_short_fill(req, id, buf + sp + 1, end - sp - 1);
-	return end + 1;
-}
-
-size_t
-proto_parse_next(const char *buf, size_t avail, size_t max,
-    struct request *req)
-{
-	const unsigned char	*u = (const unsigned char *)buf;
-	size_t			 sp, end, n;
-
-#ifdef PROTO_SIMD
-	/*
-	 * Most pipelined requests: the line and its LF in 32 bytes, its
-	 * first byte that is not plain the space after the word and its
-	 * second the LF, a key of at least one byte between them (no more
-	 * than 30 bytes, so under KL_KEY_MAX).
-	 */
-	if (avail >= 32) {
-		uint32_t	m, rest;
-
-		m = proto_not_plain16(u) | proto_not_plain16(u + 16) << 16;
-		rest = m & (m - 1);
-		sp = (size_t)__builtin_ctz(m | 1u << 31);
-		end = (size_t)__builtin_ctz(rest | 1u << 31);
-		if (rest == 0)
-			goto scan;
-		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' && end > sp + 1 &&
-		    u[end] == '\n' && end < max)
-			return proto_short_line(buf, sp, end, req);
-		/* "WORD key\r\n", or not the common request */
-		if (sp - 1 < PROTO_WORD - 1 && u[sp] == ' ' &&
-		    (n = proto_line_end(u, avail, max, end)) > 0 &&
-		    proto_short_request(buf, sp, end, req))
-			return n;
-		return 0;
-	}
-scan:
-#endif
-	if (avail < PROTO_WORD || !proto_scan(u, avail, &sp, &end) ||
-	    end >= avail || u[sp] != ' ' || sp == 0 ||
-	    (n = proto_line_end(u, avail, max, end)) == 0 ||
-	    !proto_short_request(buf, sp, end, req))
-		return 0;
-	return n;
-}
-
-#ifdef PROTO_SIMD
-/*
- * By the offset of the space: the word before it with the space, letters
- * folded, and the mask that folds it, for "LOCK " and "UNLOCK "; other
- * offsets can match nothing (a word of 1 under a mask of 0).
- */
-static const struct {
-	uint64_t	mask;
-	uint64_t	word;
-} proto_scan_words[PROTO_WORD] = {
-	[0] = { 0, 1 }, [1] = { 0, 1 }, [2] = { 0, 1 }, [3] = { 0, 1 },
-	[4] = { (PROTO_FOLD & 0xffffffffULL) | 0xffULL << 32,
-		PROTO_WORD_LOCK | (uint64_t)' ' << 32 },
-	[5] = { 0, 1 },
-	[6] = { (PROTO_FOLD & 0xffffffffffffULL) | 0xffULL << 48,
-		PROTO_WORD_UNLOCK | (uint64_t)' ' << 48 },
-	[7] = { 0, 1 }
-};
-
-/*
- * m holds the classes of the bytes from pos, valid of them (the rest of m
- * zero); each line takes its bits off the bottom, and the next 32 come in
- * (or the last ones of the buffer) when fewer than 32 are left, so that
- * each byte is classified once. A line is taken when its first byte that
- * is not plain is at 4 or 6 and the word up to it, with the space, is
- * "LOCK " or "UNLOCK ", and its second is the LF, a key between (no longer
- * than 62 bytes, so under KL_KEY_MAX, and max is at least 64).
- */
-static inline __attribute__((always_inline)) size_t
-proto_scan_run(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n, uint64_t (*class32)(const char *))
-{
-	const unsigned char	*u = (const unsigned char *)buf;
-	uint64_t		 m = 0, rest;
-	size_t			 pos = off, valid = 0, top, sp, end, i, last;
-
-	if (len < 32 || max < 64)
-		return 0;
-	last = len - PROTO_WORD;	/* a line's word is read as a word */
-	for (i = 0; i < n; i++) {
-		/* 32 bytes or more in m: the word is there to read */
-		if (valid < 32) {
-			if (pos > last)
-				break;
-			if ((top = pos + valid) < len && len - top >= 32) {
-				m |= class32(buf + top) << valid;
-				valid += 32;
-			} else if (top < len) {
-				m |= class32(buf + len - 32) >>
-				    (32 - (len - top)) << valid;
-				valid += len - top;
-			}
-		}
-		if ((rest = m & (m - 1)) == 0)
-			break;
-		sp = (size_t)__builtin_ctzll(m) & (PROTO_WORD - 1);
-		end = (size_t)__builtin_ctzll(rest);
-		if ((proto_le64(u + pos) & proto_scan_words[sp].mask) !=
-		    proto_scan_words[sp].word || end == sp + 1 ||
-		    u[pos + end] != '\n')
-			break;
-		lines[i].sp = (uint32_t)sp;
-		pos += end + 1;
-		lines[i].next = pos;
-		m = m >> end >> 1;
-		valid -= end + 1;
-	}
-	return i;
-}
-
-#ifdef PROTO_AVX2
-/* proto_not_plain32() in one AVX2 register. */
-static inline __attribute__((always_inline, target("avx2"))) uint64_t
-proto_not_plain32_avx2(const char *p)
-{
-	__m256i	v = _mm256_loadu_si256((const __m256i *)(const void *)p), ok;
-
-	ok = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(0x80 + ('~' - '!') +
-	    1)), _mm256_add_epi8(v, _mm256_set1_epi8(0x80 - 0x21)));
-	ok = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('=')),
-	    ok);
-	return (uint32_t)~(uint32_t)_mm256_movemask_epi8(ok);
-}
-
-/* The same scan, compiled for AVX2 and BMI2 (every x86-64 CPU since
- * 2013-2015 has them): 32 bytes in one compare, shifts without CL. */
-static __attribute__((target("avx2,bmi,bmi2"))) size_t
-proto_scan_avx2(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-	return proto_scan_run(buf, len, off, max, lines, n,
-	    proto_not_plain32_avx2);
-}
-#endif
-
-size_t
-proto_scan_lines_sse2(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-	return proto_scan_run(buf, len, off, max, lines, n,
-	    proto_not_plain32);
-}
-
-size_t
-proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-#ifdef PROTO_AVX2
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2"))
-		return proto_scan_avx2(buf, len, off, max, lines, n);
-#endif
-	return proto_scan_lines_sse2(buf, len, off, max, lines, n);
-}
-#else
-size_t
-proto_scan_lines(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-	(void)buf, (void)len, (void)off, (void)max, (void)lines, (void)n;
-	return 0;
-}
-
-size_t
-proto_scan_lines_sse2(const char *buf, size_t len, size_t off, size_t max,
-    struct proto_line *lines, size_t n)
-{
-	return proto_scan_lines(buf, len, off, max, lines, n);
-}
-#endif
-
-void
-proto_plain_fill(struct request *req)
-{
-	proto_short_fill(req, req->cmd, req->args[0], req->arglens[0]);
+	if (len < PROTO_WORD || len > PROTO_WORD + KL_KEY_MAX)
+		return false;
+	/* the space: the one byte of the first eight that is not plain */
+	w = proto_le64(u);
+	if ((m = proto_not_plain(w)) == 0 || (m & (m - 1)) != 0)
+		return false;
+	sp = (size_t)__builtin_ctzll(m) / 8;
+	if (u[sp] != ' ' || sp == 0 || sp + 1 == len ||
+	    len - sp - 1 > KL_KEY_MAX)
+		return false;
+	/* the rest of the key, and the last word less what is done */
+	for (i = PROTO_WORD; i + PROTO_WORD <= len; i += PROTO_WORD)
+		if (proto_not_plain(proto_le64(u + i)) != 0)
+			return false;
+	if (i < len && proto_not_plain(proto_le64(u + len - PROTO_WORD)) >>
+	    (8 * (PROTO_WORD - (len - i))) != 0)
+		return false;
+	if ((cmd = proto_find_word(w, 0, sp)) == NULL || !cmd->short_ok)
+		return false;
+	proto_reset(req);
+	req->cmd = cmd->id;
+	req->nargs = 1;
+	req->args[0] = line + sp + 1;
+	req->arglens[0] = len - sp - 1;
+	return true;
 }
 
 enum kl_err
@@ -1217,7 +813,7 @@ proto_parse(const char *line, size_t len, struct request *req)
 	return proto_parse_tokens(line, len, req);
 }
 
-/* Any line, token by token; out of line, so that the short path needs
+/* Any line, token by token; out of line, so that the short form needs
  * none of its registers or stack. */
 static enum kl_err
 proto_parse_tokens(const char *line, size_t len, struct request *req)
@@ -1227,17 +823,7 @@ proto_parse_tokens(const char *line, size_t len, struct request *req)
 	size_t			 pos = 0;
 	enum kl_err		 err;
 
-	req->cmd = CMD_NONE;
-	req->nargs = 0;
-	req->opts = 0;
-	req->timeout_ms = 0;
-	req->ttl_ms = 0;
-	req->grace_ms = 0;
-	req->limit = 1;
-	req->max_waiters = 0;
-	req->shared = false;
-	req->plain = false;
-	req->why[0] = '\0';
+	proto_reset(req);
 	/* One call site, so that the compiler inlines it. */
 	while (proto_next_token(line, len, &pos, &tok)) {
 		if (cmd == NULL)

@@ -83,9 +83,6 @@ struct request {
 	uint32_t	 limit;		/* 1 unless given */
 	uint32_t	 max_waiters;
 	bool		 shared;	/* mode=shared */
-	/* Every field but cmd, args[0] and arglens[0] is as a short form
-	 * ("LOCK k") leaves it: proto_batch_next() writes only those three. */
-	bool		 plain;
 	char		 why[PROTO_WHY_MAX];	/* the error text, if any */
 };
 
@@ -98,62 +95,6 @@ struct request {
  * ttl=) come after.
  */
 enum kl_err	 proto_parse(const char *line, size_t len, struct request *req);
-
-/*
- * Frames and parses at once the first line of buf[0..avail) when it is the
- * common request, a command word, one space and a plain key ("LOCK k"),
- * with its LF within the first max bytes: returns the bytes of the line,
- * LF and a CR before it included, with req filled as proto_parse() fills
- * it for that line. Any other input returns 0 with req as it was: the
- * caller frames it and calls proto_parse().
- */
-size_t		 proto_parse_next(const char *buf, size_t avail, size_t max,
-		    struct request *req);
-
-/* One common request of a buffer, as proto_scan_lines() finds it: the
- * line ends at next (its LF next - 1) and the space after its word ("LOCK"
- * or "UNLOCK") is at sp from its start. */
-struct proto_line {
-	size_t		 next;
-	uint32_t	 sp;		/* 4 or 6 */
-};
-
-/*
- * The common requests of a buffer of pipelined lines, with each byte
- * classified once: from buf[off], up to n lines in a row that are "LOCK
- * key" or "UNLOCK key" (any case, one space, a plain key, LF) with their LF
- * within max bytes of their start, into lines[]. Returns how many; 0 when
- * it takes not the line at off (another command, CR LF, a key longer than
- * it looks at, a buffer under 32 bytes), for proto_parse_next() and
- * proto_parse(). A line taken here is a line they take with the same
- * request, which proto_request_line() fills.
- */
-size_t		 proto_scan_lines(const char *buf, size_t len, size_t off,
-		    size_t max, struct proto_line *lines, size_t n);
-/* The same, never with AVX2 (which proto_scan_lines() takes where the CPU
- * has it), for the tests to compare the two. */
-size_t		 proto_scan_lines_sse2(const char *buf, size_t len,
-		    size_t off, size_t max, struct proto_line *lines, size_t n);
-
-/*
- * Fills every field of req but cmd, args[0] and arglens[0] as the short
- * forms leave them, and sets req->plain.
- */
-void		 proto_plain_fill(struct request *req);
-
-/* req for a line of proto_scan_lines() that starts at line. It writes
- * only cmd, args[0] and arglens[0] while req->plain says the rest is
- * right: req must be zeroed or last filled by a function of this file. */
-static inline void
-proto_request_line(struct request *req, const char *line, size_t len,
-    uint32_t sp)
-{
-	req->cmd = sp == 4 ? CMD_LOCK : CMD_UNLOCK;
-	req->args[0] = line + sp + 1;
-	req->arglens[0] = len - sp - 2;
-	if (!req->plain)
-		proto_plain_fill(req);
-}
 
 /* Checks one key against keylockd-protocol(7)'s rules; on failure writes a reason
  * (which never echoes the bad bytes) into why. */

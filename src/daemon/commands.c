@@ -37,17 +37,6 @@ struct cmd_secret {
 	size_t		 len;
 };
 
-/*
- * LOCK or TRYLOCK without options, prepared from the configuration: all
- * of the request but its keys, and its effective timeout. ok false: that
- * timeout is over max-timeout, which cmd_timeout() answers.
- */
-struct cmd_plain {
-	struct lt_acquire	 a;
-	int64_t			 timeout;
-	bool			 ok;
-};
-
 struct commands {
 	const struct config	*cfg;
 	struct stats		*st;
@@ -55,10 +44,6 @@ struct commands {
 	struct cmd_secret	 client;	/* auth-file */
 	struct cmd_secret	 admin;		/* admin-auth-file */
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
-	uint32_t		 direct;	/* see cmd_direct() */
-	uint32_t		 fast;		/* see cmd_prepare() */
-	bool			 stale;		/* see commands_reload() */
-	struct cmd_plain	 plain[2];	/* LOCK, TRYLOCK */
 };
 
 struct cmd_entry {
@@ -66,12 +51,6 @@ struct cmd_entry {
 			    const struct request *);
 	unsigned	flags;
 };
-
-static void	 cmd_check(struct commands *, struct conn *,
-		    const struct request *, const struct cmd_entry *)
-		    __attribute__((noinline));
-static uint32_t	 cmd_direct(const struct commands *);
-static void	 cmd_prepare(struct commands *);
 
 /* ---- the secret ---- */
 
@@ -160,7 +139,6 @@ commands_new(const struct config *cfg, struct stats *st, struct backend *be,
 		kl_free(cmds);
 		return NULL;
 	}
-	cmd_prepare(cmds);
 	return cmds;
 }
 
@@ -197,15 +175,6 @@ commands_reload(struct commands *cmds, const struct config *next, char *err,
 	kl_free(cmds->admin.s);
 	cmds->client = client;
 	cmds->admin = admin;
-	/*
-	 * The caller applies next to cmds->cfg only after this returns, so
-	 * what is prepared from it waits for the first request after: with
-	 * no command direct, that one goes through cmd_check(), which
-	 * prepares again first.
-	 */
-	cmds->direct = 0;
-	cmds->fast = 0;
-	cmds->stale = true;
 	return true;
 }
 
@@ -342,13 +311,15 @@ cmd_finish(struct commands *cmds, struct conn *c, enum be_status st,
  * false: over max-timeout, and answered LIMIT.
  */
 static bool
-cmd_timeout_of(const struct config *cfg, enum cmd_id cmd, unsigned opts,
-    uint64_t timeout_ms, int64_t *timeout)
+cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
+    int64_t *timeout)
 {
-	if (cmd == CMD_TRYLOCK)
+	const struct config	*cfg = cmds->cfg;
+
+	if (req->cmd == CMD_TRYLOCK)
 		*timeout = 0;
-	else if (opts & OPT_TIMEOUT)
-		*timeout = (int64_t)timeout_ms;
+	else if (req->opts & OPT_TIMEOUT)
+		*timeout = (int64_t)req->timeout_ms;
 	else
 		*timeout = cfg->default_timeout;
 	if (cfg->max_timeout == KL_NONE ||
@@ -358,66 +329,34 @@ cmd_timeout_of(const struct config *cfg, enum cmd_id cmd, unsigned opts,
 		*timeout = cfg->max_timeout;
 		return true;
 	}
-	return false;
-}
-
-static bool
-cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
-    int64_t *timeout)
-{
-	if (cmd_timeout_of(cmds->cfg, req->cmd, req->opts, req->timeout_ms,
-	    timeout))
-		return true;
 	conn_reply_err(c, KL_ERR_LIMIT, "timeout %" PRId64 " ms is over the "
 	    "server's max-timeout of %" PRId64 " ms", *timeout,
-	    cmds->cfg->max_timeout);
+	    cfg->max_timeout);
 	return false;
-}
-
-/* LOCK or TRYLOCK without options, as cmd_lock() builds it. */
-static void
-cmd_plain_prepare(const struct config *cfg, enum cmd_id cmd,
-    struct cmd_plain *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->ok = cmd_timeout_of(cfg, cmd, 0, 0, &p->timeout);
-	p->a.mode = LT_EXCLUSIVE;
-	p->a.limit = 1;
-	p->a.try = p->timeout == 0;
-	p->a.max_waiters = cfg->default_max_waiters;
-	p->a.ttl_ms = 0;
-	p->a.max_holds = (size_t)cfg->max_locks;
 }
 
 static void
 cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	const struct config	*cfg = cmds->cfg;
-	const struct cmd_plain	*p = &cmds->plain[req->cmd == CMD_TRYLOCK];
 	struct backend		*be = cmds->be;
 	struct lt_acquire	 a;
 	struct be_result	 r;
 	uint64_t		 now;
 	int64_t			 timeout;
 
-	if (req->opts == 0 && p->ok) {
-		/* the plain form: what the parser leaves without options */
-		a = p->a;
-		timeout = p->timeout;
-	} else {
-		if (!cmd_timeout(cmds, c, req, &timeout))
-			return;
-		a.try = timeout == 0;
-		a.max_holds = (size_t)cfg->max_locks;
-		a.mode = req->shared ? LT_SHARED : LT_EXCLUSIVE;
-		a.limit = req->limit;
-		a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
-		    (int64_t)req->max_waiters : cfg->default_max_waiters;
-		a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
-	}
+	if (!cmd_timeout(cmds, c, req, &timeout))
+		return;
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
+	a.mode = req->shared ? LT_SHARED : LT_EXCLUSIVE;
+	a.limit = req->limit;
+	a.try = timeout == 0;
+	a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
+	    (int64_t)req->max_waiters : cfg->default_max_waiters;
+	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
+	a.max_holds = (size_t)cfg->max_locks;
 	now = kl_now_ms();
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
@@ -802,147 +741,42 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_UNLOCKALL]	= { cmd_unlockall,	0 },
 };
 
-/*
- * The commands that pass the shared checks at once with at most one
- * argument, as bits by enum cmd_id: every one but the operator's, and
- * with a secret set only those allowed before AUTH. The others, and any
- * request with more keys, go on to cmd_check(). Recomputed whenever the
- * secrets change.
- */
-static uint32_t
-cmd_direct(const struct commands *cmds)
+/* The refusal of a request that failed a shared check: out of line, so
+ * that commands_execute() stays a few tests and a call. */
+static void __attribute__((noinline))
+cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
+    unsigned flag)
 {
-	uint32_t	bits = 0;
-
-	_Static_assert(CMD__COUNT <= 32, "one bit per command");
-	for (unsigned i = 0; i < CMD__COUNT; i++)
-		if ((cmds->client.s == NULL ||
-		    (cmd_table[i].flags & CMD_NO_AUTH)) &&
-		    !(cmd_table[i].flags & CMD_ADMIN))
-			bits |= 1u << i;
-	return bits;
-}
-
-/*
- * What the configuration and the secrets decide once rather than per
- * request: the commands that skip cmd_check() (direct), LOCK and TRYLOCK
- * without options (plain), and which of LOCK and UNLOCK take the
- * backend's short path when they have one key and no option (fast, bits
- * by enum cmd_id): those that are direct, if the backend has the path,
- * and for LOCK if its plain form is within max-timeout.
- */
-static void
-cmd_prepare(struct commands *cmds)
-{
-	const struct backend_ops	*ops = cmds->be->ops;
-
-	cmd_plain_prepare(cmds->cfg, CMD_LOCK, &cmds->plain[0]);
-	cmd_plain_prepare(cmds->cfg, CMD_TRYLOCK, &cmds->plain[1]);
-	cmds->direct = cmd_direct(cmds);
-	cmds->fast = 0;
-	if (ops->acquire_one != NULL && cmds->plain[0].ok)
-		cmds->fast |= 1u << CMD_LOCK;
-	if (ops->release_one != NULL)
-		cmds->fast |= 1u << CMD_UNLOCK;
-	cmds->fast &= cmds->direct;
-	cmds->stale = false;
-}
-
-/* LOCK k, the common request: granted at once on the backend's short
- * path, or handled by cmd_lock() with nothing done yet. */
-static inline void
-cmd_lock_one(struct commands *cmds, struct conn *c, const struct request *req)
-{
-	uint64_t	 now = kl_now_ms(), token;	/* first: a call, maybe */
-	struct backend	*be = cmds->be;
-
-	token = be->ops->acquire_one(be, conn_owner(c), &cmds->plain[0].a,
-	    req->args[0], req->arglens[0], now);
-	if (token != 0)
-		conn_reply_u64(c, token);
+	if (flag == CMD_NO_AUTH)
+		conn_reply_err(c, KL_ERR_AUTH, "authentication required");
+	else if (flag == CMD_ADMIN)
+		conn_reply_err(c, KL_ERR_AUTH, "%s is an operator command: "
+		    "connect over the unix socket or AUTH with the operator's "
+		    "secret", proto_cmd_name(req->cmd));
 	else
-		cmd_lock(cmds, c, req);
+		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
+		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
 }
 
-/* UNLOCK k, the other: released at once, or left to cmd_unlock(). */
-static inline void
-cmd_unlock_one(struct commands *cmds, struct conn *c,
-    const struct request *req)
-{
-	uint64_t	 now = kl_now_ms();
-	struct backend	*be = cmds->be;
-
-	if (be->ops->release_one(be, conn_owner(c), req->args[0],
-	    req->arglens[0], now))
-		conn_reply_ok1(c);
-	else
-		cmd_unlock(cmds, c, req);
-}
-
-/*
- * The handler is the last call either way; LOCK and UNLOCK, most
- * requests, are called directly rather than through the table, and with
- * one key and no option they try the backend's short path first.
- */
+/* The shared checks in the protocol's order: AUTH, operator, LIMIT; then
+ * the handler. */
 void
 commands_execute(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
-	enum cmd_id	id = req->cmd;
+	const struct cmd_entry	*e = &cmd_table[req->cmd];
 
-	if ((cmds->fast >> id & 1) && req->nargs == 1 && req->opts == 0) {
-		if (id == CMD_LOCK)
-			cmd_lock_one(cmds, c, req);
-		else
-			cmd_unlock_one(cmds, c, req);
-	} else if (req->nargs > 1 || !(cmds->direct >> id & 1))
-		cmd_check(cmds, c, req, &cmd_table[id]);
-	else if (id == CMD_LOCK)
-		cmd_lock(cmds, c, req);
-	else if (id == CMD_UNLOCK)
-		cmd_unlock(cmds, c, req);
-	else
-		cmd_table[id].fn(cmds, c, req);
-}
-
-void
-commands_execute_line(struct commands *cmds, struct conn *c,
-    struct request *req, const char *line, size_t len, uint32_t sp)
-{
-	proto_request_line(req, line, len, sp);
-	if (!(cmds->fast >> req->cmd & 1))
-		commands_execute(cmds, c, req);
-	else if (req->cmd == CMD_LOCK)
-		cmd_lock_one(cmds, c, req);
-	else
-		cmd_unlock_one(cmds, c, req);
-}
-
-/* The shared checks in the protocol's order: AUTH, operator, LIMIT. */
-static void
-cmd_check(struct commands *cmds, struct conn *c, const struct request *req,
-    const struct cmd_entry *e)
-{
-	if (cmds->stale)
-		cmd_prepare(cmds);
 	if (!(e->flags & CMD_NO_AUTH) && cmds->client.s != NULL &&
-	    !conn_is_authed(c)) {
-		conn_reply_err(c, KL_ERR_AUTH, "authentication required");
-		return;
-	}
-	if ((e->flags & CMD_ADMIN) && conn_transport(c) != CONN_UNIX &&
-	    !conn_is_admin(c)) {
-		conn_reply_err(c, KL_ERR_AUTH, "%s is an operator command: "
-		    "connect over the unix socket or AUTH with the operator's "
-		    "secret", proto_cmd_name(req->cmd));
-		return;
-	}
-	if ((e->flags & CMD_KEYS) && req->nargs > (size_t)cmds->cfg->max_keys) {
-		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
-		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
-		return;
-	}
-	e->fn(cmds, c, req);
+	    !conn_is_authed(c))
+		cmd_refuse(cmds, c, req, CMD_NO_AUTH);
+	else if ((e->flags & CMD_ADMIN) && conn_transport(c) != CONN_UNIX &&
+	    !conn_is_admin(c))
+		cmd_refuse(cmds, c, req, CMD_ADMIN);
+	else if ((e->flags & CMD_KEYS) &&
+	    req->nargs > (size_t)cmds->cfg->max_keys)
+		cmd_refuse(cmds, c, req, CMD_KEYS);
+	else
+		e->fn(cmds, c, req);
 }
 
 /* ---- later completions ---- */

@@ -39,16 +39,6 @@ bool		 commands_need_auth(const struct commands *cmds);
 /* Runs the shared checks (auth, key count), then the handler. */
 void		 commands_execute(struct commands *cmds, struct conn *c,
 		    const struct request *req);
-/*
- * commands_execute() for a line that proto_scan_lines() found,
- * line[0..len) with its LF and its space at sp, made into req by
- * proto_request_line() first: the backend's short path takes its key as
- * commands_execute() would, without the checks that the line's form has
- * made already.
- */
-void		 commands_execute_line(struct commands *cmds, struct conn *c,
-		    struct request *req, const char *line, size_t len,
-		    uint32_t sp);
 /* The backend completed o's open request: reply, resume its connection. */
 void		 commands_done(struct commands *cmds, struct lt_owner *o,
 		    const struct be_result *r);

@@ -42,7 +42,6 @@
 #define CONN_SCRATCH_SIZE	(64 * 1024)	/* one read per batch */
 #define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
 #define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
-#define CONN_SCAN_LINES		32	/* common requests found at once */
 #define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
 
 /*
@@ -87,14 +86,6 @@ struct conns {
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
-	/*
-	 * The last "OK N" line of 10 <= N < 10^8 (conn_reply_u64()): fencing
-	 * tokens are issued in order, so the next such line is mostly the
-	 * same with its last digit one up.
-	 */
-	uint64_t		 ok_v;
-	size_t			 ok_len;
-	char			 ok_line[KL_U64_OK_ROOM];
 	struct request		 req;		/* the one being parsed */
 };
 
@@ -189,7 +180,6 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->runq);
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
-	cs->ok_len = kl_u64_put_ok(cs->ok_line, cs->ok_v);
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
 	    (cs->sessions = sessions_new(cs, base, cfg, st, be)) == NULL ||
 	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL) {
@@ -639,89 +629,34 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_appended(c, n + 4);
 }
 
-/* conn_reply_u64() when the buffer needs to grow first (or c is closed),
- * and for numbers of nine digits or more. */
-static void __attribute__((noinline))
-conn_reply_u64_grow(struct conn *c, uint64_t v)
-{
-	char	 line[KL_U64_OK_ROOM], *p;
-	size_t	 n = kl_u64_put_ok(line, v);
-
-	if ((p = conn_room(c, n)) == NULL)
-		return;
-	memcpy(p, line, n);
-	conn_appended(c, n);
-}
-
-/* conn_reply_u64() for 10 <= v < 10^8 when the last line does not make
- * it: formatted anew, and kept for the next. */
-static void __attribute__((noinline))
-conn_reply_u64_new(struct conn *c, uint64_t v)
-{
-	struct conns	*cs = c->cs;
-
-	cs->ok_len = kl_u64_put_ok(cs->ok_line, v);
-	cs->ok_v = v;
-	memcpy(c->obuf + c->olen, cs->ok_line, 16);
-	conn_appended(c, cs->ok_len);
-}
-
 /*
- * "OK N": the reply of most requests, formatted in place without printf.
- * A token one above the last is the last line with its last digit raised,
- * unless that digit is 9, without a call while the buffer has room for
- * the longest; else it is formatted anew (and values under 10, which are
- * not tokens in a run, and UNLOCK's 1 has conn_reply_ok1()).
+ * "OK N": the reply of most requests, without printf: a digit, UNLOCK's
+ * "OK 1" among them, as a constant line; a longer number in place while
+ * the buffer has room for the longest, else through conn_room().
  */
 void
 conn_reply_u64(struct conn *c, uint64_t v)
 {
-	struct conns	*cs = c->cs;
-	size_t		 olen = c->olen, n;
-	char		*p, *d;
-	bool		 queued;
+	char	 line[KL_U64_OK_ROOM], *p;
+	size_t	 n;
 
-	_Static_assert(KL_U64_OK_ROOM >= 16, "a 16-byte copy fits");
-	if (c->ocap - olen < KL_U64_OK_ROOM || c->state == CONN_CLOSED ||
-	    v - 10 >= 100000000 - 10) {
-		conn_reply_u64_grow(c, v);	/* and every v under 10 */
+	if (v < 10) {
+		if ((p = conn_room(c, 5)) == NULL)
+			return;
+		memcpy(p, "OK 0\n", 5);
+		p[3] = (char)('0' + v);
+		conn_appended(c, 5);
 		return;
 	}
-	queued = c->queued;	/* read before the bytes are written */
-	p = c->obuf + olen;
-	d = &cs->ok_line[cs->ok_len - 2];
-	if (v != cs->ok_v + 1 || *d == '9') {
-		conn_reply_u64_new(c, v);
+	if (c->ocap - c->olen >= KL_U64_OK_ROOM && c->state != CONN_CLOSED) {
+		conn_appended(c, kl_u64_put_ok(c->obuf + c->olen, v));
 		return;
 	}
-	(*d)++;
-	cs->ok_v = v;
-	n = cs->ok_len;
-	memcpy(p, cs->ok_line, 16);	/* 8 digits at most */
-	c->olen = olen + n;
-	c->produced += n;
-	if (!queued)
-		conn_schedule(c);
-}
-
-void
-conn_reply_ok1(struct conn *c)
-{
-	/* "OK 1\n" and three NULs past it, within KL_U64_OK_ROOM */
-	static const char	 line[8] = "OK 1\n";
-	bool			 queued;
-
-	_Static_assert(KL_U64_OK_ROOM >= sizeof(line), "a word fits");
-	if (c->ocap - c->olen < KL_U64_OK_ROOM || c->state == CONN_CLOSED) {
-		conn_reply_u64_grow(c, 1);
+	n = kl_u64_put_ok(line, v);
+	if ((p = conn_room(c, n)) == NULL)
 		return;
-	}
-	queued = c->queued;
-	memcpy(c->obuf + c->olen, &line, sizeof(line));
-	c->olen += 5;
-	c->produced += 5;
-	if (!queued)
-		conn_schedule(c);
+	memcpy(p, line, n);
+	conn_appended(c, n);
 }
 
 void
@@ -765,9 +700,7 @@ static size_t
 conn_process(struct conn *c, char *buf, size_t len)
 {
 	struct conns	*cs = c->cs;
-	struct request	*req = &cs->req;
 	size_t		 max = (size_t)cs->cfg->max_line, off = 0, handled = 0;
-	struct proto_line lines[CONN_SCAN_LINES];
 
 	c->produced = 0;
 	while (off < len && c->state == CONN_READY) {
@@ -780,39 +713,6 @@ conn_process(struct conn *c, char *buf, size_t len)
 		    c->produced >= CONN_TURN_OUTPUT) {
 			conn_set_state(c, CONN_DEFERRED);
 			break;
-		}
-		/* The common requests, found a run at a time and each byte
-		 * classified once, while c stays ready within its share. */
-		if (!c->discarding &&
-		    (n = proto_scan_lines(buf, len, off, max, lines,
-		    CONN_TURN_REQUESTS - handled < CONN_SCAN_LINES ?
-		    CONN_TURN_REQUESTS - handled : CONN_SCAN_LINES)) > 0) {
-			struct commands	*cmds = cs->cmds;
-			struct stats	*st = cs->st;
-			size_t		 i;
-
-			for (i = 0; i < n; i++) {
-				size_t	next = lines[i].next;
-
-				st->requests++;
-				handled++;
-				commands_execute_line(cmds, c, req, buf + off,
-				    next - off, lines[i].sp);
-				off = next;
-				if (c->state != CONN_READY ||
-				    c->produced >= CONN_TURN_OUTPUT)
-					break;
-			}
-			continue;
-		}
-		/* One common request in a short buffer, or "WORD key\r\n" */
-		if (!c->discarding &&
-		    (n = proto_parse_next(p, avail, max, req)) > 0) {
-			off += n;
-			cs->st->requests++;
-			handled++;
-			commands_execute(cs->cmds, c, req);
-			continue;
 		}
 		if (c->discarding) {
 			if ((lf = memchr(p, '\n', avail)) == NULL)
@@ -1144,12 +1044,6 @@ conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (c->state == CONN_PENDING)
 		commands_deadline(cs->cmds, c);
 	conns_end_turn(cs);
-}
-
-bool
-conn_is_pending(const struct conn *c)
-{
-	return c->state == CONN_PENDING;
 }
 
 uint64_t

@@ -76,8 +76,6 @@ void		 conn_reply_ok(struct conn *c, const char *fmt, ...)
 void		 conn_reply_err(struct conn *c, enum kl_err err,
 		    const char *fmt, ...) KL_PRINTF(3, 4);
 void		 conn_reply_u64(struct conn *c, uint64_t v);
-/* conn_reply_u64(c, 1), UNLOCK's reply, in one store. */
-void		 conn_reply_ok1(struct conn *c);
 /* "OK " + s (s is one line, no LF). */
 void		 conn_reply_ok_str(struct conn *c, const char *s);
 
@@ -91,7 +89,6 @@ void		 conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
 		    uint64_t start_ms);
 /* The open request's reply (err) was written: resume c's lines. */
 void		 conn_complete(struct conn *c, enum kl_err err);
-bool		 conn_is_pending(const struct conn *c);
 /* For the CANCEL handler: 1 if this CANCEL line was read ahead and
  * withdrew a LOCK, else 0. */
 uint64_t	 conn_cancel_result(struct conn *c);

@@ -63,8 +63,11 @@ extern size_t		 cl_res_bad;
 
 /* The default request: exclusive, limit 1, no ttl. */
 extern const struct req	 cl_plain;
-/* cl_acq() and cl_unlock() calls that could take a short path. */
+/* cl_acq() and cl_unlock() calls so far: every other one runs with the
+ * table's short paths off (locktable_set_short_paths()), unless
+ * cl_short_paths is 0 (off) or 1 (on) rather than -1. */
 extern unsigned		 cl_short_calls;
+extern int		 cl_short_paths;
 
 #define CHECK_TABLE() do {						\
 	const char *e_ = locktable_check(cl_lt);			\
@@ -125,8 +128,6 @@ const char	*cl_took_grants(void);
 uint64_t	 cl_grant_waited(uint64_t id);
 
 const struct lt_counters *cl_ctr(void);
-/* The gauges and counters are as in *before. */
-void		 cl_expect_unchanged(const struct lt_counters *before);
 void		 cl_expect_gauges(uint64_t keys, uint64_t held,
 		    uint64_t waiting);
 

@@ -36,7 +36,8 @@ tests_unit_check_locktable_SOURCES = \
 	tests/unit/locktable_lifetime.c \
 	tests/unit/locktable_views.c \
 	tests/unit/locktable_hash.c \
-	tests/unit/locktable_short.c
+	tests/unit/locktable_short.c \
+	tests/fuzz/fuzz_locktable.c
 tests_unit_check_locktable_CFLAGS = $(CORE_UNIT_CFLAGS)
 tests_unit_check_locktable_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_locktable_model_SOURCES = \
