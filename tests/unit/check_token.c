@@ -635,6 +635,7 @@ token_suite(void)
 
 	tc = tcase_create("failed_mark");
 	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc,
 	    a_failed_mark_refuses_grants_and_hands_out_durable_tokens);
 	tcase_add_test(tc, nothing_left_below_a_failed_mark_exits);
