@@ -55,6 +55,8 @@ enum kl_err {
 #define KL_BIND_DEFAULT		"127.0.0.1"
 #define KL_SESSION_GRACE_DEFAULT	10000	/* ms a detached session lingers */
 #define KL_SESSION_GRACE_MAX_DEFAULT	60000	/* the most SESSION grace= may ask */
+#define KL_AUTH_TIMEOUT_DEFAULT	10000	/* ms to AUTH, or a line with no secret */
+#define KL_AUTH_FAILURES_MAX	3	/* wrong AUTHs before the close */
 #define KL_WARN_INTERVAL_MS	10000	/* one warning per 10 s of a kind */
 
 /* Option values in milliseconds stop here (about 31 years): no overflow. */

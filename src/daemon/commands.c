@@ -486,9 +486,17 @@ cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 	} else
 		log_debug("client %" PRIu64 " from %s: AUTH failed",
 		    conn_id(c), conn_peer(c));
-	if (cmds->client.s == NULL && cmds->admin.s == NULL)
+	if (cmds->client.s == NULL && cmds->admin.s == NULL) {
 		conn_reply_err(c, KL_ERR_AUTH, "no secret is configured");
-	else
+	} else if (conn_auth_failed(c) >= KL_AUTH_FAILURES_MAX) {
+		/* Guessing costs a connection every few tries (security
+		 * review M2). */
+		log_info("client %" PRIu64 " from %s: %d wrong AUTHs: closing "
+		    "it", conn_id(c), conn_peer(c), KL_AUTH_FAILURES_MAX);
+		conn_reply_err(c, KL_ERR_AUTH, "wrong secret, %d times: "
+		    "closing the connection", KL_AUTH_FAILURES_MAX);
+		conn_quit(c);
+	} else
 		conn_reply_err(c, KL_ERR_AUTH, "wrong secret");
 }
 

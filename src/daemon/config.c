@@ -72,6 +72,9 @@ static const struct setting settings[] = {
 	    "write the bound TCP port here", false },
 	{ "max-clients", "N", SET_INT, OFF(max_clients), 1, 10000000,
 	    "open connections", true },
+	{ "auth-timeout", "MS", SET_INT, OFF(auth_timeout), 0,
+	    (int64_t)KL_MS_MAX, "ms a connection has for AUTH, or for a "
+	    "first line with no secret (0: no limit)", true },
 	{ "reserved-slots", "N", SET_INT, OFF(reserved_slots), 0, 1000,
 	    "connections the unix socket may open past max-clients", true },
 	{ "max-keys", "N", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
@@ -170,6 +173,7 @@ config_defaults(struct config *cfg)
 	cfg->state_dir = config_strdup(KL_LOCALSTATEDIR "/lib/keylockd");
 	cfg->max_clients = KL_MAX_CLIENTS_DEFAULT;
 	cfg->reserved_slots = KL_RESERVED_SLOTS_DEFAULT;
+	cfg->auth_timeout = KL_AUTH_TIMEOUT_DEFAULT;
 	cfg->max_keys = KL_MAX_KEYS_DEFAULT;
 	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;

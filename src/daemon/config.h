@@ -40,6 +40,7 @@ struct config {
 	char		*port_file;	/* NULL: none */
 	int64_t		 max_clients;
 	int64_t		 reserved_slots;	/* unix, past max_clients */
+	int64_t		 auth_timeout;		/* ms; 0: none */
 	int64_t		 max_keys;	/* keys per request */
 	int64_t		 max_locks;	/* keys held per connection */
 	int64_t		 max_line;

@@ -80,6 +80,8 @@ struct conns {
 	struct conn_list	 runq;		/* work left for this turn */
 	struct conn_list	 dead;		/* closed, freed end of turn */
 	struct conn_list	 deferred;	/* turn used up: next turn */
+	struct conn_list	 unadmitted;	/* by age: see conn_admit() */
+	struct event		*admit_timer;	/* the oldest's auth-timeout */
 	struct event		*resume;	/* runs them after the poll */
 	struct sessions		*sessions;	/* keylockd-protocol(7), SESSIONS */
 	bool			 closing;	/* shutdown: sessions end too */
@@ -96,6 +98,7 @@ struct conn {
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
+	TAILQ_ENTRY(conn)	 aentry;	/* cs->unadmitted */
 	struct conns		*cs;
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
@@ -130,6 +133,8 @@ struct conn {
 	bool			 tls_read_wants_write;
 	bool			 wev_armed;	/* wev is added */
 	bool			 authed, admin;	/* set by AUTH (commands.c) */
+	bool			 admitted;	/* see conn_admit() */
+	uint8_t			 auth_failures;	/* wrong AUTHs so far */
 	char			 peer[64];
 };
 
@@ -151,6 +156,9 @@ static void	conn_run(struct conn *c);
 static bool	conns_release_closed(struct conns *cs);
 
 /* ---- the set and the turn ---- */
+
+static void	conns_admit_cb(evutil_socket_t, short, void *);
+static void	conns_arm_admit(struct conns *);
 
 static void
 conns_resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -180,9 +188,14 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->runq);
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
+	TAILQ_INIT(&cs->unadmitted);
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
 	    (cs->sessions = sessions_new(cs, base, cfg, st, be)) == NULL ||
-	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL) {
+	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL ||
+	    (cs->admit_timer = evtimer_new(base, conns_admit_cb, cs)) ==
+	    NULL) {
+		if (cs->resume != NULL)
+			event_free(cs->resume);
 		sessions_free(cs->sessions);
 		kl_free(cs->scratch);
 		kl_free(cs);
@@ -290,6 +303,7 @@ conns_free(struct conns *cs)
 	conns_free_dead(cs);
 	sessions_free(cs->sessions);
 	event_free(cs->resume);
+	event_free(cs->admit_timer);
 	kl_free(cs->scratch);
 	kl_free(cs);
 }
@@ -394,6 +408,9 @@ conn_new(struct conns *cs, int fd, const char *peer,
 		return NULL;
 	}
 	TAILQ_INSERT_TAIL(&cs->all, c, entry);
+	TAILQ_INSERT_TAIL(&cs->unadmitted, c, aentry);
+	if (TAILQ_FIRST(&cs->unadmitted) == c)
+		conns_arm_admit(cs);
 	cs->st->clients++;
 	cs->st->connections++;
 	log_debug("client %" PRIu64 ": connected from %s", c->id, c->peer);
@@ -409,6 +426,7 @@ conn_close(struct conn *c, const char *reason)
 		return;
 	log_debug("client %" PRIu64 " (%s): closed: %s", c->id,
 	    c->name != NULL ? c->name : "-", reason);
+	conn_admit(c);	/* leaves cs->unadmitted */
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
 	event_free(c->wev);
@@ -685,6 +703,8 @@ conn_handle_line(struct conn *c, const char *line, size_t len)
 	if (err == KL_OK && req->cmd == CMD_NONE)
 		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
 	c->cs->st->requests++;
+	if (!c->admitted && !commands_need_auth(c->cs->cmds))
+		conn_admit(c);	/* a complete line, with no secret set */
 	if (err != KL_OK)
 		conn_reply_err(c, err, "%s", req->why);
 	else
@@ -1141,6 +1161,86 @@ conn_set_auth(struct conn *c, bool authed, bool admin)
 {
 	c->authed = authed;
 	c->admin = admin;
+	if (authed)
+		conn_admit(c);
+}
+
+unsigned
+conn_auth_failed(struct conn *c)
+{
+	if (c->auth_failures < UINT8_MAX)
+		c->auth_failures++;
+	return c->auth_failures;
+}
+
+/* ---- auth-timeout (keylockd.conf(5)) ---- */
+
+/*
+ * A connection is admitted once it passed AUTH or, with no client secret
+ * set, sent a complete line. Until then it waits on cs->unadmitted, in
+ * the order it came, and one timer for the oldest closes it when
+ * auth-timeout runs out: silent connections, half lines and half TLS
+ * handshakes cannot hold slots for ever.
+ */
+void
+conn_admit(struct conn *c)
+{
+	struct conns	*cs = c->cs;
+	bool		 first;
+
+	if (c->admitted)
+		return;
+	first = TAILQ_FIRST(&cs->unadmitted) == c;
+	TAILQ_REMOVE(&cs->unadmitted, c, aentry);
+	c->admitted = true;
+	if (first)
+		conns_arm_admit(cs);
+}
+
+static void
+conns_arm_admit(struct conns *cs)
+{
+	struct conn	*c = TAILQ_FIRST(&cs->unadmitted);
+	uint64_t	 limit = (uint64_t)cs->cfg->auth_timeout, now, at;
+	struct timeval	 tv;
+
+	if (c == NULL || limit == 0) {
+		evtimer_del(cs->admit_timer);
+		return;
+	}
+	now = kl_now_ms();
+	at = c->since_ms + limit;
+	at = at > now ? at - now : 0;
+	tv.tv_sec = (time_t)(at / 1000);
+	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
+	evtimer_add(cs->admit_timer, &tv);
+}
+
+static void
+conns_admit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conns	*cs = arg;
+	struct conn	*c;
+	uint64_t	 limit = (uint64_t)cs->cfg->auth_timeout;
+	uint64_t	 now = kl_now_ms();
+
+	while (limit > 0 && (c = TAILQ_FIRST(&cs->unadmitted)) != NULL &&
+	    now - c->since_ms >= limit) {
+		log_info("client %" PRIu64 " from %s: no %s within "
+		    "auth-timeout %" PRIu64 " ms: closing it", c->id, c->peer,
+		    commands_need_auth(cs->cmds) ? "AUTH" : "complete line",
+		    limit);
+		cs->st->auth_timeouts++;
+		conn_close(c, "auth-timeout");	/* leaves the list */
+	}
+	conns_arm_admit(cs);
+	conns_end_turn(cs);
+}
+
+void
+conns_reload(struct conns *cs)
+{
+	conns_arm_admit(cs);
 }
 
 /* ---- sessions (keylockd-protocol(7), SESSIONS) ---- */

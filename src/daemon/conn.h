@@ -145,5 +145,12 @@ uint64_t	 conn_since_ms(const struct conn *c);	/* when it connected */
 bool		 conn_is_authed(const struct conn *c);
 bool		 conn_is_admin(const struct conn *c);
 void		 conn_set_auth(struct conn *c, bool authed, bool admin);
+/* A wrong AUTH on c: how many so far (commands.c closes c at a few). */
+unsigned	 conn_auth_failed(struct conn *c);
+/* c passed the auth-timeout's test: AUTH, or a line with no secret set
+ * (keylockd.conf(5), auth-timeout). */
+void		 conn_admit(struct conn *c);
+/* The settings changed: auth-timeout is read again. */
+void		 conns_reload(struct conns *cs);
 
 #endif /* CONN_H */

@@ -437,6 +437,7 @@ server_reload(struct server *srv)
 	} else {
 		config_update(srv->cfg, &next);
 		log_set_level(srv->cfg->log_level);
+		conns_reload(srv->conns);
 	}
 	config_cleanup(&next);
 	notify_send("READY=1");

@@ -30,6 +30,7 @@ struct stats {
 	uint64_t	auth_failures;
 	uint64_t	output_closes;		/* closed at max-output */
 	uint64_t	nomem_closes;		/* closed: out of memory */
+	uint64_t	auth_timeouts;		/* closed at auth-timeout */
 	struct be_counters be;			/* the backend's */
 	/* keylockd-protocol(7), SESSIONS; session.c writes them. */
 	uint64_t	sessions;		/* open now, detached or not */
@@ -73,6 +74,8 @@ struct stats {
 	    "Connections refused over max-clients.")			\
 	X(requests, counter, st->requests, "Requests handled.")		\
 	X(errors, counter, st->errors, "ERR replies sent.")		\
+	X(auth_timeouts, counter, st->auth_timeouts,			\
+	    "Connections closed for no AUTH within auth-timeout.")	\
 	X(auth_failures, counter, st->auth_failures,			\
 	    "Failed AUTH attempts.")					\
 	X(output_closes, counter, st->output_closes,			\

@@ -384,6 +384,68 @@ START_TEST(the_unix_socket_keeps_slots_for_operators)
 }
 END_TEST
 
+/* keylockd.conf(5), auth-timeout, both sides: with no secret, a silent
+ * connection is closed at the limit and not before; one that sent a line
+ * stays. */
+START_TEST(auth_timeout_closes_silent_connections_only)
+{
+	struct kt_conn	*quiet, *half, *talker;
+	uint64_t	 t0;
+	int64_t		 took;
+
+	kt_start("--auth-timeout", "400");
+	t0 = kt_now_ms();
+	quiet = kt_connect();
+	half = kt_connect();
+	talker = kt_connect();
+	kt_send_raw(half, "PIN", 3);	/* no complete line */
+	kt_req(talker, "OK PONG", "PING");
+	kt_expect_eof(quiet, kt_ms(3000));
+	took = pu_elapsed_since(t0);
+	ck_assert_msg(took >= 350, "closed after %lld ms, auth-timeout is "
+	    "400", (long long)took);
+	kt_expect_eof(half, kt_ms(3000));
+	kt_sleep_ms(200);
+	kt_req(talker, "OK PONG", "PING");	/* past the limit, kept */
+	ck_assert_int_eq(kt_stat(talker, "auth_timeouts"), 2);
+	ck_assert_int_eq(kt_stat(talker, "clients"), 1);
+}
+END_TEST
+
+/* With a secret: PING before AUTH does not count, AUTH does; the third
+ * wrong secret closes the connection. */
+START_TEST(auth_timeout_and_failures_with_a_secret)
+{
+	struct kt_conn	*pinger, *authed, *guesser, *lucky;
+	char		 path[256];
+	FILE		*f;
+
+	snprintf(path, sizeof(path), "%s/secret", kt_tmpdir());
+	ck_assert((f = fopen(path, "w")) != NULL);
+	fputs("s3cret\n", f);
+	fclose(f);
+	kt_start("--auth-file", path, "--auth-timeout", "400");
+	pinger = kt_connect();
+	authed = kt_connect();
+	kt_req(pinger, "OK PONG", "PING");
+	kt_req(authed, "OK", "AUTH s3cret");
+	kt_expect_eof(pinger, kt_ms(3000));
+	kt_sleep_ms(200);
+	kt_req(authed, "OK PONG", "PING");
+
+	guesser = kt_connect();
+	kt_req_err(guesser, "AUTH", "AUTH guess1");
+	kt_req_err(guesser, "AUTH", "AUTH guess2");
+	kt_req_err(guesser, "AUTH", "AUTH guess3");
+	kt_expect_eof(guesser, kt_ms(2000));
+	lucky = kt_connect();
+	kt_req_err(lucky, "AUTH", "AUTH guess1");
+	kt_req_err(lucky, "AUTH", "AUTH guess2");
+	kt_req(lucky, "OK", "AUTH s3cret");	/* two wrong, then right */
+	kt_req(lucky, "OK PONG", "PING");
+}
+END_TEST
+
 START_TEST(max_line_option_sets_the_limit)
 {
 	struct kt_conn	*c;
@@ -566,6 +628,8 @@ protocol_errors_suite(void)
 	tc = kt_tcase(s, "limits", KT_PRIVATE, 30, kt_setup_none);
 	if (tc != NULL) {
 		tcase_add_test(tc, the_unix_socket_keeps_slots_for_operators);
+		tcase_add_test(tc, auth_timeout_closes_silent_connections_only);
+		tcase_add_test(tc, auth_timeout_and_failures_with_a_secret);
 		tcase_add_test(tc, max_keys_per_request);
 		tcase_add_test(tc, max_locks_per_connection);
 		tcase_add_test(tc, max_clients_refuses_the_extra_connection);
