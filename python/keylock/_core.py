@@ -95,8 +95,8 @@ class Pending:
 
 # Pending.kind: what a resumed session does with a request it sent on the
 # connection that dropped.
-LOCK, UNLOCK, CANCEL, REFRESH, PING, OTHER = (
-    "LOCK", "UNLOCK", "CANCEL", "REFRESH", "PING", "OTHER")
+LOCK, UNLOCK, CANCEL, REFRESH, PING, QUIT, OTHER = (
+    "LOCK", "UNLOCK", "CANCEL", "REFRESH", "PING", "QUIT", "OTHER")
 
 _TIMEOUT_OPT = re.compile(r" timeout=([0-9]+)")
 
@@ -213,6 +213,7 @@ class Conn:
         self.suspended = False
         self.ending = False     # dropped on purpose: never resumed
         self.retire = False     # back to the pool while suspended
+        self.in_use = False     # out of the pool: an owner's, or a call's
         self.noticed = 0.0      # when the drop was seen
         self.limbo: List[Pending] = []      # sent, unanswered, link gone
         self.deferred: List[Pending] = []   # asked for while suspended
@@ -366,9 +367,12 @@ class Conn:
         if self.generation != _fork.generation:
             self.closed = True
             return
+        # resumed: a connection in use (its owner may hold, wait, or be
+        # withdrawing a wait), or with requests that change the table
         keep = self.session is not None and not self.ending and (
-            self.grants or any(p.kind in (LOCK, UNLOCK) for p in
-                               (*link.waiters, *self.deferred)))
+            self.in_use or self.grants or any(
+                p.kind in (LOCK, UNLOCK, CANCEL, QUIT)
+                for p in (*link.waiters, *self.deferred)))
         if not keep:
             self.link = link            # its waiters are answered None
             self._closed(reason)
@@ -387,19 +391,33 @@ class Conn:
         for grant in self.grants:
             grant._set_suspended(True)
         self._arm()
-        self._resumer = self.loop.create_task(self._resume())
+        if self._resumer is None or self._resumer.done():
+            self._resumer = self.loop.create_task(self._resume())
 
     async def _resume(self) -> None:
         """Reconnects with backoff to the server list, in order, and
         RESUMEs, until the session is back, GONE, or surely over."""
+        try:
+            await self._resume_loop()
+        except asyncio.CancelledError:
+            # not by _closed: the event loop is ending (asyncio.run's
+            # end); nobody waits for a session that cannot come back
+            if self.suspended and not self.closed:
+                self._resumer = None
+                self._closed("the resume was cancelled")
+            raise
+
+    async def _resume_loop(self) -> None:
+        """The one resumer of this connection: it carries on if the
+        transport it resumed on drops again before it is done."""
         loop = self.loop
-        give_up = max(self.window_end(), self.noticed + self.grace)
         backoff = BACKOFF_FIRST
         failures: List[str] = []
         while self.suspended and not self.closed:
+            give_up = max(self.window_end(), self.noticed + self.grace)
             for addr in self.core.addrs:
                 left = give_up - loop.time()
-                if left <= 0 or not self.suspended:
+                if left <= 0 or not self.suspended or self.closed:
                     break
                 if self.generation != _fork.generation:
                     return      # a forked child never takes the session
@@ -407,60 +425,73 @@ class Conn:
                     await asyncio.wait_for(self._resume_at(addr),
                                            min(self.core.connect_timeout,
                                                left))
+                    backoff = BACKOFF_FIRST
+                    break       # resumed (or GONE)
                 except asyncio.TimeoutError:
                     failures.append(f"{addr.text}: no answer in time")
                 except (OSError, Error) as e:
                     failures.append(f"{addr.text}: {e}")
-            left = give_up - loop.time()
             if not self.suspended or self.closed:
-                return
+                continue        # (the while ends, or resumes again)
+            left = give_up - loop.time()
             if left <= 0:
                 break
             await asyncio.sleep(min(left, backoff * (0.5 + random.random())))
             backoff = min(backoff * 2, BACKOFF_MAX)
+        self._resumer = None
         if self.suspended and not self.closed:
-            self._resumer = None
             last = "; ".join(failures[-len(self.core.addrs):])
             self._closed(f"{self.reason}; no RESUME within the grace of "
                          f"{self.grace:g} s ({last})")
 
     async def _resume_at(self, addr: Address) -> None:
+        """One attempt: a transport to ``addr``, AUTH, NAME and RESUME.
+        Returns once RESUME is answered OK (the transport adopted) or
+        GONE (the connection closed); raises otherwise."""
         core = self.core
         sock = await core._socket(self.loop, addr)
         link = await core._link(self, addr, sock)
+        settled: List[bool] = []
+
+        def hook(line: Reply) -> None:
+            settled.append(self._resumed(link, resume, line))
         try:
             pendings = core._hello_requests(link, resume=self.session)
             resume = pendings[-1]
-            resume.hook = lambda line: self._resumed(link, resume, line)
+            resume.hook = hook
             for pending in pendings:
                 link.write(pending)
             for pending in pendings:
                 reply = await pending.fut
                 if reply is None:
                     raise ConnectionFailed(link.reason)
-                if pending is resume:
-                    if self.link is link or self.closed:
-                        return          # resumed, or GONE
+                if pending is resume and settled and settled[0]:
+                    return
                 parse_reply(reply)
             raise ProtocolError(f"RESUME answered {resume.line!r:.60}")
         except BaseException:
-            if self.link is not link:
+            if not (settled and settled[0]):
                 link.drop("could not resume the session there")
             raise
 
-    def _resumed(self, link: Link, resume: Pending, line: Reply) -> None:
+    def _resumed(self, link: Link, resume: Pending, line: Reply) -> bool:
         """RESUME's reply, at once (the waiting LOCK's reply may follow
         in the same read): reconcile what the client believed with what
-        the server says is held and waiting."""
+        the server says is held and waiting. True when settled: resumed
+        on ``link``, or ended (GONE)."""
         if line is None or not line.startswith("OK "):
             if line is not None and line.startswith("ERR GONE"):
                 self.ending = True
                 self._closed("the server ended the session (GONE): its "
                              "locks were released")
-            return
-        if self.closed or not self.suspended:
+                return True
+            return False
+        if self.closed:
             link.close(True)            # given up meanwhile: end it now
-            return
+            return True
+        if not self.suspended:          # never: one resumer at a time
+            link.drop("resumed twice")
+            return False
         try:
             state = json.loads(line[3:])
             held = [(int(g["token"]), [str(k) for k in g["keys"]])
@@ -469,7 +500,7 @@ class Conn:
             grace_ms = int(state.get("grace_ms") or 0)
         except (ValueError, KeyError, TypeError) as e:
             link.drop(f"RESUME's reply is not understood: {e}")
-            return
+            return False
         self.link = link
         self.addr = link.addr
         self.suspended = False
@@ -539,11 +570,19 @@ class Conn:
             self.send("UNLOCK " + " ".join(unique(tokens[token])), UNLOCK)
         for grant in self.grants:
             grant._set_suspended(False)
-        if self.retire and not self.grants:
-            self.ending = True
-            self.send("QUIT")
+        if self.retire and not self.grants and not any(
+                p.kind == QUIT for p in (*limbo, *deferred)):
+            # QUIT after the requests above: the session ends once they
+            # are answered (a drop before resumes again, to finish them)
+            quit = self.send("QUIT", QUIT)
+
+            def ended(line: Reply) -> None:
+                if line is not None:
+                    self.ending = True
+            quit.hook = ended
         elif self.grants:
             self._arm()
+        return True
 
     def _send_lock(self, link: Link, p: Pending) -> None:
         """A LOCK that the server never saw, or answered with a reply that
@@ -734,10 +773,14 @@ class Core:
         while self.pool:
             conn = self.pool.pop()
             if not conn.closed and not conn.suspended:
+                conn.in_use = True
                 return conn
-        return await self._connect(loop)
+        conn = await self._connect(loop)
+        conn.in_use = True
+        return conn
 
     def _checkin(self, conn: Conn) -> None:
+        conn.in_use = False
         if conn.closed:
             return
         if conn.suspended:
@@ -894,6 +937,10 @@ class Core:
                                "their blocks first (no silent reconnect)")
         else:
             conn = await self._checkout(loop)
+            for _ in range(2):
+                if not conn.closed:
+                    break
+                conn = await self._checkout(loop)   # dropped, unused
             st = Owner(conn)
             self.owners[owner] = st
         st.depth += 1

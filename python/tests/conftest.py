@@ -21,7 +21,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Set,
+                    Tuple)
 
 import pytest
 
@@ -269,7 +270,9 @@ class Proxy:
     (client and daemon both see a reset, as after a NAT or load balancer
     drops a flow), :meth:`refuse` makes new connections fail (reset at
     once: the server is unreachable) until :meth:`refuse` is called with
-    False."""
+    False, and :meth:`blackhole` silently drops everything sent on the
+    connections through it now (both ends believe them alive: half-open),
+    while new ones pass."""
 
     def __init__(self, port: int) -> None:
         self.target = ("127.0.0.1", port)
@@ -282,6 +285,7 @@ class Proxy:
         self.accepted = 0
         self.refused = 0
         self._peer: Dict[socket.socket, socket.socket] = {}
+        self._black: Set[socket.socket] = set()
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.lsock, selectors.EVENT_READ)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -315,6 +319,15 @@ class Proxy:
         n: int = self._call(go)
         return n
 
+    def blackhole(self) -> int:
+        """Drops, from now on, every byte of the connections open now;
+        how many there are."""
+        def go() -> int:
+            self._black.update(self._peer)
+            return len(self._peer) // 2
+        n: int = self._call(go)
+        return n
+
     def refuse(self, on: bool = True) -> None:
         """New connections are reset at once (on) or pass (off)."""
         def go() -> None:
@@ -343,6 +356,7 @@ class Proxy:
             if s is None:
                 continue
             self._peer.pop(s, None)
+            self._black.discard(s)
             try:
                 self._sel.unregister(s)
             except (KeyError, ValueError):
@@ -403,6 +417,8 @@ class Proxy:
             return
         if not data:
             self._drop(sock, reset=False)
+            return
+        if sock in self._black:
             return
         try:
             other.setblocking(True)
