@@ -651,7 +651,7 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 	}
 	TAILQ_FOREACH(q, &o->reqs, entry)
 		for (size_t i = 0; q->state == REQ_HELD && i < q->nent; i++)
-			if (q->ent[i].held && !q->ent[i].releasing)
+			if (q->ent[i].rep == ENT_HELD && !q->ent[i].releasing)
 				ents[n++] = &q->ent[i];
 	st = ebe_release_ents(e, o, BE_UNLOCKALL, ents, n, r);
 	kl_free(ents);

@@ -59,6 +59,19 @@ enum ereq_state {
 	REQ_GONE		/* withdrawn from the table */
 };
 
+/*
+ * What the replica has applied of an entry, the same on every front end:
+ * ABSENT -> LIVE -> GONE, or ABSENT -> HELD -> GONE when its request is
+ * granted before its put is applied (the first entry of a LOCK decides
+ * for all), or LIVE -> HELD when a waiter is granted.
+ */
+enum eentry_rep {
+	ENT_ABSENT = 0,		/* its put not applied yet */
+	ENT_LIVE,		/* put applied; its key not held */
+	ENT_HELD,		/* put applied; its key held in the table */
+	ENT_GONE		/* its delete applied (or the table cleared) */
+};
+
 struct ereq;
 struct eowner;
 
@@ -69,9 +82,7 @@ struct eentry {
 	size_t		 ekeylen;
 	const char	*lkey;		/* the lock key, inside ekey */
 	size_t		 lkeylen;
-	bool		 live;		/* put applied, delete not yet */
-	bool		 seen;		/* put applied once */
-	bool		 held;		/* its key is held in the table */
+	enum eentry_rep	 rep;
 	bool		 put_acked;	/* ours: the put is committed */
 	bool		 del_queued;	/* ours: a delete is on its way */
 	bool		 del_wait;	/* ours: it waits for the put */

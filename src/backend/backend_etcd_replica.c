@@ -404,14 +404,15 @@ ereq_maybe_free(struct ereq *r)
 	/* ours, written: wait for the deletes to be applied */
 	if (r->ours && e->state != EBE_LOST && e->state != EBE_STOPPING)
 		for (size_t i = 0; i < r->nent; i++)
-			if (r->ent[i].put_acked && !r->ent[i].seen &&
+			if (r->ent[i].put_acked &&
+			    r->ent[i].rep == ENT_ABSENT &&
 			    r->state == REQ_PUTTING)
 				return;
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry *x = &r->ent[i];
 
-		if (x->held)
-			held_remove(e, x);
+		if (r->ours)
+			held_remove(e, x);	/* if there */
 		if (x->ttl != NULL)
 			event_free(x->ttl);
 		ehash_remove(&e->entries, x, entry_hash(e, x),
@@ -588,7 +589,7 @@ ttl_cb(evutil_socket_t fd, short what, void *arg)
 	struct eentry	*x = arg;
 	struct ebe	*e = x->req->be;
 
-	if (x->held && !x->releasing && ebe_lease_safe(e)) {
+	if (x->rep == ENT_HELD && !x->releasing && ebe_lease_safe(e)) {
 		x->releasing = true;
 		commit_delete(e, &x, 1, NULL);
 	}
@@ -620,7 +621,8 @@ req_held(struct ebe *e, struct ereq *r, uint64_t token)
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry *x = &r->ent[i];
 
-		x->held = true;
+		if (x->rep == ENT_LIVE)
+			x->rep = ENT_HELD;	/* ABSENT: at its put */
 		if (r->ours) {
 			held_add(e, x);
 			if (r->ttl_ms > 0)
@@ -794,9 +796,10 @@ apply_put(struct ebe *e, const struct etcd_kv *kv,
 				r->ent[i].put_acked = true;
 		}
 	}
-	if ((x = eentry_find(e, kv->key, kv->keylen)) == NULL || x->seen)
+	if ((x = eentry_find(e, kv->key, kv->keylen)) == NULL ||
+	    x->rep != ENT_ABSENT)
 		return;
-	x->seen = x->live = true;
+	x->rep = r->state == REQ_HELD ? ENT_HELD : ENT_LIVE;
 	r->nlive++;
 	if (r->state == REQ_PUTTING)
 		req_decide(e, r);
@@ -835,18 +838,19 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 	struct ereq		*r;
 	struct be_result	 res;
 	size_t			 n, bad;
+	bool			 held;
 
-	if (x == NULL || !x->live)
+	if (x == NULL || (x->rep != ENT_LIVE && x->rep != ENT_HELD))
 		return;
 	r = x->req;
-	x->live = false;
+	held = x->rep == ENT_HELD;
+	x->rep = ENT_GONE;
 	r->nlive--;
 	switch (r->state) {
 	case REQ_HELD:
-		if (x->held) {
+		if (held) {
 			locktable_release(e->lt, r->owner->lo, &x->lkey,
 			    &x->lkeylen, 1, kl_now_ms(), &n, &bad);
-			x->held = false;
 			if (r->ours)
 				held_remove(e, x);
 			if (x->ttl != NULL)
@@ -976,7 +980,7 @@ replica_clear(struct ebe *e)
 				o->open = NULL;
 			for (size_t i = 0; i < r->nent; i++) {
 				r->ent[i].put_acked = false;
-				r->ent[i].live = false;
+				r->ent[i].rep = ENT_GONE;
 			}
 			ereq_maybe_free(r);
 		}
