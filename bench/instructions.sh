@@ -23,7 +23,11 @@
 # unless KEYLOCKD, KEYLOCK_BENCH or ECHO_SERVER name them. SUMMARY=FILE
 # also writes "NAME TOTAL_PER_REQUEST NET_PER_REQUEST" lines there, for
 # compare.sh. KEEP=1 keeps the callgrind files; CALLGRIND_OPTS adds
-# options (--dump-instr=yes for counts per instruction, say).
+# options (--dump-instr=yes for counts per instruction, say). SESSION=1
+# (or SESSION=MS, a grace) makes every keylock-bench connection open a
+# session first (keylock-bench --session) and measures keylockd alone
+# (the echo floor has no sessions); its name in SUMMARY is
+# keylockd+session.
 set -euo pipefail
 
 build=$(cd "${1:-.}" && pwd)
@@ -39,6 +43,14 @@ TOP=${TOP:-15}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 READY_S=60			# valgrind starts slowly on a busy machine
+SESSION=${SESSION:-0}
+case $SESSION in
+0) SESSION_OPT= ;;
+1) SESSION_OPT=--session ;;
+*[!0-9]*) echo "instructions.sh: SESSION is 0, 1 or a grace in ms" >&2
+	exit 1 ;;
+*) SESSION_OPT=--session=$SESSION ;;
+esac
 
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH" "$ECHO_SERVER"; do
 	[ -x "$p" ] || { echo "instructions.sh: $p: not found (run make, or" \
@@ -145,12 +157,16 @@ num() {
 
 # measure NAME: one loaded run and one idle run of the server NAME.
 measure() {
-	local name=$1 loaded idle requests errors json
+	local name=$1 loaded idle requests errors json opt=
 
+	if [ "$name" = keylockd ] && [ -n "$SESSION_OPT" ]; then
+		opt=$SESSION_OPT
+	fi
 	start "$name"
 	json="$TMP/$name.json"
+	# shellcheck disable=SC2086 # opt is one option or nothing
 	if ! $PIN_CLIENT "$KEYLOCK_BENCH" -S "127.0.0.1:$SRV_PORT" \
-	    -c "$CONNS" -P "$PIPELINE" -n "$REQUESTS" --seed "$SEED" \
+	    -c "$CONNS" -P "$PIPELINE" -n "$REQUESTS" --seed "$SEED" $opt \
 	    --no-progress --json >"$json" 2>"$TMP/$name.err"; then
 		say "keylock-bench against $name failed:" \
 		    "$(tail -n 1 "$TMP/$name.err")"
@@ -167,6 +183,7 @@ measure() {
 	stop
 	idle=$SRV_DIR/callgrind.out
 
+	[ -z "$opt" ] || name=$name+session
 	awk -v name="$name" -v t="$(total "$loaded")" -v i="$(total "$idle")" \
 	    -v n="$requests" 'BEGIN {
 	    printf "%s %.1f %.1f\n", name, t / n, (t - i) / n }' \
@@ -212,9 +229,10 @@ top() {
 }
 
 say "c=$CONNS P=$PIPELINE lock-unlock, $(num "$REQUESTS" 0) requests," \
-    "seed $SEED; under callgrind (a minute or two)"
+    "seed $SEED${SESSION_OPT:+, $SESSION_OPT}; under callgrind (a minute" \
+    "or two)"
 measure keylockd
-measure echo
+[ -n "$SESSION_OPT" ] || measure echo
 if [ -n "${SUMMARY:-}" ]; then
 	cp "$TMP/summary" "$SUMMARY"
 fi

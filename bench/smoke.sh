@@ -54,6 +54,36 @@ case $cycles in
 	;;
 esac
 
+# --session: every connection opens a session first, and QUITs at the
+# end, which ends it: none left detached, no key left held.
+"$BENCH" -S "127.0.0.1:$PORT" -c 4 -P 4 -t 1 --session=5000 --no-progress \
+    --json >"$TMP/bench.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench --session exited with status $?"
+sessions=$(json_get sessions <"$TMP/bench.json") ||
+    fail "the --session output has no sessions"
+[ "$sessions" = 4 ] || fail "sessions is '$sessions', not 4"
+scycles=$(json_get cycles <"$TMP/bench.json") ||
+    fail "the --session output has no cycles"
+case $scycles in
+'' | *[!0-9]* | 0)
+	fail "--session: cycles is '$scycles', not a positive whole number"
+	;;
+esac
+KEYLOCK=$(dirname "$BENCH")/keylock
+if [ -x "$KEYLOCK" ]; then
+	# QUIT is served after the replies before it: wait for the daemon.
+	left() {
+		"$KEYLOCK" -S "127.0.0.1:$PORT" stats --json >"$TMP/stats.json" ||
+		    fail "keylock stats exited with status $?"
+		echo "$(json_get sessions <"$TMP/stats.json")" \
+		    "$(json_get sessions_detached <"$TMP/stats.json")" \
+		    "$(json_get keys <"$TMP/stats.json")"
+	}
+	# shellcheck disable=SC2016 # wait_for evaluates it
+	wait_for '[ "$(left)" = "0 0 0" ]' 10 ||
+	    fail "after --session: sessions, detached, keys: $(left)"
+fi
+
 # Holding keys: the table's own bytes per key come from STATS table_bytes.
 "$BENCH" -S "127.0.0.1:$PORT" -w hold -n 2000 -c 2 -P 16 --no-progress \
     --server-pid "$DPID" --json >"$TMP/hold.json" 2>"$TMP/bench.err" ||
@@ -79,5 +109,6 @@ for m in operations:200 overlaps:0 token_errors:0; do
 	    fail "the seed output has no seed.${m%%:*}"
 	[ "$v" = "${m#*:}" ] || fail "seed.${m%%:*} is '$v', not ${m#*:}"
 done
-pass "$cycles lock-unlock cycles in about a second;" \
+pass "$cycles lock-unlock cycles in about a second ($scycles with" \
+    "sessions);" \
     "$per table bytes per held key; the seed's 200 holds without overlap"

@@ -16,6 +16,7 @@
 #include <netinet/tcp.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,92 @@ struct bresp {
 
 static void	bconn_read_cb(evutil_socket_t, short, void *);
 static void	bconn_write_cb(evutil_socket_t, short, void *);
+
+#define QUIT_WAIT_MS	2000	/* --session: most time for the QUITs */
+
+/* Writes all of p[0..len) to a non-blocking socket, waiting for room
+ * until the deadline (ns); false when that fails. */
+static bool
+bconn_send_all(int fd, const char *p, size_t len, uint64_t deadline)
+{
+	struct pollfd	 pfd = { .fd = fd, .events = POLLOUT };
+	ssize_t		 n;
+
+	while (len > 0) {
+		n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    bench_now() < deadline && poll(&pfd, 1, 10) >= 0)
+			continue;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * --session's end: QUIT on every session connection (after what it has
+ * not sent yet), which ends the session and releases its locks, so that
+ * nothing lingers detached for its grace after the run; then each
+ * connection is read to its end, since closing one with unread replies
+ * would reset it, and a reset before the QUIT is read only detaches the
+ * session. A connection whose LOCK still waits is not read past it by the
+ * server: its session stays detached for its grace.
+ */
+void
+bconn_quit_all(struct bench *b)
+{
+	struct pollfd	*pfd;
+	struct bconn	*c;
+	uint64_t	 deadline = bench_now() + (uint64_t)QUIT_WAIT_MS * 1000000;
+	int		 n = 0, open;
+
+	if (!b->o.session || b->nall == 0)
+		return;
+	if ((pfd = calloc((size_t)b->nall, sizeof(*pfd))) == NULL)
+		return;
+	for (int i = 0; i < b->nall; i++) {
+		c = b->all[i];
+		if (c->role == ROLE_CTL || c->fd == -1 || !c->connected)
+			continue;
+		if (c->rev != NULL)
+			event_del(c->rev);
+		if (c->wev != NULL)
+			event_del(c->wev);
+		c->wev_on = false;
+		if (!bconn_send_all(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
+		    deadline) || !bconn_send_all(c->fd, "QUIT\n", 5, deadline))
+			continue;
+		c->ooff = c->olen = 0;
+		shutdown(c->fd, SHUT_WR);
+		pfd[n].fd = c->fd;
+		pfd[n++].events = POLLIN;
+	}
+	for (open = n; open > 0 && bench_now() < deadline;) {
+		if (poll(pfd, (nfds_t)n, 10) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			ssize_t	 r;
+
+			if (pfd[i].fd < 0 || pfd[i].revents == 0)
+				continue;
+			while ((r = recv(pfd[i].fd, b->scratch,
+			    BENCH_SCRATCH_SIZE, 0)) > 0)
+				;
+			if (r == 0 || (errno != EAGAIN &&
+			    errno != EWOULDBLOCK && errno != EINTR)) {
+				pfd[i].fd = -1;
+				open--;
+			}
+		}
+	}
+	free(pfd);
+}
 
 struct bconn *
 bconn_new(struct bench *b, int id, enum bconn_role role)

@@ -81,6 +81,16 @@ bench_mem_json(const struct bench *b, uint64_t n, const char *per)
 	return o;
 }
 
+/* --session=MS, as "MS ms". */
+static const char *
+bench_grace(const struct bench_opts *o)
+{
+	static char	buf[32];
+
+	snprintf(buf, sizeof(buf), "%" PRId64 " ms", o->session_grace_ms);
+	return buf;
+}
+
 static json_t *
 bench_json(const struct bench *b)
 {
@@ -104,6 +114,13 @@ bench_json(const struct bench *b)
 	json_object_set_new(root, "keys_per_lock", json_integer(
 	    o->keys_per_lock));
 	json_object_set_new(root, "sources", json_integer(o->sources));
+	if (o->session) {
+		json_object_set_new(root, "session_grace_ms", o->session_grace_ms
+		    > 0 ? json_integer((json_int_t)o->session_grace_ms) :
+		    json_null());
+		json_object_set_new(root, "sessions", json_integer(
+		    (json_int_t)b->sessions));
+	}
 	json_object_set_new(root, "ok", json_boolean(b->status == 0));
 	if (b->status != 0)
 		json_object_set_new(root, "failure", json_string(b->failure));
@@ -231,6 +248,10 @@ bench_print(const struct bench *b)
 	    "Redis (SET NX PX + DEL)") : o->proto == BENCH_ETCD ?
 	    "etcd (/v3/lock/lock + /v3/lock/unlock)" : "keylockd", o->server,
 	    o->conns, o->pipeline, o->keyspace);
+	if (o->session)
+		printf("  %" PRIu64 " sessions (grace %s%s)\n", b->sessions,
+		    o->session_grace_ms > 0 ? "" : "the server's",
+		    o->session_grace_ms > 0 ? bench_grace(o) : "");
 	if (b->nholders > 0) {
 		hs = b->t_hold_end > b->t_hold_start ? (double)(b->t_hold_end -
 		    b->t_hold_start) / 1e9 : 0;

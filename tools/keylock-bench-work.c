@@ -474,6 +474,17 @@ work_reply(struct bconn *c, const struct inflight *r,
 		    c->id, (int)rep->vlen, rep->val);
 		return;
 	}
+	if (r->type == RT_SESSION) {
+		if (!rep->ok) {
+			bench_fail(b, "connection %d: SESSION refused: %.*s",
+			    c->id, (int)rep->vlen, rep->val);
+			return;
+		}
+		b->sessions++;
+		if (--b->pending == 0)
+			work_advance(b);
+		return;
+	}
 	if (r->type == RT_PING || r->type == RT_GRANT) {
 		if (--b->pending == 0)
 			work_advance(b);
@@ -585,6 +596,26 @@ work_connect_more(struct bench *b)
 }
 
 static void
+work_session(struct bench *b)
+{
+	char	req[64];
+	int	n;
+
+	n = b->o.session_grace_ms > 0 ? snprintf(req, sizeof(req),
+	    "SESSION grace=%" PRId64 "\n", b->o.session_grace_ms) :
+	    snprintf(req, sizeof(req), "SESSION\n");
+	for (int i = 0; i < b->nall; i++) {
+		struct bconn	*c = b->all[i];
+
+		if (c->role == ROLE_CTL || c->fd == -1)
+			continue;
+		bconn_put_raw(c, RT_SESSION, req, (size_t)n);
+		bconn_flush(c);
+		b->pending++;
+	}
+}
+
+static void
 work_setup(struct bench *b)
 {
 	if (b->o.proto == BENCH_REDIS && b->o.redis_script)
@@ -607,6 +638,10 @@ work_setup(struct bench *b)
 		work_ctl_send(b, b->o.proto == BENCH_REDIS ? RT_INFO :
 		    RT_STATS);
 	}
+	/* --session: SESSION first on every connection but the control
+	 * one, pipelined with the PING below. */
+	if (b->o.session)
+		work_session(b);
 	/* One round trip each, so that the server has accepted every
 	 * connection before the clock starts ("already open"). */
 	if (b->o.work != WORK_CONNECT)

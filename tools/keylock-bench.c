@@ -80,6 +80,7 @@ static const char *const bench_rts[RT_MAX] = {
 	[RT_GRANT] = "grant",
 	[RT_REVOKE] = "revoke",
 	[RT_RANGE] = "range",
+	[RT_SESSION] = "SESSION",
 };
 
 enum {
@@ -97,7 +98,8 @@ enum {
 	OPT_PROGRESS,
 	OPT_NO_PROGRESS,
 	OPT_SEED,
-	OPT_SOURCES
+	OPT_SOURCES,
+	OPT_SESSION
 };
 
 static const struct option bench_long[] = {
@@ -123,6 +125,7 @@ static const struct option bench_long[] = {
 	{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "sources", required_argument, NULL, OPT_SOURCES },
+	{ "session", optional_argument, NULL, OPT_SESSION },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 }
@@ -197,6 +200,8 @@ usage(FILE *f)
 "      --server-pid PID         read the server's VmRSS for memory figures\n"
 "      --sources N              connect from 127.0.0.1..N (default: %d for\n"
 "                               -w connect to a 127.x server, else 1)\n"
+"      --session[=MS]           SESSION [grace=MS] on every connection before\n"
+"                               the workload; QUIT at the end\n"
 "      --json                   print the results as one JSON object\n"
 "      --progress, --no-progress  the live line (default: on a terminal)\n"
 "      --seed N                 random seed\n"
@@ -311,6 +316,11 @@ bench_parse_number(struct bench_opts *o, int ch, const char *arg)
 	case OPT_SOURCES:
 		o->sources = (int)bench_number(arg, 1, 65536, "--sources");
 		break;
+	case OPT_SESSION:
+		o->session = true;
+		o->session_grace_ms = arg == NULL ? 0 : (int64_t)bench_number(
+		    arg, 1, 1000000000, "--session");
+		break;
 	default:
 		return false;
 	}
@@ -407,6 +417,11 @@ bench_settle_opts(struct bench_opts *o)
 		    "keyspace", o->keys_per_lock);
 	if (o->held > 0 && o->work == WORK_HOLD)
 		bench_usage_error("--held: -w hold holds -n keys itself");
+	if (o->session && (redis || etcd))
+		bench_usage_error("--session: keylockd only");
+	if (o->session && o->work == WORK_CONNECT)
+		bench_usage_error("--session: not with -w connect (its "
+		    "connections are opened by the workload)");
 }
 
 static void
@@ -802,6 +817,7 @@ main(int argc, char *argv[])
 	work_start(&b);
 	if (!b.stopping)
 		event_base_dispatch(b.base);
+	bconn_quit_all(&b);
 	bench_report(&b);
 	if (b.status != 0)
 		fprintf(stderr, "keylock-bench: %s\n", b.failure);

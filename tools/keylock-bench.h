@@ -64,6 +64,7 @@ enum bench_rt {
 	RT_GRANT,	/* etcd: a lease per connection */
 	RT_REVOKE,
 	RT_RANGE,	/* etcd: its revision */
+	RT_SESSION,	/* --session: once per connection at setup */
 	RT_MAX
 };
 
@@ -106,6 +107,9 @@ struct bench_opts {
 	long			 server_pid;	/* for VmRSS; 0: none */
 	int			 sources;	/* loopback source addresses */
 	int			 hold_ms;	/* seed: time each lock is held */
+	bool			 session;	/* SESSION on every connection */
+	int64_t			 session_grace_ms;	/* its grace=; 0: the
+						 * server's session-grace */
 	bool			 json;
 	int			 progress;	/* -1: when stdout is a tty */
 	uint64_t		 seed;
@@ -220,6 +224,7 @@ struct bench {
 	uint64_t		 errors;	/* error replies (ERR, -ERR) */
 	char			 first_error[160];
 
+	uint64_t		 sessions;	/* SESSIONs answered OK */
 	uint64_t		 held_keys;	/* granted so far */
 	uint64_t		 held_total;
 	uint64_t		 t_hold_start, t_hold_end;
@@ -272,6 +277,7 @@ struct bconn	*bconn_new(struct bench *b, int id, enum bconn_role role);
 void		 bconn_free(struct bconn *c);
 int		 bconn_connect(struct bconn *c);
 void		 bconn_close(struct bconn *c);
+void		 bconn_quit_all(struct bench *b);
 void		 bconn_flush(struct bconn *c);
 void		 bconn_put(struct bconn *c, enum bench_rt type, bool last,
 		    const char *prefix, uint64_t key, int nkeys);
