@@ -21,7 +21,10 @@ bench_echo_server_SOURCES = bench/echo_server.c
 bench_echo_server_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
 bench_echo_server_LDADD = $(LIBEVENT_LIBS)
 
+noinst_PROGRAMS += bench/session_storm
+bench_session_storm_SOURCES = bench/session_storm.c
+
 TESTS += bench/smoke.sh
 EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/instructions.sh \
-	bench/seed.sh \
+	bench/seed.sh bench/sessions.sh \
 	bench/RESULTS.md
