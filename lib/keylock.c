@@ -42,6 +42,8 @@ static const char *const status_words[] = {
 	[KEYLOCK_ERR_SHUTDOWN] = "SHUTDOWN",
 	[KEYLOCK_ERR_CANCELLED] = "CANCELLED",
 	[KEYLOCK_ERR_BACKEND] = "BACKEND",
+	[KEYLOCK_ERR_GONE] = "GONE",
+	[KEYLOCK_ERR_SESSION] = "SESSION",
 };
 #define NSERVER_CODES	(sizeof(status_words) / sizeof(status_words[0]))
 
@@ -62,6 +64,9 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_SHUTDOWN] = "the server is shutting down",
 	[KEYLOCK_ERR_CANCELLED] = "the lock request was cancelled",
 	[KEYLOCK_ERR_BACKEND] = "the server cannot reach its lock store",
+	[KEYLOCK_ERR_GONE] = "the session ended: its locks were released",
+	[KEYLOCK_ERR_SESSION] = "the connection already has a session, a "
+	    "lock or a wait",
 };
 
 static enum keylock_status	 connect_one(struct keylock *, const char *,
@@ -77,7 +82,6 @@ static enum keylock_status	 lock_build(struct keylock *, const char *,
 static enum keylock_status	 command(struct keylock *, const char **);
 static enum keylock_status	 command_with_arg(struct keylock *, const char *,
 		    const char *, size_t);
-static enum keylock_status	 reply_parse(struct keylock *, const char **);
 static enum keylock_status	 build_keys(struct keylock *, const char *,
 				    const char *const *, size_t);
 static enum keylock_status	 parse_u64(struct keylock *, const char *,
@@ -95,6 +99,7 @@ keylock_new(void)
 		return NULL;
 	kl->fd = -1;
 	kl->timeout_ms = KEYLOCK_TIMEOUT_DEFAULT;
+	kl->sess_want = KEYLOCK_SESSION_AUTO;
 	kl->message = "";
 	kl->reply = "";
 	/* Sized for the common request and reply, so that LOCK and UNLOCK
@@ -113,6 +118,7 @@ keylock_free(struct keylock *kl)
 	if (kl == NULL)
 		return;
 	keylock_close(kl);
+	kli_session_free(kl);
 	kli_tls_free(kl);
 	free(kl->out.data);
 	free(kl->in.data);
@@ -157,20 +163,34 @@ keylock_connect(struct keylock *kl, const char *server, const char *secret)
 	const char		*p, *msg;
 	char			 one[KEYLOCK_SERVER_TEXT_MAX];
 	char			 why[KEYLOCK_MSG_MAX];
+	char			*list;
 	size_t			 n, len = 0;
+	long			 grace;
 
 	keylock_close(kl);
 	server = kli_server_list(server);
-	if ((st = kli_servers_check(kl, server, &n)) != KEYLOCK_OK ||
-	    (secret != NULL && (st = secret_check(kl, secret, NULL)) !=
-	    KEYLOCK_OK))
+	/* "session=MS" is a setting in the list, not a server */
+	if ((st = kli_session_setting(kl, server, &list, &grace)) !=
+	    KEYLOCK_OK)
 		return st;
+	if ((st = kli_servers_check(kl, list, &n)) != KEYLOCK_OK ||
+	    (secret != NULL && (st = secret_check(kl, secret, NULL)) !=
+	    KEYLOCK_OK)) {
+		free(list);
+		return st;
+	}
 	why[0] = '\0';
-	for (p = server; p != NULL; ) {
+	for (p = list; p != NULL; ) {
 		(void)kli_server_cut(&p, one, sizeof(one));
 		st = connect_one(kl, one, secret);
-		if (st == KEYLOCK_OK || n == 1 || !connect_moves_on(kl, st))
+		if (st == KEYLOCK_OK)
+			/* kept for a session's reconnects, whenever one is
+			 * opened; then the session itself, if asked for */
+			st = kli_session_open(kl, list, secret, grace);
+		if (st == KEYLOCK_OK || n == 1 || !connect_moves_on(kl, st)) {
+			free(list);
 			return st;
+		}
 		/* Each part names its server, and says why, shortly. */
 		msg = *kl->message != '\0' ? kl->message :
 		    keylock_strstatus(st);
@@ -184,6 +204,7 @@ keylock_connect(struct keylock *kl, const char *server, const char *secret)
 		if (worst != KEYLOCK_ERR_TLS)
 			worst = st;
 	}
+	free(list);
 	return kli_fail(kl, worst, "cannot reach keylockd: %s", why);
 }
 
@@ -208,7 +229,7 @@ connect_one(struct keylock *kl, const char *server, const char *secret)
 	/* On failure the server's reason stays readable: closing keeps
 	 * the last reply. */
 	if (st != KEYLOCK_OK)
-		keylock_close(kl);
+		kli_close(kl);
 	return st;
 }
 
@@ -251,17 +272,13 @@ keylock_trylock(struct keylock *kl, const char *const *keys, size_t nkeys,
 {
 	enum keylock_status	st;
 	const char		*value;
-	uint64_t		 t;
 
 	if ((st = lock_build(kl, "TRYLOCK", keys, nkeys, opts, -1)) !=
 	    KEYLOCK_OK)
 		return st;
 	if ((st = command(kl, &value)) != KEYLOCK_OK)
 		return st;
-	if ((st = parse_u64(kl, value, KEYLOCK_TOKEN_MAX, &t)) == KEYLOCK_OK &&
-	    token != NULL)
-		*token = t;
-	return st;
+	return kli_lock_token(kl, value, token);
 }
 
 enum keylock_status
@@ -271,6 +288,16 @@ keylock_lock_send(struct keylock *kl, const char *const *keys, size_t nkeys,
 	enum keylock_status	st;
 	int64_t			now;
 
+	if (kl->sess_id[0] != '\0') {
+		if (kl->pending)
+			return kli_fail(kl, KEYLOCK_ERR_INVAL, "a LOCK is "
+			    "still waiting for its reply");
+		if ((st = lock_build(kl, "LOCK", keys, nkeys, opts,
+		    timeout_ms)) != KEYLOCK_OK)
+			return st;
+		kl->lock_timeout = timeout_ms;
+		return kli_sess_lock_send(kl);
+	}
 	if ((st = kli_begin(kl)) != KEYLOCK_OK)
 		return st;
 	if ((st = lock_build(kl, "LOCK", keys, nkeys, opts, timeout_ms)) !=
@@ -298,10 +325,22 @@ keylock_lock_cancel(struct keylock *kl)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "no LOCK is in flight");
 	if (kl->cancelling)
 		return kli_status(kl, KEYLOCK_OK);
+	if (kl->sess_id[0] != '\0' && kl->fd == -1) {
+		/* suspended: sent again after the RESUME, if still due */
+		kl->cancelling = 1;
+		return kli_status(kl, KEYLOCK_OK);
+	}
 	kl->out.len = 0;
-	if ((st = kli_buf_add(kl, "CANCEL\n", 7)) != KEYLOCK_OK ||
-	    (st = kli_send(kl, kli_deadline(kl, kli_now_ms()))) != KEYLOCK_OK)
+	if ((st = kli_buf_add(kl, "CANCEL\n", 7)) != KEYLOCK_OK)
 		return st;
+	if ((st = kli_send(kl, kli_deadline(kl, kli_now_ms()))) !=
+	    KEYLOCK_OK) {
+		if (kl->sess_id[0] == '\0' || kl->fd != -1)
+			return st;
+		/* the connection dropped: kli_close() forgot the LOCK,
+		 * the session did not */
+		kl->pending = 1;
+	}
 	kl->cancelling = 1;
 	return kli_status(kl, KEYLOCK_OK);
 }
@@ -320,14 +359,14 @@ lock_cancel_reply(struct keylock *kl)
 	snprintf(line, sizeof(line), "%s", kl->reply);
 	st = kli_recv(kl, kli_deadline(kl, kli_now_ms()));
 	if (st == KEYLOCK_PENDING) {
-		keylock_close(kl);
+		kli_close(kl);
 		return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "no reply to CANCEL "
 		    "in time; connection closed, its locks are released");
 	}
 	if (st != KEYLOCK_OK)
 		return st;
 	if (strcmp(kl->reply, "OK 0") != 0 && strcmp(kl->reply, "OK 1") != 0) {
-		keylock_close(kl);
+		kli_close(kl);
 		return kli_fail(kl, KEYLOCK_ERR_PROTO, "CANCEL answered \"%.64s"
 		    "\"; connection closed", kl->reply);
 	}
@@ -342,8 +381,9 @@ keylock_lock_recv(struct keylock *kl, long wait_ms, uint64_t *token)
 	enum keylock_status	st;
 	const char		*value;
 	int64_t			deadline, now;
-	uint64_t		t;
 
+	if (kl->sess_id[0] != '\0')
+		return kli_sess_lock_recv(kl, wait_ms, token);
 	if (!kl->pending)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "no LOCK is in flight");
 	now = kli_now_ms();
@@ -359,7 +399,7 @@ keylock_lock_recv(struct keylock *kl, long wait_ms, uint64_t *token)
 		/* The reply may still come: nobody could tell it from the
 		 * next one's, so the connection must go (and its wait with
 		 * it, server-side). */
-		keylock_close(kl);
+		kli_close(kl);
 		return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "no reply to LOCK "
 		    "in time; connection closed, its locks are released");
 	}
@@ -367,11 +407,23 @@ keylock_lock_recv(struct keylock *kl, long wait_ms, uint64_t *token)
 	if (st == KEYLOCK_OK && kl->cancelling)
 		st = lock_cancel_reply(kl);
 	kl->cancelling = 0;
-	if (st != KEYLOCK_OK || (st = reply_parse(kl, &value)) != KEYLOCK_OK)
+	if (st != KEYLOCK_OK || (st = kli_reply_parse(kl, &value)) !=
+	    KEYLOCK_OK)
 		return st;
-	if ((st = parse_u64(kl, value, KEYLOCK_TOKEN_MAX, &t)) == KEYLOCK_OK &&
-	    token != NULL)
-		*token = t;
+	return kli_lock_token(kl, value, token);
+}
+
+enum keylock_status
+kli_lock_token(struct keylock *kl, const char *value, uint64_t *token)
+{
+	enum keylock_status	st;
+	uint64_t		t;
+
+	if ((st = parse_u64(kl, value, KEYLOCK_TOKEN_MAX, &t)) == KEYLOCK_OK) {
+		if (token != NULL)
+			*token = t;
+		kli_sess_token(kl, t);
+	}
 	return st;
 }
 
@@ -538,7 +590,7 @@ keylock_ping(struct keylock *kl)
 	if ((st = keylock_request(kl, "PING", &value)) != KEYLOCK_OK)
 		return st;
 	if (strcmp(value, "PONG") != 0) {
-		keylock_close(kl);
+		kli_close(kl);
 		return kli_fail(kl, KEYLOCK_ERR_PROTO, "PING got \"OK %.40s\"",
 		    value);
 	}
@@ -725,20 +777,22 @@ command(struct keylock *kl, const char **value)
 	enum keylock_status	st;
 	int64_t			deadline;
 
+	if (kl->sess_id[0] != '\0')
+		return kli_sess_command(kl, value);
 	if ((st = kli_begin(kl)) != KEYLOCK_OK)
 		return st;
 	deadline = kli_deadline(kl, kli_now_ms());
 	if ((st = kli_send(kl, deadline)) != KEYLOCK_OK)
 		return st;
 	if ((st = kli_recv(kl, deadline)) == KEYLOCK_PENDING) {
-		keylock_close(kl);
+		kli_close(kl);
 		return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "no reply within "
 		    "%ld ms; connection closed, its locks are released",
 		    kl->timeout_ms);
 	}
 	if (st != KEYLOCK_OK)
 		return st;
-	return reply_parse(kl, value);
+	return kli_reply_parse(kl, value);
 }
 
 /*
@@ -746,8 +800,8 @@ command(struct keylock *kl, const char **value)
  * "ERR CODE text". Anything else closes the connection: what follows could
  * not be trusted to line up with the requests.
  */
-static enum keylock_status
-reply_parse(struct keylock *kl, const char **value)
+enum keylock_status
+kli_reply_parse(struct keylock *kl, const char **value)
 {
 	const char	*r = kl->reply, *code, *end;
 	size_t		 len;
@@ -776,7 +830,7 @@ reply_parse(struct keylock *kl, const char **value)
 		kl->message = code;
 		return kli_status(kl, KEYLOCK_ERR_UNKNOWN);
 	}
-	keylock_close(kl);
+	kli_close(kl);
 	return kli_fail(kl, KEYLOCK_ERR_PROTO, "unexpected reply \"%.60s\"",
 	    kl->reply);
 }
@@ -802,7 +856,7 @@ parse_u64(struct keylock *kl, const char *s, uint64_t max, uint64_t *out)
 	*out = n;
 	return KEYLOCK_OK;
 bad:
-	keylock_close(kl);
+	kli_close(kl);
 	return kli_fail(kl, KEYLOCK_ERR_PROTO, "reply \"OK %.40s\" does not "
 	    "hold a number", s);
 }

@@ -45,6 +45,8 @@ enum keylock_status {
 	KEYLOCK_ERR_SHUTDOWN = 13,
 	KEYLOCK_ERR_CANCELLED = 14,	/* the LOCK was withdrawn by CANCEL */
 	KEYLOCK_ERR_BACKEND = 15,	/* the server's store is unreachable */
+	KEYLOCK_ERR_GONE = 16,		/* RESUME: the session ended; all lost */
+	KEYLOCK_ERR_SESSION = 17,	/* SESSION twice, RESUME while in use */
 	KEYLOCK_ERR_UNKNOWN = 99,	/* an ERR code this library predates */
 
 	KEYLOCK_ERR_IO = 100,		/* a system call failed (see errno) */
@@ -68,6 +70,11 @@ enum keylock_status {
 #define KEYLOCK_TLS_PORT_DEFAULT	7712	/* of "tls://host" */
 #define KEYLOCK_KEY_MAX		250	/* bytes, keylockd-protocol(7), KEYS */
 #define KEYLOCK_NAME_MAX	64
+/* keylock_session() grace_ms 0: what the server's default is too. */
+#define KEYLOCK_SESSION_GRACE_DEFAULT	10000L
+/* keylock_set_session(): take the setting from the server string
+ * ("session=MS") or $KEYLOCK_SESSION, as a new handle does. */
+#define KEYLOCK_SESSION_AUTO	(-1L)
 
 /* struct keylock_lock_opts flags */
 #define KEYLOCK_SHARED		0x01	/* mode=shared (a reader) */
@@ -122,7 +129,10 @@ enum keylock_status keylock_connect(struct keylock *kl, const char *server,
  */
 enum keylock_status keylock_set_tls(struct keylock *kl,
 		    const struct keylock_tls_opts *opts);
-/* Closes the connection (the server releases its locks); the handle stays. */
+/*
+ * Closes the connection (the server releases its locks); the handle stays.
+ * A session is ended too: QUIT is sent first where it can go at once.
+ */
 void		 keylock_close(struct keylock *kl);
 int		 keylock_is_connected(const struct keylock *kl);
 /* The socket (non-blocking, close-on-exec), or -1. Poll it; never read,
@@ -217,9 +227,54 @@ enum keylock_status keylock_request(struct keylock *kl, const char *line,
  * Reads what the server sent without waiting. For a caller that polls
  * keylock_fd() while holding locks and no request is in flight: KEYLOCK_OK
  * means nothing happened; any other status means the connection is closed
- * and every lock it held is gone.
+ * and every lock it held is gone. With a session, a dropped connection is
+ * KEYLOCK_OK while the window lasts: the handle is suspended
+ * (keylock_fd() is -1) until keylock_keepalive() resumes it.
  */
 enum keylock_status keylock_check(struct keylock *kl);
+
+/*
+ * Sessions (keylockd-protocol(7), Sessions; libkeylock(3), SESSIONS): the
+ * locks and the waiting LOCK of a session outlive a dropped connection by
+ * its grace. The library then reconnects by itself, to the same server
+ * list with the same secret, backing off between attempts, and sends
+ * RESUME; the calls see nothing of it but the time it takes. It counts on
+ * the locks until the send time of the last answered request plus the
+ * grace, less 0.1%: when that instant passes with no successful RESUME, or
+ * RESUME answers GONE, the locks are lost and the call under way (or the
+ * next keylock_check() or keylock_keepalive()) says so, with
+ * KEYLOCK_ERR_CLOSED or KEYLOCK_ERR_GONE, and the handle has no session
+ * any more.
+ *
+ * keylock_session() opens one on the connected handle; grace_ms 0 is
+ * KEYLOCK_SESSION_GRACE_DEFAULT. keylock_set_session() says what every
+ * later keylock_connect() does: open a session of grace_ms (> 0), none
+ * (0), or KEYLOCK_SESSION_AUTO: as "session=MS" in the server list says,
+ * else as $KEYLOCK_SESSION does (unset, empty or 0: none).
+ */
+enum keylock_status keylock_session(struct keylock *kl, long grace_ms);
+void		 keylock_set_session(struct keylock *kl, long grace_ms);
+/* The session's grace in ms, or 0 without a session. */
+long		 keylock_session_grace(const struct keylock *kl);
+/* Nonzero while a session's connection is down and its window still
+ * open: the locks still count, a RESUME is due. */
+int		 keylock_suspended(const struct keylock *kl);
+/*
+ * What a session needs while the caller is idle, driven by the caller: no
+ * helper thread, no timer, no signal. Pings when a third of the grace has
+ * passed since the last answered request, notices a dropped connection,
+ * and resumes a suspended session, trying for about wait_ms (< 0: until it
+ * succeeds or the window ends; an attempt in progress may run over by up
+ * to keylock_timeout(), never past the window). KEYLOCK_OK: the session
+ * and its locks are there; KEYLOCK_PENDING: still suspended, call again;
+ * anything else: the locks are lost. Without a session it only says
+ * whether the handle is connected. KEYLOCK_ERR_INVAL while a LOCK is in
+ * flight: keylock_lock_recv() keeps the session then.
+ */
+enum keylock_status keylock_keepalive(struct keylock *kl, long wait_ms);
+/* Milliseconds until keylock_keepalive() is next due (0: now), or -1
+ * without a session: the timeout of the caller's poll(2). */
+long		 keylock_keepalive_ms(const struct keylock *kl);
 
 /*
  * The text of the last failure: the server's text after the code word

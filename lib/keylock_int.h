@@ -20,6 +20,7 @@
 #define KEYLOCK_REPLY_MAX	(64 * 1024 * 1024)	/* INFO of a busy key */
 #define KEYLOCK_MSG_MAX		1024	/* a local error text */
 #define KEYLOCK_SERVER_TEXT_MAX	300	/* one server of a list, as written */
+#define KEYLOCK_SESSION_ID_MAX	64	/* keylockd-protocol(7), Sessions */
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL	0	/* SO_NOSIGPIPE is set instead */
@@ -55,6 +56,26 @@ struct keylock {
 	struct ssl_ctx_st	*tls_ctx;	/* NULL: made at first use */
 	struct bio_method_st	*tls_bio;	/* send(2) with MSG_NOSIGNAL */
 	struct ssl_st		*ssl;		/* NULL: not TLS */
+	/* Sessions, keylock_session.c. The window: the locks surely last
+	 * until sess_until (monotonic ms); sess_id "" is no session. */
+	long			 sess_want;	/* keylock_set_session() */
+	long			 sess_grace;	/* ms */
+	char			 sess_id[KEYLOCK_SESSION_ID_MAX + 1];
+	char			*sess_servers;	/* the list to reconnect to */
+	char			*sess_secret;	/* or NULL */
+	int64_t			 sess_until;
+	int64_t			 sess_answered;	/* send time, last answered */
+	int64_t			 sess_retry_at;	/* next RESUME attempt */
+	long			 sess_backoff;	/* ms, doubles to a cap */
+	uint32_t		 sess_rand;	/* jitter of the backoff */
+	uint64_t		 sess_token_max; /* the highest token seen */
+	int			 sess_unsynced;	/* a reply may be moved over */
+	/* The request in flight, kept to be sent again after a RESUME. */
+	struct keylock_buf	 sess_req;
+	uint64_t		 sess_req_mark;	/* sess_token_max at send */
+	int64_t			 lock_sent;	/* keylock_lock_send() */
+	long			 lock_timeout;	/* its timeout_ms */
+	struct json_t		*sess_state;	/* the last RESUME's reply */
 };
 
 int64_t		 kli_now_ms(void);
@@ -65,6 +86,38 @@ enum keylock_status kli_buf_add(struct keylock *kl, const char *data,
 		    size_t len);
 
 enum keylock_status kli_status(struct keylock *kl, enum keylock_status st);
+/* Closes the socket; a session stays, suspended (keylock_close() ends it). */
+void		 kli_close(struct keylock *kl);
+/* kl->reply as "OK [value]" or "ERR CODE text"; closes on anything else. */
+enum keylock_status kli_reply_parse(struct keylock *kl, const char **value);
+/* Sends the output buffer and reads its reply by one deadline, without
+ * any session logic; KEYLOCK_PENDING if the deadline passed (still open). */
+enum keylock_status kli_exchange(struct keylock *kl, int64_t deadline);
+
+/*
+ * Sessions, keylock_session.c. kli_session_setting() takes a
+ * "session=MS" item out of a server list (into *grace, else
+ * KEYLOCK_SESSION_AUTO is left there): *rest is the list without it, to be
+ * freed. The sess_ calls stand in for the plain ones while a session is
+ * open (kl->sess_id[0] != '\0').
+ */
+enum keylock_status kli_session_setting(struct keylock *kl, const char *list,
+		    char **rest, long *grace);
+enum keylock_status kli_session_open(struct keylock *kl, const char *servers,
+		    const char *secret, long grace);
+void		 kli_session_free(struct keylock *kl);
+enum keylock_status kli_sess_command(struct keylock *kl, const char **value);
+enum keylock_status kli_sess_lock_send(struct keylock *kl);
+enum keylock_status kli_sess_lock_recv(struct keylock *kl, long wait_ms,
+		    uint64_t *token);
+enum keylock_status kli_sess_check(struct keylock *kl);
+/* keylock_check() of a handle without a session. */
+enum keylock_status kli_check_plain(struct keylock *kl);
+/* Parses a grant's "OK TOKEN" value into *token (if not NULL). */
+enum keylock_status kli_lock_token(struct keylock *kl, const char *value,
+		    uint64_t *token);
+/* The token of a grant just answered, for the session's bookkeeping. */
+void		 kli_sess_token(struct keylock *kl, uint64_t token);
 enum keylock_status kli_fail(struct keylock *kl, enum keylock_status st,
 		    const char *fmt, ...)
 		    __attribute__((__format__(__printf__, 3, 4)));

@@ -182,7 +182,7 @@ kli_connect(struct keylock *kl, const char *server, int64_t deadline)
 	enum keylock_status	st;
 	int			tls = server_is_tls(kl, server);
 
-	keylock_close(kl);
+	kli_close(kl);
 	kl->reply = "";
 	kl->message = "";
 	if ((st = addr_parse(kl, server, tls, &a)) != KEYLOCK_OK)
@@ -204,7 +204,7 @@ server_is_tls(const struct keylock *kl, const char *server)
 }
 
 void
-keylock_close(struct keylock *kl)
+kli_close(struct keylock *kl)
 {
 	/* The last reply (kl->reply, kl->message) stays readable: the
 	 * buffer is only reused by the next request. */
@@ -265,7 +265,7 @@ kli_send(struct keylock *kl, int64_t deadline)
 		if ((r = kli_wait_fd(kl->fd, events, deadline)) == -1)
 			return kli_fail_errno(kl, errno, "poll");
 		if (r == 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "could not "
 			    "send the request in time; connection closed");
 		}
@@ -295,7 +295,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 		}
 		b->scan = b->len;
 		if (b->len - b->off >= KEYLOCK_REPLY_MAX) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_PROTO, "a reply line "
 			    "over %d bytes", KEYLOCK_REPLY_MAX);
 		}
@@ -306,7 +306,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 			b->off = 0;
 		} else if (b->len == b->cap &&
 		    kli_buf_reserve(b, b->cap * 2) == -1) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_NOMEM, "out of memory "
 			    "for a reply of %zu bytes", b->len);
 		}
@@ -316,7 +316,7 @@ kli_recv(struct keylock *kl, int64_t deadline)
 			continue;
 		}
 		if (n == 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_CLOSED, "the server "
 			    "closed the connection");
 		}
@@ -336,6 +336,14 @@ kli_recv(struct keylock *kl, int64_t deadline)
 enum keylock_status
 keylock_check(struct keylock *kl)
 {
+	if (kl->sess_id[0] != '\0')
+		return kli_sess_check(kl);
+	return kli_check_plain(kl);
+}
+
+enum keylock_status
+kli_check_plain(struct keylock *kl)
+{
 	char	buf[256];
 	ssize_t	n;
 	short	events;
@@ -350,12 +358,12 @@ keylock_check(struct keylock *kl)
 		 * data (session tickets): that is still "nothing". */
 		if (kl->in.off < kl->in.len || kli_tls_pending(kl) > 0 ||
 		    (n = io_read(kl, buf, sizeof(buf), &events)) > 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_PROTO, "the server "
 			    "sent bytes nobody asked for; connection closed");
 		}
 		if (n == 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_CLOSED, "the server "
 			    "closed the connection");
 		}
@@ -615,7 +623,7 @@ kli_fail_errno(struct keylock *kl, int err, const char *fmt, ...)
 	char	what[KEYLOCK_MSG_MAX / 2], ebuf[128];
 	va_list	ap;
 
-	keylock_close(kl);
+	kli_close(kl);
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);

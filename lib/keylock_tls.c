@@ -75,7 +75,7 @@ kli_tls_start(struct keylock *kl, const char *server, const char *host,
 
 	if (kl->tls_ctx == NULL && (st = tls_ctx_new(kl, &none)) !=
 	    KEYLOCK_OK) {
-		keylock_close(kl);
+		kli_close(kl);
 		return st;
 	}
 	snprintf(what, sizeof(what), "TLS handshake with %s", server);
@@ -106,7 +106,7 @@ kli_tls_start(struct keylock *kl, const char *server, const char *host,
 		if ((n = tls_result(kl, r, what, &events)) == -2)
 			return kl->last;
 		if (n == 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_TLS, "%s: the server "
 			    "closed the connection", what);
 		}
@@ -115,7 +115,7 @@ kli_tls_start(struct keylock *kl, const char *server, const char *host,
 		if ((r = kli_wait_fd(kl->fd, events, deadline)) == -1)
 			return kli_fail_errno(kl, errno, "poll");
 		if (r == 0) {
-			keylock_close(kl);
+			kli_close(kl);
 			return kli_fail(kl, KEYLOCK_ERR_DEADLINE, "%s: timed "
 			    "out", what);
 		}
@@ -310,7 +310,7 @@ tls_result(struct keylock *kl, int ret, const char *what, short *events)
 		    "certificate refused?", what, err != 0 ?
 		    kli_errstr(err, ebuf, sizeof(ebuf)) : "end of file");
 		kl->tls_fatal = 1;
-		keylock_close(kl);
+		kli_close(kl);
 		return -2;
 	}
 	switch (e) {
@@ -360,7 +360,7 @@ tls_fail(struct keylock *kl, const char *what)
 	kli_fail(kl, KEYLOCK_ERR_TLS, "%s: %s%s", what, v != X509_V_OK ?
 	    "server certificate not trusted: " : "", why);
 	kl->tls_fatal = 1;
-	keylock_close(kl);
+	kli_close(kl);
 	return kl->last;
 }
 

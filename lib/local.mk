@@ -6,12 +6,13 @@ lib_LTLIBRARIES += lib/libkeylock.la
 lib_libkeylock_la_SOURCES = \
 	lib/keylock.c lib/keylock.h \
 	lib/keylock_io.c lib/keylock_int.h \
-	lib/keylock_tls.c
+	lib/keylock_tls.c \
+	lib/keylock_session.c
 lib_libkeylock_la_CPPFLAGS = -I$(top_srcdir)/lib
 lib_libkeylock_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(OPENSSL_CFLAGS)
 lib_libkeylock_la_LIBADD = $(JANSSON_LIBS) $(OPENSSL_LIBS)
 # current:revision:age, libtool's rules: bump on every interface change.
-lib_libkeylock_la_LDFLAGS = $(AM_LDFLAGS) -version-info 1:0:1 \
+lib_libkeylock_la_LDFLAGS = $(AM_LDFLAGS) -version-info 2:0:2 \
 	-no-undefined -export-symbols-regex '^keylock_'
 include_HEADERS += lib/keylock.h
 

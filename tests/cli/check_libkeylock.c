@@ -31,6 +31,7 @@ libkeylock_suite(void)
 	lk_add_failures(s);
 	lk_add_replies(s);
 	lk_add_tls(s);
+	lk_add_session(s);
 	return s;
 }
 

@@ -53,5 +53,6 @@ void		 lk_add_lock(Suite *s);		/* libkeylock_lock.c */
 void		 lk_add_async(Suite *s);
 void		 lk_add_failures(Suite *s);	/* libkeylock_replies.c */
 void		 lk_add_replies(Suite *s);
+void		 lk_add_session(Suite *s);	/* libkeylock_session.c */
 
 #endif /* LIBKEYLOCK_UTIL_H */

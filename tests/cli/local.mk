@@ -5,3 +5,6 @@ tests_cli_check_libkeylock_CPPFLAGS += -I$(top_srcdir)/tests/integration \
 	$(CHECK_MAIN_CFLAGS)
 tests_cli_check_libkeylock_LDADD += $(CHECK_MAIN_LDADD) \
 	tests/integration/libkltest.a $(CHECK_LIBS) -lpthread
+
+# Sessions (issue 20): the library's own tests join check_libkeylock.
+tests_cli_check_libkeylock_SOURCES += tests/cli/libkeylock_session.c
