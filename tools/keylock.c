@@ -31,6 +31,7 @@ enum {
 	OPT_MAX_WAITERS,
 	OPT_CONNECT_TIMEOUT,
 	OPT_GRACE,
+	OPT_SESSION,
 	OPT_TLS_CA,
 	OPT_TLS_CERT,
 	OPT_TLS_KEY
@@ -56,6 +57,7 @@ static const struct option long_options[] = {
 	{ "connect-timeout",	required_argument,	NULL,
 	    OPT_CONNECT_TIMEOUT },
 	{ "grace",		required_argument,	NULL, OPT_GRACE },
+	{ "session",		optional_argument,	NULL, OPT_SESSION },
 	{ "command",		required_argument,	NULL, 'c' },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -90,6 +92,7 @@ main(int argc, char **argv)
 	cli.wait_ms = KEYLOCK_WAIT_FOREVER;
 	cli.connect_ms = CLI_CONNECT_MS_DEFAULT;
 	cli.grace_ms = CLI_GRACE_MS_DEFAULT;
+	cli.session_ms = KEYLOCK_SESSION_AUTO;
 	cli.conflict_code = CLI_EXIT_NOTACQUIRED;
 	if (getenv("KEYLOCK_AUTH_FILE") != NULL &&
 	    *getenv("KEYLOCK_AUTH_FILE") != '\0')
@@ -199,6 +202,21 @@ parse_options(struct cli *cli, int argc, char **argv)
 				cli_usage_error("--grace %s: want seconds",
 				    optarg);
 			break;
+		case OPT_SESSION:
+			/* milliseconds, as the protocol's grace= and
+			 * $KEYLOCK_SESSION; 0: no session */
+			if (optarg == NULL)
+				cli->session_ms = KEYLOCK_SESSION_GRACE_DEFAULT;
+			else if ((n = cli_parse_number(optarg, 0,
+			    CLI_SESSION_MAX_MS)) < 0 ||
+			    (n > 0 && n < CLI_SESSION_MIN_MS))
+				cli_usage_error("--session=%s: want a grace of "
+				    "%d to %ld milliseconds, or 0 for none",
+				    optarg, CLI_SESSION_MIN_MS,
+				    CLI_SESSION_MAX_MS);
+			else
+				cli->session_ms = n;
+			break;
 		case 'c':
 			cli->shell_cmd = optarg;
 			break;
@@ -306,6 +324,12 @@ cli_connect(const struct cli *cli, int name_it)
 		exit(CLI_EXIT_OSERR);
 	}
 	keylock_set_timeout(kl, cli->connect_ms);
+	/* Only a lock held around a command needs to outlive a blip; the
+	 * one-shot subcommands never open a session. */
+	if (!name_it)
+		keylock_set_session(kl, 0);
+	else if (cli->session_ms != KEYLOCK_SESSION_AUTO)
+		keylock_set_session(kl, cli->session_ms);
 	if (cli->tls_set && (st = keylock_set_tls(kl, &cli->tls)) !=
 	    KEYLOCK_OK) {
 		cli_warnx("%s", keylock_message(kl));
@@ -314,8 +338,8 @@ cli_connect(const struct cli *cli, int name_it)
 		    CLI_EXIT_NOINPUT);
 	}
 	/* A server list is tried in order, to the first that answers; a
-	 * malformed one (-S or $KEYLOCK_SERVER) is the command line's
-	 * fault. */
+	 * malformed one (-S or $KEYLOCK_SERVER), or $KEYLOCK_SESSION, is
+	 * the command line's fault. */
 	if ((st = keylock_connect(kl, cli->server, cli->secret)) ==
 	    KEYLOCK_ERR_INVAL)
 		cli_usage_error("%s", keylock_message(kl));
@@ -370,6 +394,7 @@ cli_exit_code(const struct cli *cli, enum keylock_status st)
 		return CLI_EXIT_AUTH;
 	case KEYLOCK_ERR_SHUTDOWN:
 	case KEYLOCK_ERR_BACKEND:
+	case KEYLOCK_ERR_GONE:
 	case KEYLOCK_ERR_IO:
 	case KEYLOCK_ERR_CLOSED:
 	case KEYLOCK_ERR_DEADLINE:
@@ -493,6 +518,9 @@ usage(void)
 "      --connect-timeout SECONDS  (default 5)\n"
 "      --grace SECONDS      lock lost: SIGTERM, then SIGKILL after\n"
 "                           SECONDS (default 5)\n"
+"      --session[=MS]       keep the lock through a dropped connection\n"
+"                           for MS milliseconds (default 10000;\n"
+"                           $KEYLOCK_SESSION; 0: no session)\n"
 "  -c, --command CMD        run CMD with /bin/sh -c\n"
 "  -v, --verbose            say when waiting and when granted\n"
 "  -h, --help, -V, --version\n"

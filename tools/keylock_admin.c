@@ -21,6 +21,15 @@ admin_int(json_t *o, const char *name)
 	return (long long)json_integer_value(json_object_get(o, name));
 }
 
+/* A detached session has no transport or peer now: "-". */
+static const char *
+admin_str(json_t *o, const char *name)
+{
+	const char	*s = json_string_value(json_object_get(o, name));
+
+	return s != NULL ? s : "-";
+}
+
 static void
 admin_print_client(json_t *o)
 {
@@ -30,14 +39,17 @@ admin_print_client(json_t *o)
 
 	printf("%6lld  %-16s %-5s %-22s %9lld ms  holds %lld",
 	    admin_int(o, "id"), name != NULL ? name : "-",
-	    json_string_value(json_object_get(o, "transport")),
-	    json_string_value(json_object_get(o, "peer")),
+	    admin_str(o, "transport"), admin_str(o, "peer"),
 	    admin_int(o, "age_ms"), admin_int(o, "held"));
 	if (json_array_size(w) > 0) {
 		printf(", waits %lld ms for", admin_int(o, "waited_ms"));
 		json_array_foreach(w, i, k)
 			printf(" %s", json_string_value(k));
 	}
+	/* a session whose connection dropped, within its grace */
+	if (json_is_integer(json_object_get(o, "detached_ms")))
+		printf(", detached %lld ms (session)",
+		    admin_int(o, "detached_ms"));
 	printf("\n");
 }
 

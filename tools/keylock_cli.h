@@ -34,6 +34,9 @@
 #define CLI_SECONDS_MAX		1000000000.0	/* about 31 years */
 /* A lease refreshed every third of it needs a few round trips of room. */
 #define CLI_TTL_MIN_MS		100
+/* A session's grace needs a few round trips of room too. */
+#define CLI_SESSION_MIN_MS	100
+#define CLI_SESSION_MAX_MS	86400000L
 
 struct cli {
 	const char	*server;	/* NULL: $KEYLOCK_SERVER or default */
@@ -45,6 +48,7 @@ struct cli {
 	long		 wait_ms;	/* -w; KEYLOCK_WAIT_FOREVER if not */
 	long		 connect_ms;
 	long		 grace_ms;
+	long		 session_ms;	/* --session; -1: $KEYLOCK_SESSION */
 	int		 nonblock;
 	int		 verbose;
 	int		 conflict_code;	/* -E */

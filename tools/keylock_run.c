@@ -6,8 +6,12 @@
  * runs, release by closing. A lock lives exactly as long as its connection
  * (and, with --ttl, its lease): when either is gone the command no longer
  * holds the lock, so it is stopped, SIGTERM first and SIGKILL after the
- * grace period, and keylock exits CLI_EXIT_LOST. Signals sent to keylock
- * are passed on to the command; keylock never dies of them first.
+ * grace period, and keylock exits CLI_EXIT_LOST. With a session
+ * (--session, $KEYLOCK_SESSION) the connection may drop and come back:
+ * the library resumes it, driven from the poll loop here, and the lock is
+ * lost only when its window ends first (libkeylock(3), SESSIONS), never
+ * before. Signals sent to keylock are passed on to the command; keylock
+ * never dies of them first.
  */
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -33,6 +37,9 @@
 #define RUN_NOTICE_MS		100	/* -v: "waiting" after this long */
 #define RUN_REFRESH_PARTS	3	/* refresh a lease every ttl / 3 */
 #define RUN_SHELL		"/bin/sh"
+/* Suspended: how long one keylock_keepalive() may try before the loop
+ * looks at signals and the command again. */
+#define RUN_RESUME_SLICE_MS	200
 
 /* Signals passed on to the command; SIGCHLD and SIGPIPE are ours. */
 static const int run_forwarded[] = {
@@ -54,6 +61,7 @@ struct run {
 	char		*keys;		/* "a b c", for messages and env */
 	pid_t		 pid;
 	int		 lost;
+	int		 suspended;	/* told, with -v */
 	int64_t		 kill_at;	/* SIGKILL then; -1: not yet */
 	int64_t		 refresh_at;	/* -1: no lease */
 	int64_t		 lease_end;	/* the lease surely lasts until */
@@ -66,6 +74,7 @@ static void			 run_signal_cb(int, siginfo_t *, void *);
 static pid_t			 run_spawn(struct run *, const sigset_t *);
 static int			 run_supervise(struct run *);
 static void			 run_refresh(struct run *, int64_t);
+static void			 run_keepalive(struct run *);
 static void			 run_lose(struct run *, const char *);
 static int64_t			 run_now_ms(void);
 
@@ -308,6 +317,9 @@ run_supervise(struct run *r)
 			next = r->refresh_at;
 		if (r->kill_at != -1 && (next == -1 || r->kill_at < next))
 			next = r->kill_at;
+		if (!r->lost && keylock_keepalive_ms(r->kl) >= 0 &&
+		    (next == -1 || now + keylock_keepalive_ms(r->kl) < next))
+			next = now + keylock_keepalive_ms(r->kl);
 		timeout = next == -1 ? -1 : next <= now ? 0 :
 		    next - now > INT_MAX ? INT_MAX : (int)(next - now);
 
@@ -331,6 +343,8 @@ run_supervise(struct run *r)
 		if (!r->lost && pfd[1].revents != 0 &&
 		    keylock_check(r->kl) != KEYLOCK_OK)
 			run_lose(r, keylock_message(r->kl));
+		if (!r->lost && keylock_keepalive_ms(r->kl) == 0)
+			run_keepalive(r);
 		now = run_now_ms();
 		if (!r->lost && r->refresh_at != -1 && now >= r->refresh_at)
 			run_refresh(r, now);
@@ -377,6 +391,33 @@ run_refresh(struct run *r, int64_t now)
 	}
 	r->lease_end = now + (int64_t)cli->lock.ttl_ms;
 	r->refresh_at = now + (int64_t)cli->lock.ttl_ms / RUN_REFRESH_PARTS;
+}
+
+/* A session's ping, or its RESUME while suspended: the lock is lost only
+ * when the library says so, at the end of the window. */
+static void
+run_keepalive(struct run *r)
+{
+	enum keylock_status	st;
+
+	if (r->cli->verbose && !r->suspended && keylock_suspended(r->kl)) {
+		r->suspended = 1;
+		cli_warnx("connection to keylockd lost; the session keeps %s "
+		    "for up to %.3f s while it reconnects", r->keys,
+		    (double)keylock_session_grace(r->kl) / 1000.0);
+	}
+	st = keylock_keepalive(r->kl, RUN_RESUME_SLICE_MS);
+	if (st != KEYLOCK_OK && st != KEYLOCK_PENDING) {
+		char	why[300];
+
+		snprintf(why, sizeof(why), "%s", keylock_message(r->kl));
+		run_lose(r, why);
+		return;
+	}
+	if (r->cli->verbose && r->suspended && !keylock_suspended(r->kl)) {
+		r->suspended = 0;
+		cli_warnx("session resumed: %s still held", r->keys);
+	}
 }
 
 static void

@@ -38,7 +38,7 @@ static const char *const show_known[] = {
 	"version", "uptime_ms", "clients", "keys", "held", "waiting",
 	"grants", "timeouts", "busy", "deadlocks", "conflicts", "releases",
 	"expired", "disconnect_releases", "wait_ms", "hold_ms", "max_waiters",
-	"hot_keys"
+	"hot_keys", "sessions", "sessions_detached"
 };
 
 static volatile sig_atomic_t	show_quit;
@@ -47,6 +47,8 @@ static int	show_fail(const struct cli *, struct keylock *,
 		    enum keylock_status);
 static int	show_json_flag(int, char **, int);
 static void	show_summary(json_t *);
+static void	show_detached(json_t *);
+static void	show_sessions(json_t *);
 static void	show_hist(const char *, json_t *, json_t *);
 static void	show_percentile(json_t *, json_t *, double, char *, size_t);
 static void	show_hot_keys(json_t *);
@@ -121,6 +123,7 @@ show_info(const struct cli *cli, int argc, char **argv)
 		if (json_object_get(o, "expires_in_ms") != NULL)
 			printf(", expires in %lld ms",
 			    show_int(o, "expires_in_ms"));
+		show_detached(o);
 		printf("\n");
 	}
 	a = json_object_get(root, "waiters");
@@ -129,10 +132,12 @@ show_info(const struct cli *cli, int argc, char **argv)
 		const char	*name = json_string_value(json_object_get(o,
 				    "name"));
 
-		printf("  client %lld (%s), %s, waited %lld ms\n",
+		printf("  client %lld (%s), %s, waited %lld ms",
 		    show_int(o, "client"), name != NULL ? name : "-",
 		    show_str(o, "mode"),
 		    show_int(o, "waited_ms"));
+		show_detached(o);
+		printf("\n");
 	}
 	if (json_array_size(json_object_get(root, "holders")) > 0)
 		printf("(a holder that is stuck: keylock kill CLIENT, as the "
@@ -276,6 +281,26 @@ show_json_flag(int argc, char **argv, int nwords)
 	    nwords > 1 ? " KEY" : "");
 }
 
+/* A session whose connection dropped: its locks wait for a RESUME. */
+static void
+show_detached(json_t *o)
+{
+	if (json_is_integer(json_object_get(o, "detached_ms")))
+		printf(", detached %lld ms (session)",
+		    show_int(o, "detached_ms"));
+}
+
+/* STATS of a server with sessions (protocol 1.2): how many, how many
+ * are detached now. */
+static void
+show_sessions(json_t *root)
+{
+	if (json_object_get(root, "sessions") == NULL)
+		return;
+	printf("sessions: %lld, detached %lld\n", show_int(root, "sessions"),
+	    show_int(root, "sessions_detached"));
+}
+
 static void
 show_summary(json_t *root)
 {
@@ -292,6 +317,7 @@ show_summary(json_t *root)
 	    "on one key %lld\n", show_int(root, "keys"),
 	    show_int(root, "held"), show_int(root, "waiting"),
 	    show_int(root, "max_waiters"));
+	show_sessions(root);
 	printf("requests: ");
 	for (size_t i = 0; i < SHOW_NCOUNTERS; i++) {
 		if (i == 5)
@@ -422,6 +448,7 @@ show_top_frame(const char *server, json_t *cur, json_t *prev, int tty)
 	printf("now: keys %lld, held %lld, waiting %lld\n",
 	    show_int(cur, "keys"), show_int(cur, "held"),
 	    show_int(cur, "waiting"));
+	show_sessions(cur);
 	if (prev == NULL) {
 		printf("per second: (next frame)\n");
 		show_hist("wait_ms", json_object_get(cur, "wait_ms"), NULL);

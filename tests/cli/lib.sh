@@ -102,3 +102,35 @@ stat_of() {
 	"$KEYLOCK" -S "$2" stats --json |
 	    sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p"
 }
+
+# proxy_start: tests/lib/faultproxy.py between the clients and the daemon
+# (127.0.0.1:$PORT); sets PPORT (the proxy's port), CPORT (its control
+# port) and PROXY_PID. Skips without python3. proxy_ctl COMMAND...: one
+# control command (faultproxy.py's header), failing the test on ERR.
+FAULTPROXY=${top_srcdir:-$(dirname "$0")/../..}/tests/lib/faultproxy.py
+proxy_start() {
+	command -v python3 >/dev/null 2>&1 || skip "no python3 for the proxy"
+	rm -f "$TMP/proxy.port" "$TMP/proxy.ctl"
+	python3 "$FAULTPROXY" --target "127.0.0.1:$PORT" --seed "${1:-1}" \
+	    --port-file "$TMP/proxy.port" --control-port-file "$TMP/proxy.ctl" \
+	    2>>"$TMP/proxy.log" &
+	PROXY_PID=$!
+	BGPIDS="$BGPIDS $PROXY_PID"
+	wait_for "[ -s '$TMP/proxy.ctl' ] || ! kill -0 $PROXY_PID" 60 &&
+	    [ -s "$TMP/proxy.ctl" ] || fail "faultproxy.py did not start"
+	PPORT=$(cat "$TMP/proxy.port")
+	CPORT=$(cat "$TMP/proxy.ctl")
+}
+
+proxy_ctl() {
+	python3 "$FAULTPROXY" ctl "$CPORT" "$@" >"$TMP/proxy.reply" ||
+	    fail "proxy_ctl $*: $(cat "$TMP/proxy.reply")"
+}
+
+# session_or_skip SERVER: skips the test when the daemon has no sessions
+# (SESSION answered ERR SYNTAX: a keylockd before protocol 1.2).
+session_or_skip() {
+	if ! "$KEYLOCK" -S "$1" stats --json | grep -q '"sessions":'; then
+		skip "this keylockd has no sessions (STATS has no \"sessions\")"
+	fi
+}
