@@ -111,6 +111,14 @@ static const struct setting settings[] = {
 	    "file holding the operator's AUTH secret (CLIENTS, KILL)", true },
 	{ "metrics", "ADDR:PORT", SET_STRING, OFF(metrics), 0, 0,
 	    "ADDR:PORT of the metrics HTTP listener", false },
+	{ "metrics-max-connections", "N", SET_INT,
+	    OFF(metrics_max_connections), 1, 10000,
+	    "open HTTP connections (past it, closed at once)", true },
+	{ "metrics-hosts", "NAME,...", SET_STRING, OFF(metrics_hosts), 0, 0,
+	    "Host names the HTTP listener answers besides addresses and "
+	    "localhost (*: any)", true },
+	{ "status-names", NULL, SET_FLAG, OFF(status_names), 0, 0,
+	    "show holders' and waiters' names in /status.json", true },
 	{ "tls-cert", "FILE", SET_STRING, OFF(tls_cert), 0, 0,
 	    "TLS certificate chain (PEM): enables the TLS listener", false },
 	{ "tls-key", "FILE", SET_STRING, OFF(tls_key), 0, 0,
@@ -194,6 +202,7 @@ config_defaults(struct config *cfg)
 	cfg->etcd_timeout = KL_ETCD_TIMEOUT_DEFAULT;
 	cfg->etcd_max_txn_ops = KL_ETCD_MAX_TXN_OPS_DEFAULT;
 	cfg->etcd_connections = KL_ETCD_CONNECTIONS_DEFAULT;
+	cfg->metrics_max_connections = KL_METRICS_MAX_CONNECTIONS_DEFAULT;
 }
 
 static void
@@ -651,6 +660,7 @@ config_cleanup(struct config *cfg)
 	free(cfg->auth_file);
 	free(cfg->admin_auth_file);
 	free(cfg->metrics);
+	free(cfg->metrics_hosts);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
 	free(cfg->tls_client_ca);

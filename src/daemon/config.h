@@ -27,6 +27,9 @@
 #define KL_ETCD_MAX_TXN_OPS_DEFAULT 128	/* etcd's --max-txn-ops */
 #define KL_ETCD_CONNECTIONS_DEFAULT 4
 
+/* the HTTP listener (keylockd(8), THE HTTP LISTENER) */
+#define KL_METRICS_MAX_CONNECTIONS_DEFAULT 32
+
 struct config {
 	char		*file;		/* the config file read, or NULL */
 	char		*binds[KL_BINDS_MAX];
@@ -57,6 +60,9 @@ struct config {
 	char		*auth_file;
 	char		*admin_auth_file;	/* the operator's secret */
 	char		*metrics;		/* ADDR:PORT or NULL */
+	int64_t		 metrics_max_connections;
+	char		*metrics_hosts;		/* NAME,... or NULL */
+	bool		 status_names;		/* names in /status.json */
 	char		*tls_cert;		/* PEM; NULL: no TLS */
 	char		*tls_key;
 	char		*tls_client_ca;		/* NULL: no client certs */

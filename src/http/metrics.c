@@ -5,9 +5,18 @@
  * STATS in the Prometheus text format (version 0.0.4): names prefixed
  * keylockd_, counters ending in _total, times in seconds, histograms with
  * cumulative le buckets ending at +Inf. It only reads the server's state.
+ *
+ * The listener is bounded (keylockd(8), THE HTTP LISTENER): a request's
+ * line and headers at METRICS_MAX_HEADERS bytes, no body at all, a
+ * connection idle for METRICS_TIMEOUT_S closed, at most
+ * metrics-max-connections open at once (past that, a new one is closed at
+ * once), GET and HEAD only, and a Host header that names this listener,
+ * an address, localhost or one of metrics-hosts (DNS rebinding). Every
+ * reply this file or status.c sends says nosniff and no-store.
  */
 #include <sys/socket.h>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <inttypes.h>
@@ -15,8 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -34,7 +45,20 @@
 struct metrics {
 	struct server	*srv;
 	struct evhttp	*http;
+	char		 host[256];	/* as configured, no brackets */
 	int		 port;
+	int64_t		 nconns;	/* open HTTP connections */
+	struct http_conn *pending;	/* accepted, not yet adopted */
+	uint64_t	 refused;	/* past the cap since warned_ms */
+	uint64_t	 warned_ms;
+};
+
+/* A connection evhttp has just accepted, until http_conn_adopt. */
+struct http_conn {
+	struct metrics		*m;
+	struct bufferevent	*bev;	/* evhttp's; a reference ours */
+	struct event		*ev;	/* http_conn_adopt, once */
+	struct http_conn	*next;
 };
 
 struct mbuf {
@@ -179,20 +203,97 @@ metrics_render(struct server *srv)
 }
 
 static void
-metrics_send(struct evhttp_request *req, int code, const char *type,
-    const char *body)
+metrics_send(struct evhttp_request *req, int code, const char *reason,
+    const char *type, const char *body)
 {
 	struct evbuffer	*out = evbuffer_new();
+	size_t		 len = strlen(body);
 
-	if (out == NULL) {
+	/* libevent 2.1 would send a body after HEAD's headers. */
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+		len = 0;
+	if (out == NULL || evbuffer_add(out, body, len) == -1) {
+		if (out != NULL)
+			evbuffer_free(out);
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return;
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 	    "Content-Type", type);
-	evbuffer_add(out, body, strlen(body));
-	evhttp_send_reply(req, code, code == 200 ? "OK" : "Not Found", out);
+	evhttp_send_reply(req, code, reason, out);
 	evbuffer_free(out);
+}
+
+/* A comma-separated list holds name (ASCII case ignored); "*" holds all. */
+static bool
+metrics_list_has(const char *list, const char *name, size_t len)
+{
+	const char	*p = list, *e;
+
+	while (p != NULL && *p != '\0') {
+		while (*p == ' ' || *p == ',')
+			p++;
+		e = p + strcspn(p, ", ");
+		if ((e - p == 1 && *p == '*') || ((size_t)(e - p) == len &&
+		    len > 0 && strncasecmp(p, name, len) == 0))
+			return true;
+		p = e;
+	}
+	return false;
+}
+
+/*
+ * DNS rebinding: a page from a name its attacker controls, resolved to
+ * this listener, sends that name as its Host. Admitted: no Host (HTTP/1.0;
+ * a browser always sends one), an IPv4 or [IPv6] literal (a browser sends
+ * one only when its URL had it), localhost, the listener's own configured
+ * host, and the names in metrics-hosts; a port, if given, must be a
+ * number.
+ */
+bool
+metrics_host_ok(const char *hdr, const char *own, const char *hosts)
+{
+	char		 name[256];
+	const char	*port = NULL, *h = hdr;
+	size_t		 len;
+	unsigned char	 a[16];
+
+	if (hdr == NULL)
+		return true;
+	if (*h == '[') {
+		const char	*rb = strchr(h, ']');
+
+		if (rb == NULL || (size_t)(rb - h - 1) >= sizeof(name))
+			return false;
+		len = (size_t)(rb - h - 1);
+		memcpy(name, h + 1, len);
+		name[len] = '\0';
+		if (rb[1] == ':')
+			port = rb + 2;
+		else if (rb[1] != '\0')
+			return false;
+		if (inet_pton(AF_INET6, name, a) != 1)
+			return false;
+	} else {
+		len = strcspn(h, ":");
+		if (len >= sizeof(name) || len == 0)
+			return false;
+		memcpy(name, h, len);
+		name[len] = '\0';
+		if (h[len] == ':')
+			port = h + len + 1;
+	}
+	if (port != NULL && (*port == '\0' || strlen(port) > 5 ||
+	    strspn(port, "0123456789") != strlen(port)))
+		return false;
+	if (*h == '[' || inet_pton(AF_INET, name, a) == 1)
+		return true;
+	/* a trailing dot names the same host */
+	if (len > 1 && name[len - 1] == '.')
+		name[--len] = '\0';
+	return strcasecmp(name, "localhost") == 0 ||
+	    (own != NULL && strcasecmp(name, own) == 0) ||
+	    (hosts != NULL && metrics_list_has(hosts, name, len));
 }
 
 static void
@@ -202,34 +303,51 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 	struct server	*srv = m->srv;
 	const char	*path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(
 			    req));
+	const struct config *cfg = server_config(srv);
+	struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
 	char		*body = NULL;
 
+	/* on every reply, errors too: nothing here is to be cached or
+	 * read as another type than it says */
+	evhttp_add_header(oh, "X-Content-Type-Options", "nosniff");
+	evhttp_add_header(oh, "Cache-Control", "no-store");
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
 	    evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
-		evhttp_send_error(req, 405, "Method Not Allowed");
+		evhttp_add_header(oh, "Allow", "GET, HEAD");
+		metrics_send(req, 405, "Method Not Allowed", "text/plain",
+		    "method not allowed\n");
+		return;
+	}
+	if (!metrics_host_ok(evhttp_find_header(
+	    evhttp_request_get_input_headers(req), "Host"), m->host,
+	    cfg->metrics_hosts)) {
+		metrics_send(req, 403, "Forbidden", "text/plain",
+		    "Host not allowed (keylockd.conf(5), metrics-hosts)\n");
 		return;
 	}
 	if (status_serve(req, path, server_stats(srv), backend_table(
-	    server_backend(srv)), backend_name(server_backend(srv))) == 0)
+	    server_backend(srv)), backend_name(server_backend(srv)),
+	    cfg->status_names) == 0)
 		return;
 	if (path != NULL && strcmp(path, "/metrics") == 0) {
 		body = metrics_render(srv);
 		if (body != NULL)
-			metrics_send(req, 200, "text/plain; version=0.0.4; "
-			    "charset=utf-8", body);
+			metrics_send(req, 200, "OK", "text/plain; "
+			    "version=0.0.4; charset=utf-8", body);
 		kl_free(body);
 	} else if (path != NULL && strcmp(path, "/stats") == 0) {
 		body = stats_to_json(server_stats(srv), backend_table(
 		    server_backend(srv)), kl_now_ms(), PACKAGE_VERSION,
 		    backend_name(server_backend(srv)));
 		if (body != NULL)
-			metrics_send(req, 200, "application/json", body);
+			metrics_send(req, 200, "OK", "application/json", body);
 		free(body);
 	} else if (path != NULL && strcmp(path, "/healthz") == 0) {
-		metrics_send(req, 200, "text/plain", "ok\n");
+		metrics_send(req, 200, "OK", "text/plain", "ok\n");
 		return;
 	} else {
-		metrics_send(req, 404, "text/plain", "not found\n");
+		metrics_send(req, 404, "Not Found", "text/plain",
+		    "not found\n");
 		return;
 	}
 	if (body == NULL)
@@ -260,6 +378,102 @@ metrics_split(const char *addr, char *host, size_t hostlen, uint16_t *port)
 	return 0;
 }
 
+/* An open HTTP connection ends (evhttp_connection_free). */
+static void
+http_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+	struct metrics	*m = arg;
+
+	(void)evcon;
+	m->nconns--;
+}
+
+/* Once per accepted connection, after evhttp has made it: the
+ * bufferevent's callback argument is evhttp's connection, whose end
+ * http_conn_closed counts; past the cap it ends here. */
+static void
+http_conn_adopt(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn		*hc = arg, **pp;
+	struct metrics			*m = hc->m;
+	bufferevent_event_cb		 ecb;
+	void				*cbarg;
+	int64_t				 cap = server_config(m->srv)->
+					    metrics_max_connections;
+	uint64_t			 now;
+
+	(void)fd;
+	(void)what;
+	for (pp = &m->pending; *pp != hc; pp = &(*pp)->next)
+		continue;
+	*pp = hc->next;
+	bufferevent_getcb(hc->bev, NULL, NULL, &ecb, &cbarg);
+	if (ecb == NULL || cbarg == NULL)
+		m->nconns--;	/* evhttp has freed it already */
+	else {
+		evhttp_connection_set_closecb(cbarg, http_conn_closed, m);
+		if (m->nconns > cap) {
+			m->refused++;
+			now = kl_now_ms();
+			if (m->warned_ms == 0 || now - m->warned_ms >= 10000) {
+				log_warnx("metrics: %" PRIu64 " HTTP "
+				    "connection(s) refused: "
+				    "metrics-max-connections %" PRId64
+				    " are open", m->refused, cap);
+				m->refused = 0;
+				m->warned_ms = now;
+			}
+			/* no reply: it would cost what the cap saves */
+			evhttp_connection_free(cbarg);
+		}
+	}
+	event_free(hc->ev);
+	bufferevent_decref(hc->bev);
+	kl_free(hc);
+}
+
+/* evhttp's bufferevent for a connection it has just accepted (libevent
+ * 2.1 has no other hook there); it is counted from now, and adopted as
+ * soon as the loop runs again. */
+static struct bufferevent *
+http_conn_new(struct event_base *base, void *arg)
+{
+	struct metrics		*m = arg;
+	struct http_conn	*hc;
+
+	if ((hc = kl_calloc(1, sizeof(*hc))) == NULL)
+		return NULL;
+	hc->m = m;
+	if ((hc->bev = bufferevent_socket_new(base, -1,
+	    BEV_OPT_CLOSE_ON_FREE)) == NULL ||
+	    (hc->ev = evtimer_new(base, http_conn_adopt, hc)) == NULL) {
+		if (hc->bev != NULL)
+			bufferevent_free(hc->bev);
+		kl_free(hc);
+		return NULL;
+	}
+	bufferevent_incref(hc->bev);	/* until http_conn_adopt */
+	hc->next = m->pending;
+	m->pending = hc;
+	m->nconns++;
+	event_active(hc->ev, EV_TIMEOUT, 1);
+	return hc->bev;
+}
+
+/* Whether the configured host is a loopback address or localhost. */
+static bool
+metrics_host_is_loopback(const char *host)
+{
+	struct in_addr	 a4;
+	struct in6_addr	 a6;
+
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return strcasecmp(host, "localhost") == 0;
+}
+
 struct metrics *
 metrics_new(struct server *srv, const char *addr, char *errbuf,
     size_t errlen)
@@ -283,11 +497,17 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 		return NULL;
 	}
 	m->srv = srv;
+	snprintf(m->host, sizeof(m->host), "%s", host);
 	/* Every method reaches metrics_request_cb, which answers 405 to
-	 * all but GET and HEAD (evhttp itself would say 501). */
+	 * all but GET and HEAD (evhttp itself would say 501); with no body
+	 * admitted, evhttp refuses one (413) before reading it. */
 	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD |
 	    EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
 	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+	evhttp_set_max_headers_size(m->http, METRICS_MAX_HEADERS);
+	evhttp_set_max_body_size(m->http, 0);
+	evhttp_set_timeout(m->http, METRICS_TIMEOUT_S);
+	evhttp_set_bevcb(m->http, http_conn_new, m);
 	evhttp_set_gencb(m->http, metrics_request_cb, m);
 	if ((h = evhttp_bind_socket_with_handle(m->http, host, port)) ==
 	    NULL) {
@@ -303,6 +523,11 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 		    ((struct sockaddr_in *)&ss)->sin_port);
 	log_info("metrics on http %s port %d: /metrics, /stats, /healthz, "
 	    "/ (status page)", host, m->port);
+	if (!metrics_host_is_loopback(host))
+		log_warnx("metrics %s is not a loopback address: anyone who "
+		    "can reach it reads the counters, the hot keys' names "
+		    "and their holders (keylockd(8), THE HTTP LISTENER)",
+		    addr);
 	return m;
 }
 
@@ -315,9 +540,19 @@ metrics_port(const struct metrics *m)
 void
 metrics_free(struct metrics *m)
 {
+	struct http_conn	*hc;
+
 	if (m == NULL)
 		return;
+	/* evhttp_free ends the adopted connections (http_conn_closed);
+	 * the others are let go here. */
 	if (m->http != NULL)
 		evhttp_free(m->http);
+	while ((hc = m->pending) != NULL) {
+		m->pending = hc->next;
+		event_free(hc->ev);
+		bufferevent_decref(hc->bev);
+		kl_free(hc);
+	}
 	kl_free(m);
 }

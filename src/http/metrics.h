@@ -11,6 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
+/* The HTTP listener's fixed bounds (keylockd(8), THE HTTP LISTENER). */
+#define METRICS_MAX_HEADERS	8192	/* request line and headers */
+#define METRICS_TIMEOUT_S	10	/* idle, reading or writing */
+
 struct server;
 struct metrics;
 
@@ -25,6 +31,12 @@ int		 metrics_port(const struct metrics *m);
  * -1 if addr is not of that form. */
 int		 metrics_split(const char *addr, char *host, size_t hostlen,
 		    uint16_t *port);
+
+/* Whether a request's Host header value hdr (NULL: none) may be
+ * answered: no Host, an IP literal, localhost, own (the configured host)
+ * or a name in hosts (the metrics-hosts list; NULL: none). */
+bool		 metrics_host_ok(const char *hdr, const char *own,
+		    const char *hosts);
 
 /* The exposition text for the server's state now; malloc'd, or NULL. */
 char		*metrics_render(struct server *srv);

@@ -33,6 +33,15 @@ status_owner_name(const struct lt_owner *o, int64_t *detached_ms)
 	return owner_name(o);
 }
 
+/* status-names no: the page is unauthenticated, and a NAME is a label its
+ * client chose (a host, a job, a user); the client id is shown instead. */
+static const char *
+status_owner_noname(const struct lt_owner *o, int64_t *detached_ms)
+{
+	*detached_ms = owner_detached_ms(o, kl_now_ms());
+	return NULL;
+}
+
 /* Parses s, which the stats module built, and frees it. */
 static json_t *
 status_load(char *s)
@@ -62,7 +71,7 @@ status_cut(json_t *info, const char *list)
 /* INFO of every key STATS names as hot, in its order. */
 static json_t *
 status_keys(const json_t *stats, const struct locktable *lt,
-    uint64_t now_ms)
+    uint64_t now_ms, bool names)
 {
 	json_t	*hot = json_object_get(stats, "hot_keys"), *a, *k;
 	size_t	 i;
@@ -75,7 +84,8 @@ status_keys(const json_t *stats, const struct locktable *lt,
 		if (json_is_string(key))
 			info = status_load(stats_info_json(lt,
 			    json_string_value(key), json_string_length(key),
-			    now_ms, status_owner_name, STATUS_LIST_MAX));
+			    now_ms, names ? status_owner_name :
+			    status_owner_noname, STATUS_LIST_MAX));
 		if (info == NULL || status_cut(info, "holders") == -1 ||
 		    status_cut(info, "waiters") == -1) {
 			json_decref(info);
@@ -93,7 +103,7 @@ status_keys(const json_t *stats, const struct locktable *lt,
 
 char *
 status_json(const struct stats *st, const struct locktable *lt,
-    uint64_t now_ms, const char *version, const char *backend)
+    uint64_t now_ms, const char *version, const char *backend, bool names)
 {
 	json_t	*root, *stats;
 	char	*s = NULL;
@@ -105,7 +115,8 @@ status_json(const struct stats *st, const struct locktable *lt,
 	stats = status_load(stats_to_json(st, lt, now_ms, version, backend));
 	if (json_object_set_new(root, "stats", stats) == 0 &&
 	    json_object_set_new(root, "keys", status_keys(stats, lt,
-	    now_ms)) == 0 &&
+	    now_ms, names)) == 0 &&
+	    json_object_set_new(root, "names", json_boolean(names)) == 0 &&
 	    json_object_set_new(root, "list_max",
 	    json_integer(STATUS_LIST_MAX)) == 0)
 		s = json_dumps(root, JSON_COMPACT);
@@ -113,9 +124,11 @@ status_json(const struct stats *st, const struct locktable *lt,
 	return s;
 }
 
+/* Cache-Control no-store and nosniff are metrics_request_cb's, on every
+ * reply. */
 static void
 status_send(struct evhttp_request *req, const char *type,
-    const char *cache, const void *body, size_t len, bool copy)
+    const void *body, size_t len, bool copy)
 {
 	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
 	struct evbuffer		*out = evbuffer_new();
@@ -131,8 +144,6 @@ status_send(struct evhttp_request *req, const char *type,
 		return;
 	}
 	evhttp_add_header(h, "Content-Type", type);
-	evhttp_add_header(h, "Cache-Control", cache);
-	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
 	evhttp_add_header(h, "Referrer-Policy", "no-referrer");
 	evhttp_send_reply(req, HTTP_OK, "OK", out);
 	evbuffer_free(out);
@@ -140,7 +151,8 @@ status_send(struct evhttp_request *req, const char *type,
 
 int
 status_serve(struct evhttp_request *req, const char *path,
-    const struct stats *st, const struct locktable *lt, const char *backend)
+    const struct stats *st, const struct locktable *lt, const char *backend,
+    bool names)
 {
 	static const struct {
 		const char		*path, *type;
@@ -164,18 +176,18 @@ status_serve(struct evhttp_request *req, const char *path,
 		/* the page's policy; on the other two it does no harm */
 		evhttp_add_header(evhttp_request_get_output_headers(req),
 		    "Content-Security-Policy", STATUS_CSP);
-		status_send(req, files[i].type, "no-cache", files[i].body,
+		status_send(req, files[i].type, files[i].body,
 		    *files[i].len, false);
 		return 0;
 	}
 	if (strcmp(path, "/status.json") != 0)
 		return -1;
 	if ((body = status_json(st, lt, kl_now_ms(), PACKAGE_VERSION,
-	    backend)) == NULL) {
+	    backend, names)) == NULL) {
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return 0;
 	}
-	status_send(req, "application/json", "no-store", body, strlen(body),
+	status_send(req, "application/json", body, strlen(body),
 	    true);
 	free(body);
 	return 0;

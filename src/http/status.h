@@ -10,6 +10,7 @@
 #ifndef STATUS_H
 #define STATUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,16 +35,19 @@ extern const size_t		status_html_len, status_css_len,
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* What /status.json says: {"stats": STATS, "keys": [INFO of each hot key
- * in STATS's order, its lists cut at STATUS_LIST_MAX], "list_max": N}.
- * malloc'd (free with free()), or NULL on no memory. */
+ * in STATS's order, its lists cut at STATUS_LIST_MAX], "names": names,
+ * "list_max": N}; with names false, every holder's and waiter's "name"
+ * is null (status-names). malloc'd (free with free()), or NULL on no
+ * memory. */
 char	*status_json(const struct stats *st, const struct locktable *lt,
-	    uint64_t now_ms, const char *version, const char *backend);
+	    uint64_t now_ms, const char *version, const char *backend,
+	    bool names);
 
 /* Answers GET or HEAD of /, /status.css, /status.js and /status.json and
  * returns 0; any other path (NULL too) is not the page's: -1, nothing
  * sent. */
 int	 status_serve(struct evhttp_request *req, const char *path,
 	    const struct stats *st, const struct locktable *lt,
-	    const char *backend);
+	    const char *backend, bool names);
 
 #endif /* STATUS_H */

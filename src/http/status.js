@@ -40,10 +40,14 @@
 		return v >= 1e4 ? v.toLocaleString("en") : String(v);
 	}
 
+	// /status.json's "names": false when status-names is off.
+	var names = true;
+
 	function who(c) {
 		var s = el("span");
 		s.append("#" + c.client + " ");
-		s.append(c.name === null ? el("span", "dim", "(no name)") :
+		s.append(c.name === null ? el("span", "dim",
+		    names ? "(no name)" : "(name hidden)") :
 		    el("span", "name", c.name));
 		if (c.detached_ms !== undefined)
 			s.append(" ", el("span", "detached",
@@ -201,6 +205,7 @@
 
 	function render(d) {
 		var s = d.stats;
+		names = d.names !== false;
 		$("version").textContent = "version " + s.version +
 		    (s.backend ? ", " + s.backend + " backend" : "");
 		document.title = "keylockd: " + s.held + " held, " + s.waiting +

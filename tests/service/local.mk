@@ -19,6 +19,7 @@ SERVICE_TESTS = \
 	tests/service/tls.sh \
 	tests/service/metrics.sh \
 	tests/service/status_page.sh \
+	tests/service/http_limits.sh \
 	tests/service/manpages.sh \
 	tests/service/install.sh
 TESTS += $(SERVICE_TESTS)

@@ -34,7 +34,7 @@ browser() {
 	    "$@" 2>>"$TMP/chromium.log"
 }
 
-daemon_start --config /dev/null --metrics 127.0.0.1:0
+daemon_start --config /dev/null --metrics 127.0.0.1:0 --status-names
 wait_for "grep -q '^metrics [0-9][0-9]*$' '$TMP/port'" "$READY_S" ||
     fail "no metrics port in the port file: $(cat "$TMP/port")"
 URL=http://127.0.0.1:$(sed -n 's/^metrics //p' "$TMP/port")
@@ -138,7 +138,7 @@ expect_nogrep 'https?:|//[a-z]' "$TMP/page-nons.html" "an external address"
 expect_nogrep 'innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|Function\(' \
     "$TMP/page.js" "HTML or code built from strings"
 # HEAD: the headers alone (libevent 2.1 by itself would add the body).
-printf 'HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
+printf 'HEAD / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' |
     timeout "$REPLY_S" nc 127.0.0.1 "${URL##*:}" >"$TMP/head" ||
     fail "HEAD /"
 expect_grep '^HTTP/1\.1 200' "$TMP/head" "HEAD / status"

@@ -1,0 +1,198 @@
+#!/bin/sh
+# The HTTP listener's bounds (keylockd(8), SECURITY, The HTTP listener):
+# header and body sizes, GET and HEAD only, the Host check against DNS
+# rebinding, nosniff and no-store on every reply, the connection cap on
+# both sides of its limit, a flood of slow clients that leaves the lock
+# service answering, client names in /status.json only with status-names,
+# and the warning for a listener beyond loopback.
+. "$(dirname "$0")/lib.sh"
+need nc curl python3
+CAP=4
+
+daemon_start --metrics 127.0.0.1:0 --metrics-max-connections $CAP \
+    --metrics-hosts mon.example,other.example
+wait_for "grep -q '^metrics [0-9][0-9]*$' '$TMP/port'" "$READY_S" ||
+    fail "no metrics port in the port file: $(cat "$TMP/port")"
+MPORT=$(sed -n 's/^metrics //p' "$TMP/port")
+URL=http://127.0.0.1:$MPORT
+expect_nogrep 'not a loopback' "$TMP/daemon.log" "a loopback listener"
+
+# code ARGS...: the status of one request (000: no reply).
+code() {
+	curl -s -o /dev/null -w '%{http_code}' --max-time "$REPLY_S" "$@"
+}
+
+# Every reply, errors included, says nosniff and no-store.
+for r in "200 /metrics" "200 /stats" "200 /healthz" "200 /" \
+    "200 /status.json" "200 /status.js" "404 /nope" "405 /metrics -X POST" \
+    "405 /healthz -X DELETE" "403 /metrics -H Host:rebind.example"; do
+	set -- $r
+	want=$1 path=$2
+	shift 2
+	curl -sS -o /dev/null -D "$TMP/h" --max-time "$REPLY_S" "$@" \
+	    "$URL$path" || fail "$path $*"
+	expect_grep "^HTTP/1\.1 $want " "$TMP/h" "$path $* status"
+	expect_grep '^X-Content-Type-Options: nosniff' "$TMP/h" \
+	    "$path $* nosniff"
+	expect_grep '^Cache-Control: no-store' "$TMP/h" "$path $* no-store"
+done
+curl -sS -o /dev/null -D "$TMP/h" -X PUT "$URL/metrics" || fail "PUT"
+expect_grep '^Allow: GET, HEAD' "$TMP/h" "405's Allow"
+expect_eq 200 "$(code -I "$URL/metrics")" "HEAD /metrics"
+pass "nosniff and no-store on every reply; POST, PUT, DELETE 405 with Allow"
+
+# Sizes: headers up to 8192 bytes pass, beyond them 400; no body at all.
+pad() {
+	head -c "$1" /dev/zero | tr '\0' a
+}
+expect_eq 200 "$(code -H "X-Pad: $(pad 7000)" "$URL/healthz")" \
+    "7000 bytes of headers"
+expect_eq 400 "$(code -H "X-Pad: $(pad 9000)" "$URL/healthz")" \
+    "9000 bytes of headers"
+# (within the socket buffers, so that curl has sent it all when the reply
+# and the close come)
+printf 'X-Pad: %s\n' "$(pad 60000)" >"$TMP/pad"
+expect_eq 400 "$(code -H "@$TMP/pad" "$URL/healthz")" "60000 bytes of headers"
+expect_eq 405 "$(code -X POST "$URL/healthz")" "POST without a body"
+expect_eq 413 "$(code -d x "$URL/healthz")" "POST with a 1-byte body"
+expect_eq 413 "$(code -H 'Content-Type: text/plain' --data-binary \
+    "@$TOP_SRCDIR/src/http/status.js" "$URL/metrics")" "POST with a body"
+expect_eq 413 "$(code -X GET -H 'Content-Length: 1000000000' "$URL/healthz")" \
+    "GET announcing a 1 GB body"
+expect_eq 200 "$(code "$URL/healthz")" "a request after the refusals"
+pass "headers over 8192 bytes: 400; any body: 413, unread"
+
+# Host: addresses, localhost, the configured names; anything else 403.
+for h in "127.0.0.1:$MPORT" "127.0.0.1" "[::1]:$MPORT" "localhost:$MPORT" \
+    "LocalHost" "localhost." "mon.example:$MPORT" "MON.Example" \
+    "other.example:80" "10.1.2.3:9771"; do
+	expect_eq 200 "$(code -H "Host: $h" "$URL/status.json")" "Host: $h"
+done
+for h in "rebind.example:$MPORT" "rebind.example" "localhost.rebind.example" \
+    "mon.example.rebind.example" "127.0.0.1.rebind.example" "mon" \
+    "localhost:x" "[::1" "[rebind]:80" ":$MPORT"; do
+	expect_eq 403 "$(code -H "Host: $h" "$URL/status.json")" "Host: $h"
+done
+pass "Host: addresses, localhost and metrics-hosts 200; a rebinding name 403"
+
+# slow PORT N SECONDS: N clients that trickle a request's headers, a line
+# every half second (so that no idle timeout ends them), for SECONDS.
+cat >"$TMP/slow.py" <<'PY'
+import socket, sys, time
+port, n, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+socks = []
+for i in range(n):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+print("open", len(socks), flush=True)
+end = time.time() + secs
+while time.time() < end:
+    for s in list(socks):
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            socks.remove(s)
+    time.sleep(0.5)
+PY
+# slow_start NAME N: N slow clients in the background, until killed.
+slow_start() {
+	python3 "$TMP/slow.py" "$MPORT" "$2" 600 >"$TMP/$1.out" 2>&1 &
+	eval "SLOW_$1=$!"
+	BGPIDS="$BGPIDS $!"
+	wait_for "grep -q '^open' '$TMP/$1.out'" "$READY_S" ||
+	    fail "the slow clients $1 did not start: $(cat "$TMP/$1.out")"
+}
+
+# The cap: CAP-1 slow clients and one request is CAP, answered; one more
+# slow client, and a request is closed unanswered; that one gone, and a
+# request is answered again.
+slow_start under $((CAP - 1))
+# accepted in order: once this one is answered, the others are counted
+wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
+    fail "a request with $((CAP - 1)) slow clients"
+expect_eq 200 "$(code "$URL/healthz")" "the request that makes $CAP"
+slow_start over 1
+wait_for "[ \$(code '$URL/healthz') = 000 ]" "$REPLY_S" ||
+    fail "a request past $CAP connections is answered"
+wait_log 'HTTP connection\(s\) refused: metrics-max-connections 4 are open' \
+    "the refusal's warning"
+kill "$SLOW_over"
+wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
+    fail "a request once the last slow client has gone"
+kill "$SLOW_under"
+pass "metrics-max-connections $CAP: $CAP answered, one more refused"
+
+# A flood: 200 slow clients. The lock service still answers, and HTTP
+# once they go.
+slow_start flood 200
+session_open holder 3 127.0.0.1 "$PORT"
+session_send holder "LOCK flood:key"
+session_expect holder 1 '^OK [0-9]+$' "a LOCK during the flood"
+session_open waiter 4 127.0.0.1 "$PORT"
+session_send waiter "LOCK flood:key timeout=5000"
+session_send holder "UNLOCK flood:key"
+session_expect holder 2 '^OK 1$' "an UNLOCK during the flood"
+session_expect waiter 1 '^OK [0-9]+$' "a grant during the flood"
+expect_eq 000 "$(code "$URL/healthz")" "a request during the flood"
+kill "$SLOW_flood"
+wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
+    fail "a request after the flood"
+exec 3>&- 4>&-
+SESSIONS=
+pass "200 slow HTTP clients: the lock service answers, HTTP once they go"
+
+# Names: hidden by default, client ids still there; shown with
+# status-names.
+# names_json: /status.json while alice holds names:key and bob waits.
+names_json() {
+	session_open alice 5 127.0.0.1 "$PORT"
+	session_send alice "NAME alice"
+	session_send alice "LOCK names:key"
+	session_expect alice 2 '^OK [0-9]+$' "alice's LOCK"
+	session_open bob 6 127.0.0.1 "$PORT"
+	session_send bob "NAME bob"
+	session_send bob "LOCK names:key"
+	wait_for "ask_tcp 'INFO names:key' | grep -q '\"waiters\":\[{'" \
+	    "$REPLY_S" || fail "bob is not queued"
+	curl -sS -o "$TMP/status.json" "$URL/status.json" ||
+	    fail "GET /status.json"
+	session_send alice "UNLOCK names:key"
+	exec 5>&- 6>&-
+	SESSIONS=
+}
+names_json
+expect_grep '"key":"names:key"' "$TMP/status.json" "the key in /status.json"
+expect_grep '"holders":\[\{"client":[0-9]+,"name":null' "$TMP/status.json" \
+    "the holder's id, no name"
+expect_grep '"waiters":\[\{"client":[0-9]+,"name":null' "$TMP/status.json" \
+    "the waiter's id, no name"
+expect_grep '"names":false' "$TMP/status.json" "names false"
+expect_nogrep 'alice|bob' "$TMP/status.json" "a name"
+daemon_stop
+
+: >"$TMP/daemon.log"
+daemon_start --metrics 127.0.0.1:0 --status-names
+wait_for "grep -q '^metrics [0-9][0-9]*$' '$TMP/port'" "$READY_S" ||
+    fail "no metrics port in the port file: $(cat "$TMP/port")"
+URL=http://127.0.0.1:$(sed -n 's/^metrics //p' "$TMP/port")
+rm -f "$TMP/alice.in" "$TMP/bob.in"
+names_json
+expect_grep '"holders":\[\{"client":[0-9]+,"name":"alice"' \
+    "$TMP/status.json" "the holder's name"
+expect_grep '"waiters":\[\{"client":[0-9]+,"name":"bob"' \
+    "$TMP/status.json" "the waiter's name"
+expect_grep '"names":true' "$TMP/status.json" "names true"
+daemon_stop
+pass "/status.json: client ids only by default, names with status-names"
+
+# Beyond loopback: a warning at start.
+: >"$TMP/daemon.log"
+daemon_start --metrics 0.0.0.0:0
+wait_log 'metrics 0\.0\.0\.0:0 is not a loopback address' \
+    "the warning for 0.0.0.0"
+daemon_stop
+pass "a warning for a listener beyond loopback"
