@@ -168,7 +168,8 @@ xread_lines(int fd, char *buf, size_t cap, int lines)
 			continue;
 		if (r <= 0) {
 			errno = r == 0 ? 0 : errno;
-			die("%s", "connection lost");
+			die("connection lost%s after %zu bytes of its reply",
+			    r == 0 ? " (closed by the server)" : "", len);
 		}
 		for (ssize_t i = 0; i < r; i++)
 			if (buf[len + (size_t)i] == '\n')

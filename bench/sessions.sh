@@ -28,7 +28,8 @@
 # KEYLOCK_BENCH or SESSION_STORM name them. Servers run on CPU SERVER_CPU
 # (0) and clients on CLIENT_CPU (1), with taskset. The descriptor limit is
 # raised to its hard limit, which must allow STORM_N + 64. RT=1 runs the
-# throughput rounds and the mass reconnect (keylockd and the client)
+# throughput rounds, the mass reconnect and the idle connections (keylockd
+# and the client)
 # under SCHED_FIFO (chrt -f 5), so that other work on a shared machine
 # disturbs them less. --write
 # replaces the section between this script's markers in RESULTS
@@ -93,7 +94,8 @@ fi
 RT_PREFIX=
 if [ "$RT" = 1 ]; then
 	RT_PREFIX="chrt -f 5"
-	PINNING="$PINNING; the throughput rounds and the mass reconnect"
+	PINNING="$PINNING; the throughput rounds, the mass reconnect and the"
+	PINNING="$PINNING idle connections"
 	PINNING="$PINNING under SCHED_FIFO (chrt -f 5)"
 fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -279,9 +281,10 @@ $RT_PREFIX $PIN_CLIENT "$SESSION_STORM" -S "127.0.0.1:$KD_PORT" \
     -n "$STORM_N" -p "$KD_PID" -g "$STORM_GRACE" >"$TMP/storm.json"
 stop_keylockd
 say "$STORM_N idle plain connections"
-start_keylockd 30000
-$PIN_CLIENT "$SESSION_STORM" -S "127.0.0.1:$KD_PORT" -n "$STORM_N" \
-    -p "$KD_PID" --idle >"$TMP/idle.json"
+start_keylockd 30000 "$RT_PREFIX"
+# shellcheck disable=SC2086 # a command or nothing
+$RT_PREFIX $PIN_CLIENT "$SESSION_STORM" -S "127.0.0.1:$KD_PORT" \
+    -n "$STORM_N" -p "$KD_PID" --idle >"$TMP/idle.json"
 stop_keylockd
 # and the bytes of one held key, as keylock-bench -w hold measures them
 start_keylockd 30000
@@ -319,6 +322,7 @@ verdict() {	# CONDITION-AS-AWK
 
 RT_NOTE="ROUNDS=$ROUNDS DURATION=$DURATION "
 [ "$RT" != 1 ] || RT_NOTE="${RT_NOTE}RT=1 "
+[ "$STORM_N" = 10000 ] || RT_NOTE="${RT_NOTE}STORM_N=$STORM_N "
 [ -z "$BASE_KEYLOCKD" ] || RT_NOTE="${RT_NOTE}BASE_KEYLOCKD=<keylockd of ${BASE_REV:-an earlier commit}> "
 
 section() {
