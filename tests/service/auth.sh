@@ -24,19 +24,28 @@ session_send c "AUTH wrong"
 session_expect c 1 '^ERR AUTH wrong secret$' "a wrong secret"
 session_send c "AUTH s3cret-Valu"
 session_expect c 2 '^ERR AUTH wrong secret$' "a prefix of the secret"
-session_send c "AUTH s3cret-Value-and-more"
-session_expect c 3 '^ERR AUTH wrong secret$' "the secret and more"
+session_open d 4 127.0.0.1 "$PORT"
+session_send d "AUTH s3cret-Value-and-more"
+session_expect d 1 '^ERR AUTH wrong secret$' "the secret and more"
 session_send c "LOCK k"
-session_expect c 4 '^ERR AUTH authentication required$' "LOCK after failures"
+session_expect c 3 '^ERR AUTH authentication required$' "LOCK after failures"
 session_send c "AUTH s3cret-Value"
-session_expect c 5 '^OK$' "the right secret"
+session_expect c 4 '^OK$' "the right secret"
 session_send c "LOCK k"
-session_expect c 6 '^OK [0-9]+$' "LOCK after AUTH"
+session_expect c 5 '^OK [0-9]+$' "LOCK after AUTH"
 session_send c "STATS"
-session_expect c 7 '^OK \{' "STATS after AUTH"
-stats=$(sed -n 7p "$TMP/c.out")
+session_expect c 6 '^OK \{' "STATS after AUTH"
+stats=$(sed -n 6p "$TMP/c.out")
 expect_eq 3 "$(json_int "$stats" auth_failures)" "STATS auth_failures"
 pass "wrong secrets: ERR AUTH, counted; the right one: OK, then LOCK works"
+
+# The third wrong secret on one connection closes it.
+printf 'AUTH a\nAUTH b\nAUTH c\nPING\n' |
+    timeout "$REPLY_S" nc -N 127.0.0.1 "$PORT" >"$TMP/guess" 2>&1
+expect_eq 3 "$(wc -l <"$TMP/guess")" "replies to a guesser"
+expect_eq "ERR AUTH wrong secret, 3 times: closing the connection" \
+    "$(sed -n 3p "$TMP/guess")" "the third wrong secret"
+pass "three wrong secrets close the connection, the PING after is not served"
 
 # Logged at warn once (three failures within 10 s), with the peer address.
 expect_eq 1 "$(grep -c 'warn: client [0-9]* from 127\.0\.0\.1:[0-9]*: AUTH failed' \
@@ -45,12 +54,13 @@ expect_nogrep 's3cret' "$TMP/daemon.log" "the secret in the log"
 pass "one warning for three failures, with the peer address, no secret"
 
 # No option takes the secret itself: --help lists auth-file and
-# admin-auth-file only (files), and the names a secret option might have
-# are unknown (exit 64).
+# admin-auth-file only (files; auth-timeout is a time), and the names a
+# secret option might have are unknown (exit 64).
 run_keylockd --help >"$TMP/help"
 expect_eq "$(printf 'auth-file\nadmin-auth-file')" \
     "$(sed -n 's/^  --\([a-z-]*\) .*/\1/p' "$TMP/help" |
-    grep -i -e secret -e auth -e pass)" "the options about secrets"
+    grep -i -e secret -e auth -e pass | grep -vx auth-timeout)" \
+    "the options about secrets"
 for opt in --secret --auth-secret --password --requirepass; do
 	run_keylockd --check-config "$opt" s3cret-Value >/dev/null 2>&1
 	expect_status 64 $? "$opt on the command line"
