@@ -15,7 +15,8 @@
 #    BASE_REV names its commit, for the text. Target: plain within 2% of
 #    before, and the session path the same.
 # 3. Mass reconnect: bench/session_storm against a fresh keylockd with
-#    --max-clients 30000 and --session-grace-max 600000: two waves of
+#    --max-clients 30000, --session-grace-max 600000 and --auth-timeout 0
+#    (idle connections are silent on purpose): two waves of
 #    STORM_N (10000) sessions, grace 600000 ms, each holding one lock,
 #    dropped at once and resumed (time from the first RESUME sent to the
 #    last answered, every lock back), and the daemon's memory per
@@ -114,7 +115,7 @@ start_keylockd() {
 	# shellcheck disable=SC2086 # a command or nothing
 	${2:-} $PIN_SERVER "$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
 	    --port-file "$dir/port" --unix '' --state-dir "$dir" \
-	    --max-clients "${1:-1000}" --session-grace-max 600000 \
+	    --max-clients "${1:-1000}" --session-grace-max 600000 --auth-timeout 0 \
 	    --log-level warn >>"$TMP/keylockd.log" 2>&1 &
 	KD_PID=$!
 	until grep -qx '[0-9][0-9]*' "$dir/port" 2>/dev/null; do
@@ -220,7 +221,7 @@ storm_instructions() {
 	    --callgrind-out-file="$dir/out" "$KEYLOCKD" --config /dev/null \
 	    --bind 127.0.0.1 --port 0 --port-file "$dir/port" --unix '' \
 	    --state-dir "$dir" --max-clients 30000 \
-	    --session-grace-max 600000 --log-level warn 2>"$dir/log" &
+	    --session-grace-max 600000 --auth-timeout 0 --log-level warn 2>"$dir/log" &
 	pid=$!
 	until grep -qx '[0-9][0-9]*' "$dir/port" 2>/dev/null; do
 		if ! kill -0 "$pid" 2>/dev/null ||
