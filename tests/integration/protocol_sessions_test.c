@@ -76,7 +76,7 @@ END_TEST
 
 START_TEST(detached_session_keeps_holds_and_place_then_resumes)
 {
-	struct kt_conn	*a = kt_connect(), *b = kt_connect(), *n;
+	struct kt_conn	*a = kt_connect(), *b = kt_connect(), *n, *fifo;
 	json_t		*r, *h, *info;
 	uint64_t	 t1, t2, t3;
 	char		 id[80];
@@ -110,11 +110,18 @@ START_TEST(detached_session_keeps_holds_and_place_then_resumes)
 		struct kt_conn	*o = kt_connect();
 		json_int_t	 ida = pu_holder_id(o, "s:y");
 
-		/* (b holds what the session waits for: its TRYLOCK would be
-		 * DEADLOCK, which is checked first.) */
 		kt_send(o, "TRYLOCK s:x");
 		pu_check_blocker_text(kt_expect_err(o, "LOCKED"), "s:x", ida,
 		    "worker-a");
+		/* A detached session is a holder and a waiter for every
+		 * rule: b holds what it waits for, so b waiting for what it
+		 * holds closes a cycle; its wait counts for max_waiters; and
+		 * FIFO puts o behind it. */
+		kt_req_err(b, "DEADLOCK", "LOCK s:x");
+		kt_req_err(o, "BUSY", "LOCK s:w max_waiters=1");
+		kt_send(o, "LOCK s:w timeout=20000");
+		json_decref(kt_wait_queue(b, "s:w", 1, 2));
+		fifo = o;
 	}
 
 	n = kt_connect();
@@ -147,11 +154,14 @@ START_TEST(detached_session_keeps_holds_and_place_then_resumes)
 	kt_send(n, "PING");
 	kt_expect_silence(n, 100);
 	kt_req(b, "OK 1", "UNLOCK s:w");
-	t3 = kt_expect_token(n);
+	t3 = kt_expect_token(n);	/* first in the queue, before fifo */
 	ck_assert(t3 > t2);
 	kt_expect_line(n, "OK PONG");
+	kt_expect_silence(fifo, 50);
 	kt_req_err(n, "HELD", "LOCK s:x");	/* its locks, its identity */
 	kt_req(n, "OK 4", "UNLOCKALL");
+	ck_assert(kt_expect_token(fifo) > t3);
+	kt_req(fifo, "OK 1", "UNLOCK s:w");
 	kt_req(n, "OK", "QUIT");
 	kt_wait_stat(b, "sessions", 0);
 	kt_wait_stat(b, "keys", 0);
