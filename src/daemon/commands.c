@@ -46,9 +46,9 @@ struct commands {
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
 };
 
+/* The shared checks a command needs; commands_execute() names its
+ * handler. */
 struct cmd_entry {
-	void		(*fn)(struct commands *, struct conn *,
-			    const struct request *);
 	unsigned	flags;
 };
 
@@ -731,22 +731,22 @@ cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 }
 
 static const struct cmd_entry cmd_table[CMD__COUNT] = {
-	[CMD_AUTH]	= { cmd_auth,		CMD_NO_AUTH },
-	[CMD_CANCEL]	= { cmd_cancel,		0 },
-	[CMD_CLIENTS]	= { cmd_clients,	CMD_ADMIN },
-	[CMD_INFO]	= { cmd_info,		0 },
-	[CMD_KILL]	= { cmd_kill,		CMD_ADMIN },
-	[CMD_LOCK]	= { cmd_lock,		CMD_KEYS },
-	[CMD_NAME]	= { cmd_name,		0 },
-	[CMD_PING]	= { cmd_ping,		CMD_NO_AUTH },
-	[CMD_QUIT]	= { cmd_quit,		CMD_NO_AUTH },
-	[CMD_REFRESH]	= { cmd_refresh,	CMD_KEYS },
-	[CMD_RESUME]	= { cmd_resume,		0 },
-	[CMD_SESSION]	= { cmd_session,	0 },
-	[CMD_STATS]	= { cmd_stats,		0 },
-	[CMD_TRYLOCK]	= { cmd_lock,		CMD_KEYS },
-	[CMD_UNLOCK]	= { cmd_unlock,		CMD_KEYS },
-	[CMD_UNLOCKALL]	= { cmd_unlockall,	0 },
+	[CMD_AUTH]	= { CMD_NO_AUTH },
+	[CMD_CANCEL]	= { 0 },
+	[CMD_CLIENTS]	= { CMD_ADMIN },
+	[CMD_INFO]	= { 0 },
+	[CMD_KILL]	= { CMD_ADMIN },
+	[CMD_LOCK]	= { CMD_KEYS },
+	[CMD_NAME]	= { 0 },
+	[CMD_PING]	= { CMD_NO_AUTH },
+	[CMD_QUIT]	= { CMD_NO_AUTH },
+	[CMD_REFRESH]	= { CMD_KEYS },
+	[CMD_RESUME]	= { 0 },
+	[CMD_SESSION]	= { 0 },
+	[CMD_STATS]	= { 0 },
+	[CMD_TRYLOCK]	= { CMD_KEYS },
+	[CMD_UNLOCK]	= { CMD_KEYS },
+	[CMD_UNLOCKALL]	= { 0 },
 };
 
 /* The refusal of a request that failed a shared check: out of line, so
@@ -764,6 +764,66 @@ cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
 	else
 		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
 		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
+}
+
+/*
+ * The handler of each command: a switch rather than a pointer in
+ * cmd_table, so that the compiler can inline the ones called from here
+ * alone (LOCK's and UNLOCK's among them) into commands_execute().
+ */
+static inline void
+cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	switch (req->cmd) {
+	case CMD_AUTH:
+		cmd_auth(cmds, c, req);
+		break;
+	case CMD_CANCEL:
+		cmd_cancel(cmds, c, req);
+		break;
+	case CMD_CLIENTS:
+		cmd_clients(cmds, c, req);
+		break;
+	case CMD_INFO:
+		cmd_info(cmds, c, req);
+		break;
+	case CMD_KILL:
+		cmd_kill(cmds, c, req);
+		break;
+	case CMD_LOCK:
+	case CMD_TRYLOCK:
+		cmd_lock(cmds, c, req);
+		break;
+	case CMD_NAME:
+		cmd_name(cmds, c, req);
+		break;
+	case CMD_PING:
+		cmd_ping(cmds, c, req);
+		break;
+	case CMD_QUIT:
+		cmd_quit(cmds, c, req);
+		break;
+	case CMD_REFRESH:
+		cmd_refresh(cmds, c, req);
+		break;
+	case CMD_RESUME:
+		cmd_resume(cmds, c, req);
+		break;
+	case CMD_SESSION:
+		cmd_session(cmds, c, req);
+		break;
+	case CMD_STATS:
+		cmd_stats(cmds, c, req);
+		break;
+	case CMD_UNLOCK:
+		cmd_unlock(cmds, c, req);
+		break;
+	case CMD_UNLOCKALL:
+		cmd_unlockall(cmds, c, req);
+		break;
+	case CMD_NONE:		/* an empty line: conn.c answers nothing */
+		break;
+	}
 }
 
 /* The shared checks in the protocol's order: AUTH, operator, LIMIT; then
@@ -784,7 +844,7 @@ commands_execute(struct commands *cmds, struct conn *c,
 	    req->nargs > (size_t)cmds->cfg->max_keys)
 		cmd_refuse(cmds, c, req, CMD_KEYS);
 	else
-		e->fn(cmds, c, req);
+		cmd_dispatch(cmds, c, req);
 }
 
 /* ---- later completions ---- */
