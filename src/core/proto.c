@@ -127,10 +127,14 @@ _Static_assert(sizeof(proto_cmds) / sizeof(proto_cmds[0]) == CMD__COUNT,
 KL_CMD_LIST(PROTO_CMD_FITS)
 #undef PROTO_CMD_FITS
 
-/* The names proto_find_word() tries first, the busiest; then all. */
-static const unsigned char proto_cmd_busy[] = {
-	CMD_LOCK, CMD_UNLOCK, CMD_TRYLOCK, CMD_REFRESH, CMD_PING
+/* The names proto_find_word() tries first, the busiest; then all. Rows,
+ * not indexes, so that the tries unroll into compares with constants. */
+static const struct proto_cmd *const proto_cmd_busy[] = {
+	&proto_cmds[CMD_LOCK], &proto_cmds[CMD_UNLOCK],
+	&proto_cmds[CMD_TRYLOCK], &proto_cmds[CMD_REFRESH],
+	&proto_cmds[CMD_PING]
 };
+#define PROTO_NBUSY	(sizeof(proto_cmd_busy) / sizeof(proto_cmd_busy[0]))
 
 /* The longest argument of each kind whose bytes need no other check. */
 static const size_t proto_arg_max[] = {
@@ -377,11 +381,10 @@ proto_find_word(uint64_t lo, uint64_t hi, size_t len)
 	hi &= fold;
 	if (len < PROTO_WORD)
 		lo &= (UINT64_C(1) << (8 * len)) - 1;
-	for (k = 0; k < sizeof(proto_cmd_busy); k++) {
-		cmd = &proto_cmds[proto_cmd_busy[k]];
-		if (proto_cmd_is(cmd, lo, hi, len))
-			return cmd;
-	}
+#pragma GCC unroll 8
+	for (k = 0; k < PROTO_NBUSY; k++)
+		if (proto_cmd_is(proto_cmd_busy[k], lo, hi, len))
+			return proto_cmd_busy[k];
 	for (cmd = proto_cmds; cmd < proto_cmds + CMD__COUNT; cmd++)
 		if (proto_cmd_is(cmd, lo, hi, len))
 			return cmd;
