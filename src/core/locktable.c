@@ -27,8 +27,9 @@ static void	 key_add_waiter(struct locktable *, struct lt_key *);
 static void	 key_remove_waiter(struct locktable *, struct lt_key *);
 static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 		    uint64_t *);
-static struct lt_hold *owner_find_hold(const struct locktable *,
-		    const struct lt_owner *, const char *, size_t);
+static inline struct lt_hold *owner_find_hold(const struct locktable *,
+		    const struct lt_owner *, const char *, size_t)
+		    __attribute__((always_inline));
 static bool	 release_is_plain(const struct locktable *,
 		    const struct lt_hold *);
 static void	 release_plain(struct locktable *, struct lt_hold *, uint64_t);
@@ -362,8 +363,9 @@ lt_hold_find(const struct lt_key *k, const struct lt_owner *o)
 }
 
 /* o's hold on key: among its holds by the keys' bytes when it has a few
- * (cheaper than hashing), else through the key's entry. */
-static struct lt_hold *
+ * (cheaper than hashing), else through the key's entry. Inline: every
+ * UNLOCK looks its key up here. */
+static inline struct lt_hold *
 owner_find_hold(const struct locktable *lt, const struct lt_owner *o,
     const char *key, size_t len)
 {
