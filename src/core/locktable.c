@@ -326,13 +326,7 @@ hold_end(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
 	}
 	if (k->x != NULL)
 		k->x->nholders--;
-	if (h->oprev != NULL)
-		h->oprev->onext = h->onext;
-	else
-		o->holds = h->onext;
-	if (h->onext != NULL)
-		h->onext->oprev = h->oprev;
-	o->nholds--;
+	lt_owner_unlink(o, h);
 	if (h->heap_idx != LT_NO_TTL)
 		lt_heap_remove(lt, h);
 	lt->c.held--;
@@ -601,13 +595,7 @@ release_plain(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
 	struct lt_pool	*pl = &lt->pools[lt_pool_class(size)];
 
 	k->owned = 0;
-	if (h->oprev != NULL)
-		h->oprev->onext = h->onext;
-	else
-		o->holds = h->onext;
-	if (h->onext != NULL)
-		h->onext->oprev = h->oprev;
-	o->nholds--;
+	lt_owner_unlink(o, h);
 	lt->c.held--;
 	kl_hist_add(&lt->c.hold_ms, lt_ms_since(now_ms, h->granted_ms));
 	lt->c.releases++;

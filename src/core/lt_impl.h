@@ -256,6 +256,19 @@ lt_key_qhead(const struct lt_key *k)
 	return k->x != NULL ? k->x->qhead : NULL;
 }
 
+/* Takes h off its owner's list of holds. */
+static inline void
+lt_owner_unlink(struct lt_owner *o, struct lt_hold *h)
+{
+	if (h->oprev != NULL)
+		h->oprev->onext = h->onext;
+	else
+		o->holds = h->onext;
+	if (h->onext != NULL)
+		h->onext->oprev = h->oprev;
+	o->nholds--;
+}
+
 static inline struct lt_xhold *
 lt_xhold_of(const struct lt_hold *h)
 {
