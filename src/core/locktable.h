@@ -282,6 +282,29 @@ void		 locktable_key_walk(const struct locktable *lt,
 size_t		 locktable_hot_keys(const struct locktable *lt,
 		    const struct lt_key **out, size_t max);
 
+/*
+ * Live upgrade (lt_state.c, kstate.h): the whole table, its owners in
+ * order with their holds and waits, and its counters, into w. Only
+ * between event-loop turns (nothing left to settle); false on no memory.
+ */
+struct ks_writer;
+struct ks_reader;
+bool		 locktable_state_write(const struct locktable *lt,
+		    struct ks_writer *w);
+/*
+ * Rebuilds what locktable_state_write() wrote into lt, which must be
+ * empty. Each owner is created with its id and NULL udata and handed to
+ * adopt(arg, o), in the order written; adopt returns false to refuse the
+ * state. shift_ms is added to every ttl expiry (the pause of the
+ * hand-off). *next_token is the next token the writer would have issued:
+ * every token in the table is below it. false with the reason in r->why:
+ * lt is then half built, to be freed with locktable_free(), and then each
+ * adopted owner with locktable_owner_free().
+ */
+bool		 locktable_state_read(struct locktable *lt, struct ks_reader *r,
+		    uint64_t shift_ms, bool (*adopt)(void *arg,
+		    struct lt_owner *o), void *arg, uint64_t *next_token);
+
 /* Checks every internal invariant (indexes, counts, FIFO, compatibility,
  * no grantable request left queued); for tests and fuzzers. Returns NULL
  * or a static description of the first broken one. */

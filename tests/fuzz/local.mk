@@ -6,10 +6,14 @@ FUZZ_LDADD = $(KEYLOCKD_LIBS)
 # The parser's and the table's harnesses link the pure core alone.
 FUZZ_CORE_CFLAGS = $(AM_CFLAGS)
 FUZZ_CORE_LDADD = $(KLCORE_LIBS)
-FUZZ_HARNESSES = proto locktable session
+FUZZ_HARNESSES = proto locktable session ltstate
 
 check_PROGRAMS += tests/fuzz/replay_proto tests/fuzz/replay_locktable \
-	tests/fuzz/replay_session
+	tests/fuzz/replay_session tests/fuzz/replay_ltstate
+tests_fuzz_replay_ltstate_SOURCES = tests/fuzz/fuzz_ltstate.c \
+	tests/fuzz/replay.c
+tests_fuzz_replay_ltstate_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_replay_ltstate_LDADD = $(FUZZ_CORE_LDADD)
 tests_fuzz_replay_proto_SOURCES = tests/fuzz/fuzz_proto.c tests/fuzz/replay.c
 tests_fuzz_replay_proto_CFLAGS = $(FUZZ_CORE_CFLAGS)
 tests_fuzz_replay_proto_LDADD = $(FUZZ_CORE_LDADD)
@@ -27,7 +31,11 @@ EXTRA_DIST += tests/fuzz/replay.test tests/fuzz/corpus
 
 if FUZZING
 noinst_PROGRAMS += tests/fuzz/fuzz_proto tests/fuzz/fuzz_locktable \
-	tests/fuzz/fuzz_session
+	tests/fuzz/fuzz_session tests/fuzz/fuzz_ltstate
+tests_fuzz_fuzz_ltstate_SOURCES = tests/fuzz/fuzz_ltstate.c
+tests_fuzz_fuzz_ltstate_CFLAGS = $(FUZZ_CORE_CFLAGS)
+tests_fuzz_fuzz_ltstate_LDADD = $(FUZZ_CORE_LDADD)
+tests_fuzz_fuzz_ltstate_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
 tests_fuzz_fuzz_proto_SOURCES = tests/fuzz/fuzz_proto.c
 tests_fuzz_fuzz_proto_CFLAGS = $(FUZZ_CORE_CFLAGS)
 tests_fuzz_fuzz_proto_LDADD = $(FUZZ_CORE_LDADD)

@@ -10,6 +10,7 @@ UNIT_TESTS = \
 	tests/unit/check_proto \
 	tests/unit/check_locktable \
 	tests/unit/check_locktable_model \
+	tests/unit/check_ltstate \
 	tests/unit/check_conn \
 	tests/unit/check_token \
 	tests/unit/check_config \
@@ -40,6 +41,9 @@ tests_unit_check_locktable_SOURCES = \
 	tests/fuzz/fuzz_locktable.c
 tests_unit_check_locktable_CFLAGS = $(CORE_UNIT_CFLAGS)
 tests_unit_check_locktable_LDADD = $(CORE_UNIT_LDADD)
+tests_unit_check_ltstate_SOURCES = tests/unit/check_ltstate.c
+tests_unit_check_ltstate_CFLAGS = $(CORE_UNIT_CFLAGS)
+tests_unit_check_ltstate_LDADD = $(CORE_UNIT_LDADD)
 tests_unit_check_locktable_model_SOURCES = \
 	tests/unit/check_locktable_model.c \
 	tests/unit/check_locktable_model.h \

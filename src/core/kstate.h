@@ -1,0 +1,108 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * The live-upgrade state format (HACKING.md, Live upgrade): the bytes one
+ * keylockd process hands the binary that replaces it. A header (magic,
+ * version, section count, total length) and then sections, each a tag, a
+ * length and a payload of fixed-width little-endian numbers and
+ * length-prefixed byte strings. The writer grows one buffer; the reader
+ * is a parser of untrusted bytes: every read is bounds-checked, a short
+ * or overlong section, a count past what is left, a version it does not
+ * know, all end in a failure with a reason, never a read out of bounds.
+ * Pure: no allocation beyond the writer's buffer, no I/O, no clock.
+ */
+#ifndef KSTATE_H
+#define KSTATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KS_MAGIC	"KLDSTATE"	/* 8 bytes, no NUL */
+#define KS_MAGIC_LEN	8
+#define KS_VERSION	1		/* the one this binary writes and reads */
+#define KS_HEADER_LEN	24		/* magic, version, sections, length */
+#define KS_SECTION_HEAD	12		/* tag (4), length (8) */
+#define KS_WHY_MAX	160
+
+/* The sections of version 1, in the order they are written and must be
+ * read. */
+enum ks_tag {
+	KS_TAG_HANDOFF = 1,	/* who wrote it, when it froze, upgrades */
+	KS_TAG_TABLE,		/* the lock table (lt_state.c) */
+	KS_TAG_TOKEN,		/* the fencing-token mark */
+	KS_TAG_STATS,		/* the server's counters */
+	KS_TAG_LISTENERS,	/* listening sockets by descriptor */
+	KS_TAG_SESSIONS,	/* sessions, attached and detached */
+	KS_TAG_CONNS		/* connections by descriptor */
+};
+
+struct ks_writer {
+	unsigned char	*buf;
+	size_t		 len, cap;
+	size_t		 section;	/* offset of the open section; 0: none */
+	uint32_t	 nsections;
+	bool		 nomem;		/* an append failed: the state is void */
+};
+
+/* Starts a state (its header); ks_writer_finish() completes it. */
+void		 ks_writer_init(struct ks_writer *w);
+void		 ks_writer_cleanup(struct ks_writer *w);
+void		 ks_section_begin(struct ks_writer *w, enum ks_tag tag);
+void		 ks_section_end(struct ks_writer *w);
+/* Fills in the header; false if memory ran out at any point. */
+bool		 ks_writer_finish(struct ks_writer *w);
+
+void		 ks_put_u8(struct ks_writer *w, uint8_t v);
+void		 ks_put_u16(struct ks_writer *w, uint16_t v);
+void		 ks_put_u32(struct ks_writer *w, uint32_t v);
+void		 ks_put_u64(struct ks_writer *w, uint64_t v);
+/* A u32 length, then the bytes. */
+void		 ks_put_bytes(struct ks_writer *w, const void *p, size_t n);
+/* A NUL-terminated string, or NULL, as bytes (NULL: length UINT32_MAX). */
+void		 ks_put_str(struct ks_writer *w, const char *s);
+
+struct ks_reader {
+	const unsigned char *p;
+	size_t		 len, off;
+	bool		 bad;
+	char		 why[KS_WHY_MAX];	/* the first failure */
+};
+
+/*
+ * Checks the header of buf[0..len): the magic, the version (a different
+ * one, older or newer, is refused: this binary reads only its own), the
+ * total length. Then *r reads the sections with ks_section_next(). false
+ * with the reason in r->why.
+ */
+bool		 ks_reader_open(struct ks_reader *r, const void *buf,
+		    size_t len);
+/* The next section, which must have tag (the order is fixed); its payload
+ * in *sect. false with the reason in r->why. */
+bool		 ks_section_next(struct ks_reader *r, enum ks_tag tag,
+		    struct ks_reader *sect);
+/* Whether sect was read to its last byte without a failure; else notes
+ * the trailing bytes in sect->why. */
+bool		 ks_section_done(struct ks_reader *sect);
+/* Whether every section of r was read. */
+bool		 ks_reader_done(struct ks_reader *r);
+
+/* Each returns 0 (and marks r bad) past the end. */
+uint8_t		 ks_get_u8(struct ks_reader *r);
+uint16_t	 ks_get_u16(struct ks_reader *r);
+uint32_t	 ks_get_u32(struct ks_reader *r);
+uint64_t	 ks_get_u64(struct ks_reader *r);
+/* A u8 that must be 0 or 1. */
+bool		 ks_get_bool(struct ks_reader *r);
+/* Bytes of at most max; NULL (bad) if longer or past the end. The
+ * pointer is into the state. */
+const void	*ks_get_bytes(struct ks_reader *r, size_t *n, size_t max);
+/* A count of items of at least min_size bytes each that must fit in
+ * what is left: so a forged count cannot make a reader loop or allocate
+ * past the state's own size. */
+uint32_t	 ks_get_count(struct ks_reader *r, size_t min_size);
+/* Marks r bad with a reason (the first one stays); returns false. */
+bool		 ks_fail(struct ks_reader *r, const char *fmt, ...)
+		    __attribute__((format(printf, 2, 3)));
+
+#endif /* KSTATE_H */
