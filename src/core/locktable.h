@@ -281,6 +281,12 @@ void		 locktable_key_walk(const struct locktable *lt,
  * plus the owners that hold nothing; not the size of the table. */
 size_t		 locktable_hot_keys(const struct locktable *lt,
 		    const struct lt_key **out, size_t max);
+/* The same over the keys keep() accepts (keylockd-protocol(7), ACCESS
+ * CONTROL: a user's STATS); the keys with no waiters that fill the rest
+ * may then cost a walk over every hold. */
+size_t		 locktable_hot_keys_filter(const struct locktable *lt,
+		    const struct lt_key **out, size_t max,
+		    bool (*keep)(void *, const char *, size_t), void *arg);
 
 /*
  * Live upgrade (lt_state.c, kstate.h): the whole table, its owners in

@@ -142,6 +142,14 @@ size_t
 locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
     size_t max)
 {
+	return locktable_hot_keys_filter(lt, out, max, NULL, NULL);
+}
+
+size_t
+locktable_hot_keys_filter(const struct locktable *lt,
+    const struct lt_key **out, size_t max,
+    bool (*keep)(void *, const char *, size_t), void *arg)
+{
 	const struct lt_owner	*o;
 	const struct lt_hold	*h;
 	const struct lt_key	*k;
@@ -150,7 +158,8 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 	if (max == 0)
 		return 0;
 	for (k = lt->hot; k != NULL; k = k->x->hot_next)
-		n = hot_offer(out, n, max, k);
+		if (keep == NULL || keep(arg, k->key, k->keylen))
+			n = hot_offer(out, n, max, k);
 	/* Heapsort: popping the fewest to the end leaves most first. */
 	for (i = n; i > 1; i--) {
 		hot_swap(out, 0, i - 1);
@@ -159,7 +168,8 @@ locktable_hot_keys(const struct locktable *lt, const struct lt_key **out,
 	for (o = lt->owners; o != NULL && n < max; o = o->next)
 		for (h = o->holds; h != NULL && n < max; h = h->onext) {
 			k = lt_hold_key(h);
-			if (lt_key_nwaiters(k) == 0 && lt_key_first(k) == h)
+			if (lt_key_nwaiters(k) == 0 && lt_key_first(k) == h &&
+			    (keep == NULL || keep(arg, k->key, k->keylen)))
 				out[n++] = k;
 		}
 	return n;

@@ -21,7 +21,7 @@
  * what an argument is, which options the command takes.
  */
 #define KL_CMD_LIST(X)							\
-	X(AUTH,      1,  1, PROTO_ARG_SECRET, 0)			\
+	X(AUTH,      1,  2, PROTO_ARG_SECRET, 0)			\
 	X(CANCEL,    0,  0, PROTO_ARG_NONE,   0)			\
 	X(CLIENTS,   0,  0, PROTO_ARG_NONE,   0)			\
 	X(INFO,      1,  1, PROTO_ARG_KEY,    0)			\

@@ -3,7 +3,7 @@
  *
  * The commands of keylockd-protocol(7): the shared checks run once in
  * commands_execute(), in the protocol's order (the parser already did
- * SYNTAX and BADKEY: then AUTH, then LIMIT), and each handler makes one
+ * SYNTAX and BADKEY: then AUTH, NOPERM, LIMIT), and each handler makes one
  * backend call and one reply, now or, when the backend completes the
  * request later, from commands_done(). Handlers never write a socket, and
  * what a backend hook calls never calls back into the backend.
@@ -23,11 +23,13 @@
 #include "log.h"
 #include "session.h"
 #include "stats.h"
+#include "users.h"
 #include "util.h"
 
 #define CMD_NO_AUTH	0x01	/* allowed before AUTH succeeds */
 #define CMD_KEYS	0x02	/* arguments are keys: max-keys applies */
 #define CMD_ADMIN	0x04	/* the operator's: unix socket or admin AUTH */
+#define CMD_PERM	0x08	/* its keys must be the user's (NOPERM) */
 
 #define BLOCKER_MAX	(KL_KEY_MAX + KL_NAME_MAX + 160)
 
@@ -43,6 +45,13 @@ struct commands {
 	struct backend		*be;
 	struct cmd_secret	 client;	/* auth-file */
 	struct cmd_secret	 admin;		/* admin-auth-file */
+	struct users		*users;		/* user, operator-uids */
+	/* A reload's: the users before it, and which version 1 secrets
+	 * changed, until commands_reauth() has moved every connection. */
+	struct users		*old_users;
+	bool			 client_changed, admin_changed;
+	bool			 need_auth;	/* a secret or a user is set */
+	bool			 has_users;	/* NOPERM is possible */
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
 };
 
@@ -112,12 +121,16 @@ cmd_read_secrets(const struct config *cfg, struct cmd_secret *client,
 int
 commands_check(const struct config *cfg, char *err, size_t errlen)
 {
-	struct cmd_secret	client, admin;
+	struct cmd_secret	 client, admin;
+	struct users		*us;
 
 	if (!cmd_read_secrets(cfg, &client, &admin, err, errlen))
 		return -1;
 	kl_free(client.s);
 	kl_free(admin.s);
+	if ((us = users_load(cfg, err, errlen)) == NULL)
+		return -1;
+	users_free(us);
 	return 0;
 }
 
@@ -139,6 +152,12 @@ commands_new(const struct config *cfg, struct stats *st, struct backend *be,
 		kl_free(cmds);
 		return NULL;
 	}
+	if ((cmds->users = users_load(cfg, err, errlen)) == NULL) {
+		commands_free(cmds);
+		return NULL;
+	}
+	cmds->has_users = users_count(cmds->users) > 0;
+	cmds->need_auth = cmds->client.s != NULL || cmds->has_users;
 	return cmds;
 }
 
@@ -149,6 +168,8 @@ commands_free(struct commands *cmds)
 		return;
 	kl_free(cmds->client.s);
 	kl_free(cmds->admin.s);
+	users_free(cmds->users);
+	users_free(cmds->old_users);
 	kl_free(cmds);
 }
 
@@ -161,27 +182,108 @@ cmd_log_secret_change(const char *what, const struct cmd_secret *old,
 		    "secret read");
 }
 
+static bool
+cmd_secret_changed(const struct cmd_secret *old, const struct cmd_secret *new)
+{
+	return old->s != NULL && (new->s == NULL || old->len != new->len ||
+	    memcmp(old->s, new->s, old->len) != 0);
+}
+
+static void
+cmd_secret_free(struct cmd_secret *sec)
+{
+	if (sec->s != NULL)
+		explicit_bzero(sec->s, sec->len);
+	kl_free(sec->s);
+}
+
+/* The connections move to the new users in commands_reauth(), which the
+ * caller runs next (conns_reload()). */
 bool
 commands_reload(struct commands *cmds, const struct config *next, char *err,
     size_t errlen)
 {
-	struct cmd_secret	client, admin;
+	struct cmd_secret	 client, admin;
+	struct users		*us;
 
 	if (!cmd_read_secrets(next, &client, &admin, err, errlen))
 		return false;
+	if ((us = users_load(next, err, errlen)) == NULL) {
+		cmd_secret_free(&client);
+		cmd_secret_free(&admin);
+		return false;
+	}
 	cmd_log_secret_change("AUTH", &cmds->client, &client);
 	cmd_log_secret_change("operator AUTH", &cmds->admin, &admin);
-	kl_free(cmds->client.s);
-	kl_free(cmds->admin.s);
+	if (users_count(us) > 0 || users_count(cmds->users) > 0)
+		log_info("reload: %zu user%s", users_count(us),
+		    users_count(us) == 1 ? "" : "s");
+	cmds->client_changed = cmd_secret_changed(&cmds->client, &client);
+	cmds->admin_changed = cmd_secret_changed(&cmds->admin, &admin);
+	cmd_secret_free(&cmds->client);
+	cmd_secret_free(&cmds->admin);
 	cmds->client = client;
 	cmds->admin = admin;
+	users_free(cmds->old_users);
+	cmds->old_users = cmds->users;
+	cmds->users = us;
+	cmds->has_users = users_count(us) > 0;
+	cmds->need_auth = cmds->client.s != NULL || cmds->has_users;
 	return true;
+}
+
+/*
+ * After a reload, c's identity: the same user if it is still there with
+ * the same secret (its keys as they are now), else none, and c gets
+ * ERR AUTH until it authenticates again (keylockd-protocol(7), ACCESS
+ * CONTROL). Its locks and its wait stay.
+ */
+static bool
+cmd_reauth_one(void *arg, struct conn *c)
+{
+	struct commands		*cmds = arg;
+	const struct user	*u = conn_user(c), *next;
+
+	if (u == NULL)
+		return true;
+	if (!cmds->need_auth) {
+		conn_set_user(c, NULL);	/* every key, as for anyone */
+		return true;
+	}
+	if (u == users_client_secret)
+		next = cmds->client_changed ? NULL : u;
+	else if (u == users_operator_secret)
+		next = cmds->admin_changed ? NULL : u;
+	else if (u == users_revoked)
+		next = u;
+	else
+		next = users_successor(cmds->users, u);
+	if (next == NULL) {
+		log_info("client %" PRIu64 " from %s: its %s changed or is "
+		    "gone: it must AUTH again", conn_id(c), conn_peer(c),
+		    user_name(u) != NULL ? "user" : "secret");
+		conn_set_auth(c, false, false);
+		next = users_revoked;
+	} else if (next != u) {
+		conn_set_auth(c, true, user_is_operator(next));
+	}
+	conn_set_user(c, next);
+	return true;
+}
+
+void
+commands_reauth(struct commands *cmds, struct conns *cs)
+{
+	conns_walk(cs, cmd_reauth_one, cmds);
+	users_free(cmds->old_users);
+	cmds->old_users = NULL;
+	cmds->client_changed = cmds->admin_changed = false;
 }
 
 bool
 commands_need_auth(const struct commands *cmds)
 {
-	return cmds->client.s != NULL;
+	return cmds->need_auth;
 }
 
 /* ---- the texts ---- */
@@ -416,11 +518,29 @@ cmd_json_reply(struct conn *c, char *json)
 	free(json);
 }
 
+struct cmd_keys_of {
+	const struct user	*u;
+};
+
+static bool
+cmd_user_may_use(void *arg, const char *key, size_t len)
+{
+	const struct cmd_keys_of	*k = arg;
+
+	return user_may_use(k->u, key, len);
+}
+
+/* A user sees the counters, and only its own keys among hot_keys
+ * (keylockd-protocol(7), ACCESS CONTROL). */
 static void
 cmd_stats(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	cmd_json_reply(c, stats_to_json(cmds->st, backend_table(cmds->be),
-	    kl_now_ms(), PACKAGE_VERSION, backend_name(cmds->be)));
+	struct cmd_keys_of	 k = { conn_user(c) };
+	bool			 all = k.u == NULL || user_has_all_keys(k.u);
+
+	cmd_json_reply(c, stats_to_json_keys(cmds->st,
+	    backend_table(cmds->be), kl_now_ms(), PACKAGE_VERSION,
+	    backend_name(cmds->be), all ? NULL : cmd_user_may_use, &k));
 }
 
 static void
@@ -456,21 +576,45 @@ cmd_secret_matches(const struct cmd_secret *sec, const char *given,
 	return diff == 0;
 }
 
+/* Who AUTH makes c: `AUTH user secret` a user of the configuration,
+ * `AUTH secret` the version 1 client or operator secret. NULL: no one. */
+static const struct user *
+cmd_auth_who(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	const char	*given = req->args[req->nargs - 1];
+	size_t		 glen = req->arglens[req->nargs - 1];
+	bool		 client, admin;
+
+	if (req->nargs == 2)
+		return users_auth(cmds->users, req->args[0], req->arglens[0],
+		    given, glen);
+	client = cmd_secret_matches(&cmds->client, given, glen);
+	admin = cmd_secret_matches(&cmds->admin, given, glen);
+	/* Version 1: the client secret after the operator's keeps the
+	 * operator's rights. */
+	if (admin || (client && conn_is_authed(c) &&
+	    conn_user(c) == users_operator_secret))
+		return users_operator_secret;
+	return client ? users_client_secret : NULL;
+}
+
 /* The operator's secret also counts as AUTH for every other command
- * (keylockd-protocol(7), Operator commands). */
+ * (keylockd-protocol(7), Operator commands). A user's AUTH replaces the
+ * connection's identity, and with it the keys it may use. */
 static void
 cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	const char	*given = req->args[0];
-	size_t		 glen = req->arglens[0];
-	bool		 client, admin;
-	uint64_t	 now;
+	const struct user	*u;
+	uint64_t		 now;
 
-	client = cmd_secret_matches(&cmds->client, given, glen);
-	admin = cmd_secret_matches(&cmds->admin, given, glen);
-	if (client || admin) {
-		conn_set_auth(c, true, admin || conn_is_admin(c));
-		if (admin)
+	if ((u = cmd_auth_who(cmds, c, req)) != NULL) {
+		conn_set_user(c, u);
+		conn_set_auth(c, true, user_is_operator(u));
+		if (user_name(u) != NULL)
+			log_info("client %" PRIu64 " from %s: AUTH as user "
+			    "%s%s", conn_id(c), conn_peer(c), user_name(u),
+			    user_is_operator(u) ? " (an operator)" : "");
+		else if (u == users_operator_secret)
 			log_info("client %" PRIu64 " from %s: AUTH as the "
 			    "operator", conn_id(c), conn_peer(c));
 		conn_reply_ok(c, "%s", "");
@@ -486,18 +630,21 @@ cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 	} else
 		log_debug("client %" PRIu64 " from %s: AUTH failed",
 		    conn_id(c), conn_peer(c));
-	if (cmds->client.s == NULL && cmds->admin.s == NULL) {
+	if (cmds->client.s == NULL && cmds->admin.s == NULL &&
+	    users_count(cmds->users) == 0) {
 		conn_reply_err(c, KL_ERR_AUTH, "no secret is configured");
 	} else if (conn_auth_failed(c) >= KL_AUTH_FAILURES_MAX) {
 		/* Guessing costs a connection every few tries (security
 		 * review M2). */
 		log_info("client %" PRIu64 " from %s: %d wrong AUTHs: closing "
 		    "it", conn_id(c), conn_peer(c), KL_AUTH_FAILURES_MAX);
-		conn_reply_err(c, KL_ERR_AUTH, "wrong secret, %d times: "
-		    "closing the connection", KL_AUTH_FAILURES_MAX);
+		conn_reply_err(c, KL_ERR_AUTH, "wrong %s, %d times: closing "
+		    "the connection", req->nargs == 2 ? "user or secret" :
+		    "secret", KL_AUTH_FAILURES_MAX);
 		conn_quit(c);
 	} else
-		conn_reply_err(c, KL_ERR_AUTH, "wrong secret");
+		conn_reply_err(c, KL_ERR_AUTH, "wrong %s", req->nargs == 2 ?
+		    "user or secret" : "secret");
 }
 
 /* ---- operator commands ---- */
@@ -521,6 +668,9 @@ cmd_clients_add(void *arg, struct conn *c)
 
 	sc.id = conn_id(c);
 	sc.name = conn_name(c);
+	sc.user = conn_user(c) != NULL ? user_name(conn_user(c)) : NULL;
+	sc.uid = sc.pid = -1;
+	conn_peer_cred(c, &sc.uid, &sc.pid);
 	sc.transport = cmd_transport_name(conn_transport(c));
 	sc.peer = conn_peer(c);
 	sc.age_ms = cl->now - conn_since_ms(c);
@@ -540,6 +690,8 @@ cmd_clients_add_detached(void *arg, const struct session *s,
 
 	sc.id = session_client(s);
 	sc.name = session_name(s);
+	sc.user = session_user(s);
+	sc.uid = sc.pid = -1;
 	sc.transport = cmd_transport_name(
 	    (enum conn_transport)session_transport(s));
 	sc.peer = peer;
@@ -667,8 +819,21 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 			    "kernel gave no random bytes for its ID");
 		return;
 	}
+	session_set_user(s, conn_user(c) != NULL ?
+	    user_name(conn_user(c)) : NULL);
 	conn_set_session(c, s);
 	conn_reply_ok_str(c, id);
+}
+
+static bool
+cmd_session_is_mine(struct conn *c, const struct session *s)
+{
+	const char	*mine = conn_user(c) != NULL ?
+	    user_name(conn_user(c)) : NULL;
+	const char	*its = session_user(s);
+
+	return mine == NULL ? its == NULL : its != NULL &&
+	    strcmp(mine, its) == 0;
 }
 
 static void
@@ -686,8 +851,10 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 		    "without a session, locks or a wait");
 		return;
 	}
+	/* Another user's session is as unknown as one that never was
+	 * (keylockd-protocol(7), ACCESS CONTROL). */
 	if ((s = sessions_find(conns_sessions(conn_set(c)), req->args[0],
-	    req->arglens[0])) == NULL) {
+	    req->arglens[0])) == NULL || !cmd_session_is_mine(c, s)) {
 		conn_reply_err(c, KL_ERR_GONE, "no such session: it ended "
 		    "and its locks were released");
 		return;
@@ -734,18 +901,18 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_AUTH]	= { CMD_NO_AUTH },
 	[CMD_CANCEL]	= { 0 },
 	[CMD_CLIENTS]	= { CMD_ADMIN },
-	[CMD_INFO]	= { 0 },
+	[CMD_INFO]	= { CMD_PERM },
 	[CMD_KILL]	= { CMD_ADMIN },
-	[CMD_LOCK]	= { CMD_KEYS },
+	[CMD_LOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_NAME]	= { 0 },
 	[CMD_PING]	= { CMD_NO_AUTH },
 	[CMD_QUIT]	= { CMD_NO_AUTH },
-	[CMD_REFRESH]	= { CMD_KEYS },
+	[CMD_REFRESH]	= { CMD_KEYS | CMD_PERM },
 	[CMD_RESUME]	= { 0 },
 	[CMD_SESSION]	= { 0 },
 	[CMD_STATS]	= { 0 },
-	[CMD_TRYLOCK]	= { CMD_KEYS },
-	[CMD_UNLOCK]	= { CMD_KEYS },
+	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM },
+	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCKALL]	= { 0 },
 };
 
@@ -755,12 +922,15 @@ static void __attribute__((noinline))
 cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
     unsigned flag)
 {
-	if (flag == CMD_NO_AUTH)
+	if (flag == CMD_NO_AUTH && conn_user(c) == users_revoked)
+		conn_reply_err(c, KL_ERR_AUTH, "authentication required: "
+		    "this connection's user or secret changed or is gone");
+	else if (flag == CMD_NO_AUTH)
 		conn_reply_err(c, KL_ERR_AUTH, "authentication required");
 	else if (flag == CMD_ADMIN)
 		conn_reply_err(c, KL_ERR_AUTH, "%s is an operator command: "
-		    "connect over the unix socket or AUTH with the operator's "
-		    "secret", proto_cmd_name(req->cmd));
+		    "connect over the unix socket from an operator's uid, or "
+		    "AUTH as an operator", proto_cmd_name(req->cmd));
 	else
 		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
 		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
@@ -826,20 +996,77 @@ cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
 	}
 }
 
-/* The shared checks in the protocol's order: AUTH, operator, LIMIT; then
- * the handler. */
+/*
+ * A client certificate that stands for a user (keylockd.conf(5), user
+ * tls-cn=) authenticates its connection at its first request that needs
+ * AUTH. false: c stays unauthenticated.
+ */
+static bool __attribute__((noinline))
+cmd_auth_by_cert(struct commands *cmds, struct conn *c)
+{
+	const struct user	*u;
+	char			 cn[256];
+
+	if (conn_transport(c) != CONN_TLS || !users_have_cn(cmds->users) ||
+	    conn_user(c) == users_revoked ||
+	    !conn_tls_peer_cn(c, cn, sizeof(cn)) ||
+	    (u = users_find_cn(cmds->users, cn)) == NULL)
+		return false;
+	conn_set_user(c, u);
+	conn_set_auth(c, true, user_is_operator(u));
+	log_info("client %" PRIu64 " from %s: certificate CN %s: user %s",
+	    conn_id(c), conn_peer(c), cn, user_name(u));
+	return true;
+}
+
+/* keylockd-protocol(7), ACCESS CONTROL: over the unix socket, root,
+ * keylockd's own uid and operator-uids. */
+static bool __attribute__((noinline))
+cmd_is_operator(struct commands *cmds, struct conn *c)
+{
+	int64_t	uid = -1, pid;
+
+	if (conn_is_admin(c))
+		return true;
+	return conn_transport(c) == CONN_UNIX && conn_peer_cred(c, &uid,
+	    &pid) && users_uid_is_operator(cmds->users, (uid_t)uid);
+}
+
+/* NOPERM: a key of req that c's user may not use. Answers it. */
+static bool __attribute__((noinline))
+cmd_noperm(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	const struct user	*u = conn_user(c);
+
+	if (u == NULL || user_has_all_keys(u))
+		return false;
+	for (size_t i = 0; i < req->nargs; i++)
+		if (!user_may_use(u, req->args[i], req->arglens[i])) {
+			conn_reply_err(c, KL_ERR_NOPERM, "%s may not use key "
+			    "%.*s: nothing was changed", user_name(u) != NULL ?
+			    user_name(u) : "this connection",
+			    (int)req->arglens[i], req->args[i]);
+			return true;
+		}
+	return false;
+}
+
+/* The shared checks in the protocol's order: AUTH, operator, NOPERM,
+ * LIMIT; then the handler. */
 void
 commands_execute(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
 	const struct cmd_entry	*e = &cmd_table[req->cmd];
 
-	if (!(e->flags & CMD_NO_AUTH) && cmds->client.s != NULL &&
-	    !conn_is_authed(c))
+	if (!(e->flags & CMD_NO_AUTH) && cmds->need_auth &&
+	    !conn_is_authed(c) && !cmd_auth_by_cert(cmds, c))
 		cmd_refuse(cmds, c, req, CMD_NO_AUTH);
-	else if ((e->flags & CMD_ADMIN) && conn_transport(c) != CONN_UNIX &&
-	    !conn_is_admin(c))
+	else if ((e->flags & CMD_ADMIN) && !cmd_is_operator(cmds, c))
 		cmd_refuse(cmds, c, req, CMD_ADMIN);
+	else if ((e->flags & CMD_PERM) && cmds->has_users &&
+	    cmd_noperm(cmds, c, req))
+		;	/* answered NOPERM */
 	else if ((e->flags & CMD_KEYS) &&
 	    req->nargs > (size_t)cmds->cfg->max_keys)
 		cmd_refuse(cmds, c, req, CMD_KEYS);

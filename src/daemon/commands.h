@@ -34,9 +34,16 @@ void		 commands_free(struct commands *cmds);
  * what changed. */
 bool		 commands_reload(struct commands *cmds,
 		    const struct config *next, char *err, size_t errlen);
+/* After commands_reload() and before the next request: every
+ * connection of cs gets its user back from the new configuration, or, if
+ * its user or secret changed or is gone, must AUTH again. */
+struct conns;
+void		 commands_reauth(struct commands *cmds, struct conns *cs);
+/* A client secret or a user is configured: AUTH comes first. */
 bool		 commands_need_auth(const struct commands *cmds);
 
-/* Runs the shared checks (auth, key count), then the handler. */
+/* Runs the shared checks (auth, operator, NOPERM, key count), then the
+ * handler. */
 void		 commands_execute(struct commands *cmds, struct conn *c,
 		    const struct request *req);
 /* The backend completed o's open request: reply, resume its connection. */

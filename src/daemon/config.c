@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "kl.h"
+#include "users.h"
 #include "util.h"
 
 #ifndef KL_SYSCONFDIR
@@ -39,7 +40,8 @@ enum setting_kind {
 	SET_BIND,	/* appended; the first on a layer replaces */
 	SET_FLAG,	/* yes/no in the file, no argument on the line */
 	SET_MODE,	/* octal file mode */
-	SET_LEVEL
+	SET_LEVEL,
+	SET_USER	/* appended on every layer (users.h) */
 };
 
 struct setting {
@@ -109,6 +111,12 @@ static const struct setting settings[] = {
 	    "file holding the AUTH secret", true },
 	{ "admin-auth-file", "FILE", SET_STRING, OFF(admin_auth_file), 0, 0,
 	    "file holding the operator's AUTH secret (CLIENTS, KILL)", true },
+	{ "user", "SPEC", SET_USER, OFF(users), 0, 0, "a user: \"NAME "
+	    "secret-file=FILE keys=PATTERN... [operator=yes] [tls-cn=CN]\" "
+	    "(repeatable)", true },
+	{ "operator-uids", "UID,...", SET_STRING, OFF(operator_uids), 0, 0,
+	    "unix peers with operator rights besides root and keylockd's "
+	    "own", true },
 	{ "metrics", "ADDR:PORT", SET_STRING, OFF(metrics), 0, 0,
 	    "ADDR:PORT of the metrics HTTP listener", false },
 	{ "metrics-max-connections", "N", SET_INT,
@@ -238,6 +246,36 @@ config_add_binds(struct config *cfg, const char *val, bool *fresh)
 	return NULL;
 }
 
+/* One more `user`, its syntax checked (the secret file is read by
+ * users_load(), at --check-config and start). */
+static const char *
+config_add_user(struct config *cfg, const char *val)
+{
+	static char	 msg[256];
+	char		**v;
+
+	if (!users_spec_check(val, msg, sizeof(msg)))
+		return msg;
+	if (cfg->nusers == KL_USERS_MAX)
+		return "too many users";
+	if ((v = realloc(cfg->users, sizeof(*v) * (size_t)(cfg->nusers +
+	    1))) == NULL)
+		return "out of memory";
+	cfg->users = v;
+	v[cfg->nusers++] = config_strdup(val);
+	return NULL;
+}
+
+static void
+config_clear_users(struct config *cfg)
+{
+	for (int i = 0; i < cfg->nusers; i++)
+		free(cfg->users[i]);
+	free(cfg->users);
+	cfg->users = NULL;
+	cfg->nusers = 0;
+}
+
 /* Applies one value; on error returns a static message. *fresh_binds is
  * true until this layer (file or command line) has set a bind. */
 static const char *
@@ -296,6 +334,8 @@ config_apply(struct config *cfg, const struct setting *s, const char *val,
 		if (!log_parse_level(val, &cfg->log_level))
 			return "expected error, warn, info or debug";
 		return NULL;
+	case SET_USER:
+		return config_add_user(cfg, val);
 	}
 	return "unknown setting kind";
 }
@@ -614,7 +654,32 @@ config_render(const struct config *cfg, const struct setting *s, char *buf,
 	case SET_LEVEL:
 		snprintf(buf, len, "%s", log_level_name(cfg->log_level));
 		break;
+	case SET_USER:
+		buf[0] = '\0';
+		for (int i = 0; i < cfg->nusers && off < len; i++)
+			off += (size_t)snprintf(buf + off, len - off, "%s%s",
+			    i > 0 ? "; " : "", cfg->users[i]);
+		if (cfg->nusers == 0)
+			snprintf(buf, len, "(none)");
+		break;
 	}
+}
+
+/* The users' secrets were read by commands_reload(); this keeps the
+ * values, for the next comparison. */
+static void
+config_update_users(struct config *cur, const struct config *next)
+{
+	bool	same = cur->nusers == next->nusers;
+
+	for (int i = 0; same && i < cur->nusers; i++)
+		same = strcmp(cur->users[i], next->users[i]) == 0;
+	if (same)
+		return;
+	log_info("reload: the user lines changed: %d now", next->nusers);
+	config_clear_users(cur);
+	for (int i = 0; i < next->nusers; i++)
+		config_add_user(cur, next->users[i]);
 }
 
 void
@@ -626,6 +691,10 @@ config_update(struct config *cur, const struct config *next)
 	for (size_t i = 0; i < NSETTINGS; i++) {
 		const struct setting	*s = &settings[i];
 
+		if (s->kind == SET_USER) {
+			config_update_users(cur, next);
+			continue;
+		}
 		config_render(cur, s, a, sizeof(a));
 		config_render(next, s, b, sizeof(b));
 		if (strcmp(a, b) == 0)
@@ -659,6 +728,8 @@ config_cleanup(struct config *cfg)
 	free(cfg->port_file);
 	free(cfg->auth_file);
 	free(cfg->admin_auth_file);
+	config_clear_users(cfg);
+	free(cfg->operator_uids);
 	free(cfg->metrics);
 	free(cfg->metrics_hosts);
 	free(cfg->tls_cert);

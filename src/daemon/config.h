@@ -14,6 +14,7 @@
 #include "log.h"
 
 #define KL_BINDS_MAX	16
+#define KL_USERS_MAX	1024	/* `user` lines */
 #define KL_NONE		(-1)	/* "none": no default timeout, no cap */
 
 #define EX_KL_USAGE	64	/* sysexits.h EX_USAGE */
@@ -59,6 +60,9 @@ struct config {
 	int64_t		 keepalive_count;
 	char		*auth_file;
 	char		*admin_auth_file;	/* the operator's secret */
+	char		**users;		/* `user` values (users.h) */
+	int		 nusers;
+	char		*operator_uids;		/* UID,...: unix operators */
 	char		*metrics;		/* ADDR:PORT or NULL */
 	int64_t		 metrics_max_connections;
 	char		*metrics_hosts;		/* NAME,... or NULL */

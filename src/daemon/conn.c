@@ -135,6 +135,9 @@ struct conn {
 	bool			 authed, admin;	/* set by AUTH (commands.c) */
 	bool			 admitted;	/* see conn_admit() */
 	uint8_t			 auth_failures;	/* wrong AUTHs so far */
+	bool			 has_cred;	/* a unix peer: uid and pid */
+	const struct user	*user;		/* who AUTH made it (users.h) */
+	int64_t			 uid, pid;	/* SO_PEERCRED's */
 	char			 peer[64];
 };
 
@@ -377,6 +380,22 @@ conn_schedule(struct conn *c)
 
 /* ---- create and close ---- */
 
+/* Who the kernel says a unix peer is (keylockd-protocol(7), ACCESS
+ * CONTROL: operators by uid). */
+static void
+conn_get_cred(struct conn *c)
+{
+	struct ucred	cred;
+	socklen_t	len = sizeof(cred);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+	    len == sizeof(cred)) {
+		c->has_cred = true;
+		c->uid = (int64_t)cred.uid;
+		c->pid = (int64_t)cred.pid;
+	}
+}
+
 struct conn *
 conn_new(struct conns *cs, int fd, const char *peer,
     enum conn_transport transport)
@@ -391,6 +410,8 @@ conn_new(struct conns *cs, int fd, const char *peer,
 	c->since_ms = kl_now_ms();
 	c->transport = transport;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	if (transport == CONN_UNIX)
+		conn_get_cred(c);
 	c->rev = event_new(cs->base, fd, EV_READ | EV_PERSIST, conn_read_cb,
 	    c);
 	c->wev = event_new(cs->base, fd, EV_WRITE | EV_PERSIST,
@@ -1165,6 +1186,34 @@ conn_set_auth(struct conn *c, bool authed, bool admin)
 		conn_admit(c);
 }
 
+const struct user *
+conn_user(const struct conn *c)
+{
+	return c->user;
+}
+
+void
+conn_set_user(struct conn *c, const struct user *u)
+{
+	c->user = u;
+}
+
+bool
+conn_peer_cred(const struct conn *c, int64_t *uid, int64_t *pid)
+{
+	if (!c->has_cred)
+		return false;
+	*uid = c->uid;
+	*pid = c->pid;
+	return true;
+}
+
+bool
+conn_tls_peer_cn(const struct conn *c, char *buf, size_t len)
+{
+	return c->tls != NULL && tls_peer_cn(c->tls, buf, len);
+}
+
 unsigned
 conn_auth_failed(struct conn *c)
 {
@@ -1241,6 +1290,7 @@ void
 conns_reload(struct conns *cs)
 {
 	conns_arm_admit(cs);
+	commands_reauth(cs->cmds, cs);
 }
 
 /* ---- sessions (keylockd-protocol(7), SESSIONS) ---- */

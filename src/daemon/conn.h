@@ -26,6 +26,7 @@ struct event_base;
 struct lt_owner;
 struct stats;
 struct tls_ctx;
+struct user;
 
 struct conns;
 
@@ -145,6 +146,17 @@ uint64_t	 conn_since_ms(const struct conn *c);	/* when it connected */
 bool		 conn_is_authed(const struct conn *c);
 bool		 conn_is_admin(const struct conn *c);
 void		 conn_set_auth(struct conn *c, bool authed, bool admin);
+/* Who AUTH (or a client certificate) made c: a user of users.h, one of
+ * its version 1 secrets, or NULL (no AUTH yet, or none needed). */
+const struct user *conn_user(const struct conn *c);
+void		 conn_set_user(struct conn *c, const struct user *u);
+/* A unix peer's uid and pid, as the kernel gave them at connect; false
+ * for other transports. */
+bool		 conn_peer_cred(const struct conn *c, int64_t *uid,
+		    int64_t *pid);
+/* The common name of a TLS peer's verified certificate; false if none. */
+bool		 conn_tls_peer_cn(const struct conn *c, char *buf,
+		    size_t len);
 /* A wrong AUTH on c: how many so far (commands.c closes c at a few). */
 unsigned	 conn_auth_failed(struct conn *c);
 /* c passed the auth-timeout's test: AUTH, or a line with no secret set

@@ -11,6 +11,7 @@ src_libkeylockd_a_SOURCES += \
 	src/daemon/commands.c src/daemon/commands.h \
 	src/daemon/conn.c src/daemon/conn.h \
 	src/daemon/session.c src/daemon/session.h \
+	src/daemon/users.c src/daemon/users.h \
 	src/daemon/server.c src/daemon/server.h \
 	src/daemon/notify.c src/daemon/notify.h \
 	src/daemon/tls.c src/daemon/tls.h

@@ -59,6 +59,7 @@ struct session {
 	enum session_state	 state;
 	unsigned char		 raw[SESSION_RAW];
 	char			 peer[64];	/* the last connection's */
+	char			 user[KL_NAME_MAX + 1];	/* "": none */
 };
 
 TAILQ_HEAD(session_list, session);
@@ -566,6 +567,18 @@ int
 session_transport(const struct session *s)
 {
 	return s->transport;
+}
+
+void
+session_set_user(struct session *s, const char *user)
+{
+	snprintf(s->user, sizeof(s->user), "%s", user != NULL ? user : "");
+}
+
+const char *
+session_user(const struct session *s)
+{
+	return s->user[0] != '\0' ? s->user : NULL;
 }
 
 const char *

@@ -112,6 +112,10 @@ uint64_t	 session_since_ms(const struct session *s);
 int		 session_transport(const struct session *s);
 /* Its connection's NAME while attached, the last one's while not. */
 const char	*session_name(const struct session *s);
+/* The user who opened it (keylockd-protocol(7), ACCESS CONTROL), or NULL:
+ * a version 1 secret, or no AUTH. */
+void		 session_set_user(struct session *s, const char *user);
+const char	*session_user(const struct session *s);
 
 /* CLIENTS: every detached session, oldest first, until fn returns
  * false. */

@@ -35,14 +35,14 @@ stats_hist_json(const struct kl_hist *h)
 }
 
 static json_t *
-stats_hot_json(const struct locktable *lt)
+stats_hot_json(const struct locktable *lt, stats_key_fn keep, void *arg)
 {
 	const struct lt_key	*hot[KL_HOT_KEYS];
 	struct lt_key_view	 v;
 	size_t			 n;
 	json_t			*a = json_array();
 
-	n = locktable_hot_keys(lt, hot, KL_HOT_KEYS);
+	n = locktable_hot_keys_filter(lt, hot, KL_HOT_KEYS, keep, arg);
 	for (size_t i = 0; i < n; i++) {
 		json_t	*o = json_object();
 
@@ -77,6 +77,15 @@ char *
 stats_to_json(const struct stats *st, const struct locktable *lt,
     uint64_t now_ms, const char *version, const char *backend)
 {
+	return stats_to_json_keys(st, lt, now_ms, version, backend, NULL,
+	    NULL);
+}
+
+char *
+stats_to_json_keys(const struct stats *st, const struct locktable *lt,
+    uint64_t now_ms, const char *version, const char *backend,
+    stats_key_fn keep, void *arg)
+{
 	const struct lt_counters	*c = locktable_counters(lt);
 	json_t				*o = json_object();
 
@@ -87,7 +96,7 @@ stats_to_json(const struct stats *st, const struct locktable *lt,
 #undef STATS_ROW
 	json_object_set_new(o, "wait_ms", stats_hist_json(&c->wait_ms));
 	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
-	json_object_set_new(o, "hot_keys", stats_hot_json(lt));
+	json_object_set_new(o, "hot_keys", stats_hot_json(lt, keep, arg));
 	json_object_set_new(o, "backend", json_string(backend));
 	return stats_dump(o);
 }
@@ -234,8 +243,14 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 	SET_U(o, "id", c->id);
 	json_object_set_new(o, "name", c->name != NULL ?
 	    json_string(c->name) : json_null());
+	json_object_set_new(o, "user", c->user != NULL ?
+	    json_string(c->user) : json_null());
 	json_object_set_new(o, "transport", json_string(c->transport));
 	json_object_set_new(o, "peer", json_string(c->peer));
+	if (c->uid >= 0) {
+		SET_U(o, "uid", (uint64_t)c->uid);
+		SET_U(o, "pid", (uint64_t)c->pid);
+	}
 	SET_U(o, "age_ms", c->age_ms);
 	if (c->detached_ms >= 0)
 		SET_U(o, "detached_ms", (uint64_t)c->detached_ms);

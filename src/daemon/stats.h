@@ -107,6 +107,11 @@ typedef const char *(*stats_name_fn)(const struct lt_owner *o,
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
 	    uint64_t now_ms, const char *version, const char *backend);
+/* The same with only the keys keep() accepts in hot_keys (NULL: all). */
+typedef bool (*stats_key_fn)(void *arg, const char *key, size_t len);
+char	*stats_to_json_keys(const struct stats *st,
+	    const struct locktable *lt, uint64_t now_ms, const char *version,
+	    const char *backend, stats_key_fn keep, void *arg);
 char	*stats_info_json(const struct locktable *lt, const char *key,
 	    size_t keylen, uint64_t now_ms, stats_name_fn name, size_t max);
 
@@ -121,6 +126,8 @@ char	*stats_resume_json(const struct locktable *lt,
 struct stats_client {
 	uint64_t		 id;
 	const char		*name;		/* NULL: none */
+	const char		*user;		/* NULL: none */
+	int64_t			 uid, pid;	/* a unix peer's; -1 */
 	const char		*transport;	/* "tcp", "unix", "tls" */
 	const char		*peer;
 	uint64_t		 age_ms;

@@ -14,6 +14,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "tls.h"
 #include "util.h"
@@ -50,12 +51,16 @@
 	X(SSL_CTX_use_certificate_chain_file) X(SSL_free)		\
 	X(SSL_get_error) X(SSL_new) X(SSL_pending) X(SSL_read)		\
 	X(SSL_set_accept_state) X(SSL_set_fd) X(SSL_shutdown)		\
-	X(SSL_write) X(TLS_server_method)
+	X(SSL_write) X(TLS_server_method) X(SSL_get_verify_result)	\
+	X(X509_free) X(X509_get_subject_name) X(X509_NAME_get_text_by_NID)
 
 static struct {
 #define TLS_FIELD(f) __typeof__(&f) f;
 	TLS_FUNCS(TLS_FIELD)
 #undef TLS_FIELD
+	/* SSL_get1_peer_certificate (3.0), or SSL_get_peer_certificate
+	 * (1.1, a macro of the other in 3.0): a reference to release. */
+	X509	*(*peer_cert)(const SSL *);
 } tls_fn;
 static void	*tls_lib;
 
@@ -81,6 +86,14 @@ tls_load(char *err, size_t errlen)
 	memcpy(&tls_fn.f, &sym, sizeof(sym));
 	TLS_FUNCS(TLS_SYM)
 #undef TLS_SYM
+	if ((sym = dlsym(lib, "SSL_get1_peer_certificate")) == NULL &&
+	    (sym = dlsym(lib, "SSL_get_peer_certificate")) == NULL) {
+		snprintf(err, errlen, "TLS: %s has no SSL_get1_peer_"
+		    "certificate", TLS_LIBSSL);
+		dlclose(lib);
+		return false;
+	}
+	memcpy(&tls_fn.peer_cert, &sym, sizeof(sym));
 	tls_lib = lib;
 	return true;
 }
@@ -240,4 +253,21 @@ bool
 tls_pending(const struct tls_conn *t)
 {
 	return tls_fn.SSL_pending(t->ssl) > 0;
+}
+
+bool
+tls_peer_cn(const struct tls_conn *t, char *buf, size_t len)
+{
+	X509	*cert;
+	int	 n;
+
+	if (len < 2 || (cert = tls_fn.peer_cert(t->ssl)) == NULL)
+		return false;
+	n = tls_fn.SSL_get_verify_result(t->ssl) != X509_V_OK ? -1 :
+	    tls_fn.X509_NAME_get_text_by_NID(tls_fn.X509_get_subject_name(
+	    cert), NID_commonName, buf, (int)(len > INT32_MAX ? INT32_MAX :
+	    len));
+	tls_fn.X509_free(cert);
+	/* Not there, cut short, or with a NUL inside: no name. */
+	return n > 0 && (size_t)n < len - 1 && strlen(buf) == (size_t)n;
 }

@@ -38,5 +38,8 @@ ssize_t		 tls_write(struct tls_conn *t, const void *buf, size_t len,
 		    bool *want_read);
 /* Decrypted bytes are waiting inside OpenSSL (no socket event will say so). */
 bool		 tls_pending(const struct tls_conn *t);
+/* The common name of the peer's certificate, verified against
+ * tls-client-ca, into buf; false if there is none (or it does not fit). */
+bool		 tls_peer_cn(const struct tls_conn *t, char *buf, size_t len);
 
 #endif /* TLS_H */

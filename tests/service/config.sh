@@ -10,10 +10,12 @@ run_keylockd --check-config --config "$CONF" >"$TMP/out" 2>&1
 expect_status 0 $? "--check-config on etc/keylockd.conf"
 expect_grep "configuration .*keylockd.conf is valid" "$TMP/out" "the verdict"
 # Uncommented, every default line must be valid too (unix-group, the
-# auth-file and the TLS files name things that need not exist here, and
-# --check-config checks that they do, as the start does).
+# auth-file, a user's secret file and the TLS files name things that need
+# not exist here, and --check-config checks that they do, as the start
+# does).
 sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' \
     -e '/^auth-file /d' -e '/^admin-auth-file /d' -e '/^tls-cert /d' \
+    -e '/^user /d' \
     -e '/^tls-key /d' \
     -e '/^tls-client-ca /d' "$CONF" >"$TMP/uncommented.conf"
 run_keylockd --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1

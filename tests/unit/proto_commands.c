@@ -128,10 +128,12 @@ static const struct parse_case command_cases[] = {
 	    CMD_NAME, 0, "NAME takes only one label" },
 	{ "auth_without_secret_is_syntax", L("AUTH"), KL_ERR_SYNTAX, CMD_AUTH,
 	    0, "AUTH needs a secret" },
-	{ "auth_with_two_secrets_is_syntax", L("AUTH a b"), KL_ERR_SYNTAX,
-	    CMD_AUTH, 0, "AUTH takes only one secret" },
-	{ "auth_takes_no_options", L("AUTH s timeout=5"), KL_ERR_SYNTAX,
-	    CMD_AUTH, 0, "AUTH takes only one secret" },
+	{ "auth_with_user_and_secret_is_ok", L("AUTH alice s3cret"), KL_OK,
+	    CMD_AUTH, 2, NULL },
+	{ "auth_with_three_words_is_syntax", L("AUTH a b c"), KL_ERR_SYNTAX,
+	    CMD_AUTH, 0, "AUTH takes at most 2 arguments" },
+	{ "auth_takes_no_options_its_secret_is_raw", L("AUTH s timeout=5"),
+	    KL_OK, CMD_AUTH, 2, NULL },
 };
 
 START_TEST(command_table)
@@ -300,7 +302,8 @@ START_TEST(err_word_names_every_code)
 	static const char *const words[KL_ERR__COUNT] = {
 		NULL, "SYNTAX", "BADKEY", "TOOLONG", "TIMEOUT", "LOCKED",
 		"BUSY", "DEADLOCK", "HELD", "NOTHELD", "CONFLICT", "LIMIT",
-		"AUTH", "SHUTDOWN", "CANCELLED", "BACKEND", "GONE", "SESSION"
+		"AUTH", "SHUTDOWN", "CANCELLED", "BACKEND", "GONE", "SESSION",
+		"NOPERM"
 	};
 
 	ck_assert_ptr_null(proto_err_word(KL_OK));
