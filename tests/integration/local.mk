@@ -31,7 +31,8 @@ PROTOCOL_TESTS = \
 	tests/integration/protocol_errors_test \
 	tests/integration/protocol_waits_test \
 	tests/integration/protocol_server_test \
-	tests/integration/protocol_sessions_test
+	tests/integration/protocol_sessions_test \
+	tests/integration/protocol_access_test
 PROTOCOL_UTIL = \
 	tests/integration/protocol_util.c \
 	tests/integration/protocol_util.h
@@ -48,6 +49,11 @@ tests_integration_protocol_sessions_test_SOURCES = \
 	tests/integration/protocol_sessions_test.c $(PROTOCOL_UTIL)
 tests_integration_protocol_sessions_test_CFLAGS = $(KLTEST_CFLAGS)
 tests_integration_protocol_sessions_test_LDADD = $(KLTEST_LDADD)
+
+tests_integration_protocol_access_test_SOURCES = \
+	tests/integration/protocol_access_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_access_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_access_test_LDADD = $(KLTEST_LDADD)
 
 tests_integration_protocol_framing_test_SOURCES = \
 	tests/integration/protocol_framing_test.c $(PROTOCOL_UTIL)

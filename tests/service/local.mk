@@ -16,6 +16,7 @@ SERVICE_TESTS = \
 	tests/service/notify.sh \
 	tests/service/reload.sh \
 	tests/service/auth.sh \
+	tests/service/users.sh \
 	tests/service/tls.sh \
 	tests/service/metrics.sh \
 	tests/service/status_page.sh \
