@@ -772,9 +772,13 @@ class Core:
     async def _checkout(self, loop: asyncio.AbstractEventLoop) -> Conn:
         while self.pool:
             conn = self.pool.pop()
-            if not conn.closed and not conn.suspended:
-                conn.in_use = True
-                return conn
+            if conn.closed:
+                continue
+            if conn.suspended:
+                conn.retire = True      # out of the pool: QUIT once resumed
+                continue
+            conn.in_use = True
+            return conn
         conn = await self._connect(loop)
         conn.in_use = True
         return conn
@@ -1145,12 +1149,23 @@ class Core:
         return sum(1 for c in self.conns if c.suspended)
 
     async def aclose(self) -> None:
-        """Closes every connection; locks still held are lost."""
+        """Closes every connection; locks still held are lost. A
+        connection whose session is being resumed is closed once the
+        resume has settled (at most ``cancel_timeout``, and never past
+        the session's window): what it still has to send (an UNLOCK of a
+        block left while it was down, the release of a grant that came
+        meanwhile) goes out before the QUIT, so nothing is left to the
+        session's expiry."""
         if self.generation != _fork.generation or self.loop is None:
             return
         if self.loop is not asyncio.get_running_loop():
             self._enter()
             return
+        resuming = [c._resumer for c in self.conns
+                    if c.suspended and c._resumer is not None and
+                    not c._resumer.done()]
+        if resuming:
+            await asyncio.wait(resuming, timeout=self.cancel_timeout)
         for conn in list(self.conns):
             conn.close()
         self.pool.clear()
