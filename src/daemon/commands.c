@@ -30,6 +30,7 @@
 #define CMD_KEYS	0x02	/* arguments are keys: max-keys applies */
 #define CMD_ADMIN	0x04	/* the operator's: unix socket or admin AUTH */
 #define CMD_PERM	0x08	/* its keys must be the user's (NOPERM) */
+#define CMD_CONN	0x10	/* the connection's: channel 0 only */
 
 #define BLOCKER_MAX	(KL_KEY_MAX + KL_NAME_MAX + 160)
 
@@ -304,9 +305,14 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 	if (b->holder != NULL) {
 		const char	*name = owner_name(b->holder);
 
+		char		 ch[16] = "";
+
+		if (owner_channel(b->holder) != 0)
+			snprintf(ch, sizeof(ch), "/%" PRIu32,
+			    owner_channel(b->holder));
 		n = snprintf(buf, len, "%.*s held by client %" PRIu64 "%s%s%s"
-		    " for %" PRIu64 " ms", (int)b->keylen, b->key,
-		    locktable_owner_id(b->holder), name != NULL ? " (" : "",
+		    "%s for %" PRIu64 " ms", (int)b->keylen, b->key,
+		    locktable_owner_id(b->holder), ch, name != NULL ? " (" : "",
 		    name != NULL ? name : "", name != NULL ? ")" : "",
 		    b->held_ms);
 		if (owner_in_lock_delay(b->holder) && n > 0 &&
@@ -327,6 +333,13 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 	return buf;
 }
 
+/* Who owns c's locks, in a refusal's text. */
+static const char *
+cmd_who(const struct conn *c)
+{
+	return conn_channel(c) != 0 ? "channel" : "connection";
+}
+
 /* A refused or ended LOCK, UNLOCK or REFRESH: its ERR line. */
 static void
 cmd_reply_refusal(struct commands *cmds, struct conn *c,
@@ -337,16 +350,17 @@ cmd_reply_refusal(struct commands *cmds, struct conn *c,
 
 	switch (r->err) {
 	case KL_ERR_LIMIT:
-		conn_reply_err(c, r->err, "this connection would hold more "
-		    "than %" PRId64 " locks (max-locks)", cmds->cfg->max_locks);
+		conn_reply_err(c, r->err, "this %s would hold more than %"
+		    PRId64 " locks (max-locks)", cmd_who(c),
+		    cmds->cfg->max_locks);
 		break;
 	case KL_ERR_HELD:
-		conn_reply_err(c, r->err, "this connection already holds %.*s",
-		    (int)why->keylen, why->key);
+		conn_reply_err(c, r->err, "this %s already holds %.*s",
+		    cmd_who(c), (int)why->keylen, why->key);
 		break;
 	case KL_ERR_NOTHELD:
-		conn_reply_err(c, r->err, "%.*s is not held by this "
-		    "connection", (int)why->keylen, why->key);
+		conn_reply_err(c, r->err, "%.*s is not held by this %s",
+		    (int)why->keylen, why->key, cmd_who(c));
 		break;
 	case KL_ERR_CONFLICT:
 		conn_reply_err(c, r->err, "%.*s is in use with limit=%" PRIu32
@@ -675,6 +689,7 @@ cmd_clients_add(void *arg, struct conn *c)
 	sc.peer = conn_peer(c);
 	sc.age_ms = cl->now - conn_since_ms(c);
 	sc.detached_ms = -1;
+	sc.channels = conn_nchannels(c);
 	sc.owner = conn_owner(c);
 	stats_clients_add(cl->list, &sc, cl->now);
 	return true;
@@ -697,6 +712,7 @@ cmd_clients_add_detached(void *arg, const struct session *s,
 	sc.peer = peer;
 	sc.age_ms = cl->now - session_since_ms(s);
 	sc.detached_ms = (int64_t)detached_ms;
+	sc.channels = (uint32_t)session_nchannels(s);
 	sc.owner = owner;
 	stats_clients_add(cl->list, &sc, cl->now);
 	return true;
@@ -836,19 +852,46 @@ cmd_session_is_mine(struct conn *c, const struct session *s)
 	    strcmp(mine, its) == 0;
 }
 
+/* The owners of c's channels besides 0, for RESUME's reply. */
+struct cmd_chans {
+	const struct lt_owner	**list;
+	size_t			  n;
+};
+
+static bool
+cmd_chans_add(void *arg, struct conn *ch)
+{
+	struct cmd_chans	*cc = arg;
+
+	if (conn_channel(ch) != 0)
+		cc->list[cc->n++] = conn_owner(ch);
+	return true;
+}
+
+static int
+cmd_chans_cmp(const void *a, const void *b)
+{
+	uint32_t	x = owner_channel(*(const struct lt_owner *const *)a);
+	uint32_t	y = owner_channel(*(const struct lt_owner *const *)b);
+
+	return x < y ? -1 : x > y;
+}
+
 static void
 cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	struct lt_owner	*o = conn_owner(c);
-	struct session	*s;
-	bool		 waiting;
+	struct lt_owner		*o = conn_owner(c);
+	struct session		*s;
+	struct cmd_chans	 cc;
+	bool			 waiting;
+	char			*json;
 
 	if (!cmd_sessions_available(cmds, c))
 		return;
 	if (conn_session(c) != NULL || locktable_owner_nholds(o) > 0 ||
-	    locktable_owner_is_waiting(o)) {
+	    locktable_owner_is_waiting(o) || conn_nchannels(c) > 0) {
 		conn_reply_err(c, KL_ERR_SESSION, "RESUME needs a connection "
-		    "without a session, locks or a wait");
+		    "without a session, locks, waits or channels in use");
 		return;
 	}
 	/* Another user's session is as unknown as one that never was
@@ -860,10 +903,20 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	o = conn_take_session(c, s, &waiting);
-	cmd_json_reply(c, stats_resume_json(backend_table(cmds->be), o,
-	    req->args[0], req->arglens[0], session_grace(s), kl_now_ms()));
-	if (waiting)
-		conn_resume_wait(c);
+	cc.n = 0;
+	if ((cc.list = kl_calloc(conn_nchannels(c) + 1,
+	    sizeof(*cc.list))) == NULL) {
+		conn_close_nomem(c, "RESUME");
+		return;
+	}
+	conn_channels_walk(c, cmd_chans_add, &cc);
+	if (cc.n > 1)
+		qsort(cc.list, cc.n, sizeof(*cc.list), cmd_chans_cmp);
+	json = stats_resume_json(backend_table(cmds->be), o, req->args[0],
+	    req->arglens[0], session_grace(s), kl_now_ms(), cc.list, cc.n);
+	kl_free(cc.list);
+	cmd_json_reply(c, json);
+	conn_resume_wait(c);
 }
 
 static void
@@ -898,18 +951,18 @@ cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 }
 
 static const struct cmd_entry cmd_table[CMD__COUNT] = {
-	[CMD_AUTH]	= { CMD_NO_AUTH },
+	[CMD_AUTH]	= { CMD_NO_AUTH | CMD_CONN },
 	[CMD_CANCEL]	= { 0 },
-	[CMD_CLIENTS]	= { CMD_ADMIN },
+	[CMD_CLIENTS]	= { CMD_ADMIN | CMD_CONN },
 	[CMD_INFO]	= { CMD_PERM },
-	[CMD_KILL]	= { CMD_ADMIN },
+	[CMD_KILL]	= { CMD_ADMIN | CMD_CONN },
 	[CMD_LOCK]	= { CMD_KEYS | CMD_PERM },
-	[CMD_NAME]	= { 0 },
+	[CMD_NAME]	= { CMD_CONN },
 	[CMD_PING]	= { CMD_NO_AUTH },
-	[CMD_QUIT]	= { CMD_NO_AUTH },
+	[CMD_QUIT]	= { CMD_NO_AUTH | CMD_CONN },
 	[CMD_REFRESH]	= { CMD_KEYS | CMD_PERM },
-	[CMD_RESUME]	= { 0 },
-	[CMD_SESSION]	= { 0 },
+	[CMD_RESUME]	= { CMD_CONN },
+	[CMD_SESSION]	= { CMD_CONN },
 	[CMD_STATS]	= { 0 },
 	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM },
@@ -922,7 +975,11 @@ static void __attribute__((noinline))
 cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
     unsigned flag)
 {
-	if (flag == CMD_NO_AUTH && conn_user(c) == users_revoked)
+	if (flag == CMD_CONN)
+		conn_reply_err(c, KL_ERR_SYNTAX, "%s belongs to the "
+		    "connection: send it on channel 0, without @",
+		    proto_cmd_name(req->cmd));
+	else if (flag == CMD_NO_AUTH && conn_user(c) == users_revoked)
 		conn_reply_err(c, KL_ERR_AUTH, "authentication required: "
 		    "this connection's user or secret changed or is gone");
 	else if (flag == CMD_NO_AUTH)
@@ -1059,7 +1116,9 @@ commands_execute(struct commands *cmds, struct conn *c,
 {
 	const struct cmd_entry	*e = &cmd_table[req->cmd];
 
-	if (!(e->flags & CMD_NO_AUTH) && cmds->need_auth &&
+	if ((e->flags & CMD_CONN) && conn_channel(c) != 0)
+		cmd_refuse(cmds, c, req, CMD_CONN);
+	else if (!(e->flags & CMD_NO_AUTH) && cmds->need_auth &&
 	    !conn_is_authed(c) && !cmd_auth_by_cert(cmds, c))
 		cmd_refuse(cmds, c, req, CMD_NO_AUTH);
 	else if ((e->flags & CMD_ADMIN) && !cmd_is_operator(cmds, c))

@@ -82,7 +82,9 @@ static const struct setting settings[] = {
 	{ "max-keys", "N", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,
 	    "keys per request", true },
 	{ "max-locks", "N", SET_INT, OFF(max_locks), 1, 100000000,
-	    "keys held per connection", true },
+	    "keys held per connection (per channel)", true },
+	{ "max-channels", "N", SET_INT, OFF(max_channels), 0, 4294967295LL,
+	    "channels one connection may have in use besides channel 0", true },
 	{ "max-line", "BYTES", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
 	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
 	{ "max-output", "BYTES", SET_INT, OFF(max_output), 4096, 1073741824,
@@ -192,6 +194,7 @@ config_defaults(struct config *cfg)
 	cfg->auth_timeout = KL_AUTH_TIMEOUT_DEFAULT;
 	cfg->max_keys = KL_MAX_KEYS_DEFAULT;
 	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
+	cfg->max_channels = KL_MAX_CHANNELS_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;
 	cfg->max_output = KL_MAX_OUTPUT_DEFAULT;
 	cfg->default_timeout = KL_NONE;

@@ -47,6 +47,7 @@ struct config {
 	int64_t		 auth_timeout;		/* ms; 0: none */
 	int64_t		 max_keys;	/* keys per request */
 	int64_t		 max_locks;	/* keys held per connection */
+	int64_t		 max_channels;	/* in use per connection, besides 0 */
 	int64_t		 max_line;
 	int64_t		 max_output;
 	int64_t		 default_timeout;	/* ms or KL_NONE */

@@ -91,8 +91,17 @@ struct conns {
 	struct request		 req;		/* the one being parsed */
 };
 
+/*
+ * A connection, or one of its channels (keylockd-protocol(7), CHANNELS).
+ * A channel is a struct conn too, whose root is its connection: the lock
+ * owner, the request order, the open request, its deadline and the
+ * CANCEL read ahead are per channel, the rest (socket, input, output,
+ * auth, name, session) is the root's, and every accessor asks the root.
+ * Channel 0 is the root itself.
+ */
 struct conn {
 	struct owner_head	 h;		/* first: conn_owner() reads it */
+	struct conn		*root;		/* the connection: c itself */
 	struct session		*sess;		/* attached session, or NULL */
 	uint64_t		 deadline_ms;	/* the open LOCK's; 0: none */
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
@@ -103,20 +112,29 @@ struct conn {
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
 	struct event		*timer;		/* the open request's deadline */
-	char			*ibuf;		/* unhandled input */
+	char			*ibuf;		/* input not yet framed */
 	size_t			 ilen, icap;
+	/* The channel's lines queued behind its open request, each with its
+	 * LF; an empty one stands for a line over max-line. */
+	char			*q;
+	size_t			 qlen, qcap;
 	char			*obuf;		/* unsent replies */
 	size_t			 ooff, olen, ocap;
 	size_t			 produced;	/* reply bytes this turn */
 	char			*name;
 	struct tls_conn		*tls;		/* NULL: plain */
 	const char		*eof;		/* why input ended, or NULL */
+	/* The root's channels in use, by number: chained buckets. */
+	struct conn		**chans;
+	struct conn		*chnext;	/* a channel's bucket chain */
+	uint32_t		 nchans, nbuckets;
+	size_t			 nqueued;	/* root: bytes its channels queue */
 	uint64_t		 id;
 	uint64_t		 since_ms;
 	int			 fd;
 	enum conn_state		 state;
 	enum conn_transport	 transport;
-	/* CANCEL read ahead (keylockd-protocol(7), CANCEL): ibuf is scanned
+	/* CANCEL read ahead (keylockd-protocol(7), CANCEL): q is scanned
 	 * from cancel_scan; cancel_bits holds, oldest in bit 0, whether each
 	 * of the ncancels CANCEL lines found but not yet answered withdrew
 	 * its LOCK; cancel_asked: one was found for the waiting LOCK. */
@@ -124,11 +142,13 @@ struct conn {
 	uint64_t		 cancel_bits;
 	unsigned		 ncancels;
 	bool			 cancel_asked;
-	bool			 cancel_skip;	/* scan inside an overlong line */
 	bool			 pending_lock;	/* the open request is a LOCK */
+	bool			 resume_wait;	/* RESUME: its LOCK still waits */
 	bool			 quit_after;	/* QUIT waits for its release */
 	bool			 discarding;	/* inside an overlong line */
+	uint32_t		 discard_chan;	/* and the channel it names */
 	bool			 queued;	/* on cs->runq */
+	bool			 deferred;	/* on cs->deferred */
 	bool			 read_paused;	/* ibuf full: watch for close */
 	bool			 tls_read_wants_write;
 	bool			 wev_armed;	/* wev is added */
@@ -138,6 +158,8 @@ struct conn {
 	bool			 has_cred;	/* a unix peer: uid and pid */
 	const struct user	*user;		/* who AUTH made it (users.h) */
 	int64_t			 uid, pid;	/* SO_PEERCRED's */
+	uint8_t			 plen;		/* of prefix */
+	char			 prefix[16];	/* "@N " before each reply */
 	char			 peer[64];
 };
 
@@ -162,6 +184,12 @@ static bool	conns_release_closed(struct conns *cs);
 
 static void	conns_admit_cb(evutil_socket_t, short, void *);
 static void	conns_arm_admit(struct conns *);
+static void	conn_undefer(struct conn *);
+static void	conn_chans_close(struct conn *);
+static void	conn_pause_reading(struct conn *, bool);
+static bool	conn_chan_keep(struct conn *, struct session *);
+static void	conn_scan_cancel(struct conn *);
+static size_t	conn_input_cap(const struct conn *);
 
 static void
 conns_resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -169,8 +197,13 @@ conns_resume_cb(evutil_socket_t fd, short what, void *arg)
 	struct conns	*cs = arg;
 	struct conn	*c;
 
-	while ((c = TAILQ_FIRST(&cs->deferred)) != NULL)
-		conn_set_state(c, CONN_READY);	/* leaves cs->deferred */
+	while ((c = TAILQ_FIRST(&cs->deferred)) != NULL) {
+		conn_undefer(c);
+		if (c->state == CONN_DEFERRED)
+			conn_set_state(c, CONN_READY);
+		else
+			conn_schedule(c);	/* framing, past a pending LOCK */
+	}
 	conns_end_turn(cs);
 }
 
@@ -217,6 +250,7 @@ conns_free_dead(struct conns *cs)
 	conns_release_closed(cs);
 	while ((c = TAILQ_FIRST(&cs->dead)) != NULL) {
 		TAILQ_REMOVE(&cs->dead, c, qentry);
+		kl_free(c->q);
 		kl_free(c->ibuf);
 		kl_free(c->obuf);
 		kl_free(c->name);
@@ -244,10 +278,15 @@ conns_release_closed(struct conns *cs)
 		return false;	/* most turns */
 	now = kl_now_ms();
 	TAILQ_FOREACH(c, &cs->dead, qentry) {
+		struct session	*s = c->root->sess;
+
 		if (c->sess != NULL && cs->closing)
 			session_end(c->sess, "the server is stopping");
 		if (c->h.owner == NULL)
 			continue;
+		if (c != c->root && s != NULL && !cs->closing &&
+		    conn_chan_keep(c, s))
+			continue;	/* its connection comes later */
 		if (c->sess != NULL) {
 			session_detach(c->sess, c->h.owner, c->name, c->peer,
 			    locktable_owner_is_waiting(c->h.owner) ?
@@ -288,9 +327,16 @@ conns_close_all(struct conns *cs, const char *reason)
 	 * SEMANTICS: SHUTDOWN means the request was not granted). */
 	cs->be->ops->freeze(cs->be);
 	cs->closing = true;
-	TAILQ_FOREACH(c, &cs->all, entry)
+	TAILQ_FOREACH(c, &cs->all, entry) {
 		if (c->state == CONN_PENDING && c->pending_lock)
 			commands_shutdown_wait(cs->cmds, c);
+		for (uint32_t i = 0; i < c->nbuckets; i++)
+			for (struct conn *ch = c->chans[i]; ch != NULL;
+			    ch = ch->chnext)
+				if (ch->state == CONN_PENDING &&
+				    ch->pending_lock)
+					commands_shutdown_wait(cs->cmds, ch);
+	}
 	while ((c = TAILQ_FIRST(&cs->all)) != NULL) {
 		conn_flush(c);
 		conn_close(c, reason);
@@ -345,11 +391,11 @@ conn_set_state(struct conn *c, enum conn_state state)
 
 	if (c->state == state || c->state == CONN_CLOSED)
 		return;
-	if (c->state == CONN_DEFERRED)
-		TAILQ_REMOVE(&cs->deferred, c, dentry);
+	conn_undefer(c);
 	c->state = state;
 	switch (state) {
 	case CONN_DEFERRED:
+		c->deferred = true;
 		TAILQ_INSERT_TAIL(&cs->deferred, c, dentry);
 		evtimer_add(cs->resume, &now);
 		break;
@@ -361,12 +407,37 @@ conn_set_state(struct conn *c, enum conn_state state)
 		if (c->queued)
 			TAILQ_REMOVE(&cs->runq, c, qentry);
 		c->queued = false;
-		TAILQ_REMOVE(&cs->all, c, entry);
+		if (c == c->root)
+			TAILQ_REMOVE(&cs->all, c, entry);
 		TAILQ_INSERT_TAIL(&cs->dead, c, qentry);
 		break;
 	case CONN_PENDING:
 		break;
 	}
+}
+
+/* Off cs->deferred: its turn came, or it changes state or closes. */
+static void
+conn_undefer(struct conn *c)
+{
+	if (!c->deferred)
+		return;
+	TAILQ_REMOVE(&c->cs->deferred, c, dentry);
+	c->deferred = false;
+}
+
+/* The root, pending, used its share of a turn framing lines for its
+ * channels: the rest waits for the next turn. */
+static void
+conn_defer_framing(struct conn *c)
+{
+	static const struct timeval	now = { 0, 0 };
+
+	if (c->deferred)
+		return;
+	c->deferred = true;
+	TAILQ_INSERT_TAIL(&c->cs->deferred, c, dentry);
+	evtimer_add(c->cs->resume, &now);
 }
 
 static void
@@ -405,6 +476,7 @@ conn_new(struct conns *cs, int fd, const char *peer,
 	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->cs = cs;
+	c->root = c;
 	c->fd = fd;
 	c->id = ++cs->next_id;
 	c->since_ms = kl_now_ms();
@@ -443,10 +515,12 @@ conn_close(struct conn *c, const char *reason)
 {
 	struct conns	*cs = c->cs;
 
+	c = c->root;
 	if (c->state == CONN_CLOSED)
 		return;
 	log_debug("client %" PRIu64 " (%s): closed: %s", c->id,
 	    c->name != NULL ? c->name : "-", reason);
+	conn_chans_close(c);	/* before c: see conns_release_closed() */
 	conn_admit(c);	/* leaves cs->unadmitted */
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
@@ -467,6 +541,7 @@ conn_close_nomem(struct conn *c, const char *what)
 	struct conns	*cs = c->cs;
 	uint64_t	 now = kl_now_ms();
 
+	c = c->root;
 	if (c->state == CONN_CLOSED)
 		return;
 	cs->st->nomem_closes++;
@@ -597,25 +672,39 @@ conn_reserve(struct conn *c, size_t n)
 
 /*
  * Every reply is written in place through these two: conn_room() gives
- * room for n bytes at the end of the output (inline while the buffer has
- * it, else conn_reserve()), or NULL if c is closed or was closed for it;
- * conn_appended() counts the n bytes written there for the turn and
- * flushes them later.
+ * room for n bytes at the end of the output of c's connection (inline
+ * while the buffer has it, else conn_reserve()), after c's channel
+ * prefix, or NULL if c is closed or was closed for it; conn_appended()
+ * counts the n bytes written there for the turn and flushes them later.
  */
 static inline __attribute__((always_inline)) char *
 conn_room(struct conn *c, size_t n)
 {
-	if (c->olen + n <= c->ocap && c->state != CONN_CLOSED)
-		return c->obuf + c->olen;
-	return conn_reserve(c, n) ? c->obuf + c->olen : NULL;
+	struct conn	*r = c->root;
+	char		*p;
+
+	n += c->plen;
+	if (r->olen + n <= r->ocap && r->state != CONN_CLOSED)
+		p = r->obuf + r->olen;
+	else if (conn_reserve(r, n))
+		p = r->obuf + r->olen;
+	else
+		return NULL;
+	if (c->plen > 0) {
+		memcpy(p, c->prefix, c->plen);
+		p += c->plen;
+	}
+	return p;
 }
 
 static inline __attribute__((always_inline)) void
 conn_appended(struct conn *c, size_t n)
 {
-	c->olen += n;
-	c->produced += n;
-	conn_schedule(c);
+	struct conn	*r = c->root;
+
+	r->olen += n + c->plen;
+	r->produced += n + c->plen;
+	conn_schedule(r);
 }
 
 /* "HEAD TEXT\n", or "HEAD\n" for an empty text. */
@@ -687,7 +776,8 @@ conn_reply_u64(struct conn *c, uint64_t v)
 		conn_appended(c, 5);
 		return;
 	}
-	if (c->ocap - c->olen >= KL_U64_OK_ROOM && c->state != CONN_CLOSED) {
+	if (c->plen == 0 && c->ocap - c->olen >= KL_U64_OK_ROOM &&
+	    c->state != CONN_CLOSED) {
 		conn_appended(c, kl_u64_put_ok(c->obuf + c->olen, v));
 		return;
 	}
@@ -713,62 +803,364 @@ conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 
 /* ---- input ---- */
 
-/* Handles one line (LF and one CR stripped). */
+/* Executes one request line of c's channel (its LF, and a CR, gone). */
 static void
-conn_handle_line(struct conn *c, const char *line, size_t len)
+conn_exec(struct conn *c, const char *line, size_t len)
 {
-	struct request	*req = &c->cs->req;
+	struct conns	*cs = c->cs;
+	struct request	*req = &cs->req;
 	enum kl_err	 err;
 
 	err = proto_parse(line, len, req);
 	if (err == KL_OK && req->cmd == CMD_NONE)
 		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
-	c->cs->st->requests++;
-	if (!c->admitted && !commands_need_auth(c->cs->cmds))
-		conn_admit(c);	/* a complete line, with no secret set */
+	cs->st->requests++;
+	if (!c->root->admitted && !commands_need_auth(cs->cmds))
+		conn_admit(c->root);	/* a complete line, no secret set */
 	if (err != KL_OK)
 		conn_reply_err(c, err, "%s", req->why);
 	else
-		commands_execute(c->cs->cmds, c, req);
+		commands_execute(cs->cmds, c, req);
+}
+
+static void
+conn_reply_toolong(struct conn *c)
+{
+	conn_reply_err(c, KL_ERR_TOOLONG, "request line over %" PRId64
+	    " bytes", c->cs->cfg->max_line);
+}
+
+/* ---- channels (keylockd-protocol(7), CHANNELS) ---- */
+
+static size_t
+conn_chan_bucket(const struct conn *r, uint32_t n)
+{
+	return (size_t)((n * 2654435761u) & (r->nbuckets - 1));
+}
+
+static struct conn *
+conn_chan_find(const struct conn *r, uint32_t n)
+{
+	struct conn	*ch;
+
+	if (r->nchans == 0)
+		return NULL;
+	for (ch = r->chans[conn_chan_bucket(r, n)]; ch != NULL;
+	    ch = ch->chnext)
+		if (ch->h.chan == n)
+			return ch;
+	return NULL;
+}
+
+/* Room in r's buckets for one more channel: they double past one per
+ * bucket. */
+static bool
+conn_chans_grow(struct conn *r)
+{
+	struct conn	**nb, *ch, *next;
+	uint32_t	  n, i;
+
+	if (r->nchans < r->nbuckets)
+		return true;
+	n = r->nbuckets == 0 ? 4 : r->nbuckets * 2;
+	if ((nb = kl_calloc(n, sizeof(*nb))) == NULL)
+		return false;
+	for (i = 0; i < r->nbuckets; i++)
+		for (ch = r->chans[i]; ch != NULL; ch = next) {
+			size_t	b = (size_t)((ch->h.chan * 2654435761u) &
+			    (n - 1));
+
+			next = ch->chnext;
+			ch->chnext = nb[b];
+			nb[b] = ch;
+		}
+	kl_free(r->chans);
+	r->chans = nb;
+	r->nbuckets = n;
+	return true;
+}
+
+/* Channel n of r, with owner o, or a new owner if o is NULL; NULL on no
+ * memory. */
+static struct conn *
+conn_chan_new(struct conn *r, uint32_t n, struct lt_owner *o)
+{
+	struct conns	*cs = r->cs;
+	struct conn	*ch;
+	size_t		 b;
+
+	if (!conn_chans_grow(r) || (ch = kl_calloc(1, sizeof(*ch))) == NULL)
+		return NULL;
+	if (o == NULL &&
+	    (o = cs->be->ops->owner_new(cs->be, r->id, ch)) == NULL) {
+		kl_free(ch);
+		return NULL;
+	}
+	locktable_owner_set_udata(o, ch);
+	ch->h.owner = o;
+	ch->h.chan = n;
+	ch->root = r;
+	ch->cs = cs;
+	ch->id = r->id;
+	ch->since_ms = r->since_ms;
+	ch->fd = -1;
+	ch->admitted = true;
+	ch->plen = (uint8_t)snprintf(ch->prefix, sizeof(ch->prefix),
+	    "@%" PRIu32 " ", n);
+	b = conn_chan_bucket(r, n);
+	ch->chnext = r->chans[b];
+	r->chans[b] = ch;
+	r->nchans++;
+	cs->st->channels++;
+	return ch;
+}
+
+static void
+conn_chan_unlink(struct conn *ch)
+{
+	struct conn	 *r = ch->root;
+	struct conn	**pp = &r->chans[conn_chan_bucket(r, ch->h.chan)];
+
+	while (*pp != ch)
+		pp = &(*pp)->chnext;
+	*pp = ch->chnext;
+	ch->chnext = NULL;
+	r->nchans--;
+	ch->cs->st->channels--;
+}
+
+/* A channel that holds, waits and queues nothing is forgotten
+ * (keylockd-protocol(7), CHANNELS: the table never leaks, nor do
+ * channels). Never called from a backend hook. */
+static void
+conn_chan_idle(struct conn *ch)
+{
+	struct conns	*cs = ch->cs;
+
+	if (ch == ch->root || ch->state != CONN_READY || ch->qlen > 0 ||
+	    ch->ncancels > 0 || locktable_owner_nholds(ch->h.owner) > 0 ||
+	    locktable_owner_is_waiting(ch->h.owner))
+		return;
+	conn_chan_unlink(ch);
+	if (ch->queued)
+		TAILQ_REMOVE(&cs->runq, ch, qentry);
+	conn_undefer(ch);
+	cs->be->ops->owner_free(cs->be, ch->h.owner, kl_now_ms());
+	if (ch->timer != NULL)
+		event_free(ch->timer);
+	kl_free(ch->q);
+	kl_free(ch);
+}
+
+/* r closes: so do its channels, first; their owners leave with r's. */
+static void
+conn_chans_close(struct conn *r)
+{
+	struct conn	*ch, *next;
+
+	for (uint32_t i = 0; i < r->nbuckets; i++)
+		for (ch = r->chans[i]; ch != NULL; ch = next) {
+			next = ch->chnext;
+			ch->chnext = NULL;
+			if (ch->timer != NULL)
+				event_free(ch->timer);
+			ch->timer = NULL;
+			conn_set_state(ch, CONN_CLOSED);
+			ch->cs->st->channels--;
+		}
+	kl_free(r->chans);
+	r->chans = NULL;
+	r->nchans = r->nbuckets = 0;
+}
+
+/* Appends a line (NULL: one over max-line) to c's queue; false if c's
+ * connection was closed for it. */
+static bool
+conn_enqueue(struct conn *c, const char *line, size_t len)
+{
+	struct conn	*r = c->root;
+	size_t		 cap;
+	char		*p;
+
+	if (line == NULL)
+		len = 0;
+	if (c->qlen + len + 1 > c->qcap) {
+		cap = c->qcap > 0 ? c->qcap : CONN_IBUF_MIN;
+		while (cap < c->qlen + len + 1)
+			cap *= 2;
+		if ((p = kl_realloc(c->q, cap)) == NULL) {
+			conn_close_nomem(c, "input");
+			return false;
+		}
+		c->q = p;
+		c->qcap = cap;
+	}
+	if (len > 0)
+		memcpy(c->q + c->qlen, line, len);
+	c->q[c->qlen + len] = '\n';
+	c->qlen += len + 1;
+	r->nqueued += len + 1;
+	if (c->state == CONN_PENDING)
+		conn_scan_cancel(c);
+	return true;
 }
 
 /*
- * Handles the complete lines in buf[0..len) while c is ready; returns the
- * bytes consumed. A line longer than max-line is dropped up to its LF and
- * answered ERR TOOLONG (HACKING.md, Framing with a bound).
+ * keylockd-protocol(7), CHANNELS: "@N " opens a line on channel N.
+ * Returns the channel's number, 0 with *rest the line for channel 0, or
+ * -1 after answering ERR SYNTAX on channel 0.
+ */
+static int64_t
+conn_line_channel(struct conn *r, const char *line, size_t len,
+    const char **rest, size_t *restlen, bool answer)
+{
+	size_t		 i = 0, j;
+	uint64_t	 n;
+
+	*rest = line;
+	*restlen = len;
+	while (i < len && (line[i] == ' ' || line[i] == '\t'))
+		i++;
+	if (i == len || line[i] != '@')
+		return 0;
+	for (j = i + 1; j < len && line[j] != ' ' && line[j] != '\t'; j++)
+		;
+	if (!kl_parse_u64(line + i + 1, j - i - 1, 1, UINT32_MAX, &n)) {
+		bool	echo = j - i <= 16;
+
+		/* The token is echoed only when short and printable. */
+		for (size_t k = i; echo && k < j; k++)
+			echo = line[k] > ' ' && line[k] < 0x7f;
+		if (answer)
+			conn_reply_err(r, KL_ERR_SYNTAX, "%.*s%sis not a "
+			    "channel: @1 to @%" PRIu32 ", then a blank",
+			    echo ? (int)(j - i) : 0, line + i, echo ? " " :
+			    "the @ word ", UINT32_MAX);
+		return -1;
+	}
+	*rest = line + j;
+	*restlen = len - j;
+	return (int64_t)n;
+}
+
+static bool
+conn_is_blank(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != ' ' && p[i] != '\t')
+			return false;
+	return true;
+}
+
+/* "@N ERR LIMIT": channel N is not in use and may not be. */
+static void
+conn_chan_limit(struct conn *r, uint32_t n)
+{
+	char	*p, text[160];
+	int	 k;
+
+	r->cs->st->errors++;
+	k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR LIMIT %" PRIu32
+	    " channels in use on this connection (max-channels)\n", n,
+	    r->nchans);
+	if ((p = conn_room(r, (size_t)k)) == NULL)
+		return;
+	memcpy(p, text, (size_t)k);
+	conn_appended(r, (size_t)k);
+}
+
+/*
+ * A framed line of the connection r (NULL: one over max-line, whose
+ * channel was chan): to its channel, served now if the channel is free,
+ * else queued behind its open request.
+ */
+static void
+conn_route(struct conn *r, const char *line, size_t len, uint32_t chan)
+{
+	const char	*rest = line;
+	size_t		 restlen = len;
+	int64_t		 n = chan;
+	struct conn	*ch = r;
+
+	if (line != NULL && (n = conn_line_channel(r, line, len, &rest,
+	    &restlen, true)) < 0)
+		return;
+	if (line != NULL && conn_is_blank(rest, restlen))
+		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
+	if (n != 0 && (ch = conn_chan_find(r, (uint32_t)n)) == NULL) {
+		if (r->nchans >= (uint64_t)r->cs->cfg->max_channels) {
+			conn_chan_limit(r, (uint32_t)n);
+			return;
+		}
+		if ((ch = conn_chan_new(r, (uint32_t)n, NULL)) == NULL) {
+			conn_close_nomem(r, "a channel");
+			return;
+		}
+	}
+	if (ch->state != CONN_READY || ch->qlen > 0) {
+		conn_enqueue(ch, line != NULL ? rest : NULL, restlen);
+		return;
+	}
+	if (line == NULL)
+		conn_reply_toolong(ch);
+	else
+		conn_exec(ch, rest, restlen);
+	conn_chan_idle(ch);
+}
+
+/*
+ * Frames the complete lines in buf[0..len) of the connection r and
+ * routes each to its channel; returns the bytes consumed. Framing goes
+ * on while channel 0 waits, so that other channels are served; it stops
+ * at r's share of a turn, or when r stops taking lines (QUIT, closed). A
+ * line longer than max-line is dropped up to its LF and answered ERR
+ * TOOLONG on its channel (HACKING.md, Framing with a bound).
  */
 static size_t
-conn_process(struct conn *c, char *buf, size_t len)
+conn_frame(struct conn *r, char *buf, size_t len)
 {
-	struct conns	*cs = c->cs;
+	struct conns	*cs = r->cs;
 	size_t		 max = (size_t)cs->cfg->max_line, off = 0, handled = 0;
+	const char	*rest;
+	size_t		 restlen;
 
-	c->produced = 0;
-	while (off < len && c->state == CONN_READY) {
+	r->produced = 0;
+	while (off < len && (r->state == CONN_READY ||
+	    r->state == CONN_PENDING)) {
 		char	*p = buf + off, *lf;
 		size_t	 avail = len - off, n;
 
 		/* One client's pipeline must not hold the loop: past its
 		 * share of a turn, the rest waits for the next one. */
 		if (handled == CONN_TURN_REQUESTS ||
-		    c->produced >= CONN_TURN_OUTPUT) {
-			conn_set_state(c, CONN_DEFERRED);
+		    r->produced >= CONN_TURN_OUTPUT) {
+			if (r->state == CONN_READY)
+				conn_set_state(r, CONN_DEFERRED);
+			else
+				conn_defer_framing(r);
 			break;
 		}
-		if (c->discarding) {
+		if (r->discarding) {
 			if ((lf = memchr(p, '\n', avail)) == NULL)
 				return len;
 			off += (size_t)(lf - p) + 1;
-			c->discarding = false;
-			conn_reply_err(c, KL_ERR_TOOLONG,
-			    "request line over %zu bytes", max);
+			r->discarding = false;
+			conn_route(r, NULL, 0, r->discard_chan);
+			handled++;
 			continue;
 		}
 		lf = memchr(p, '\n', avail < max ? avail : max);
 		if (lf == NULL) {
+			int64_t	ch;
+
 			if (avail < max)
 				break;
-			c->discarding = true;	/* no LF in max bytes */
+			/* No LF in max bytes: the line names its channel in
+			 * its first bytes, or is channel 0's. */
+			ch = conn_line_channel(r, p, max, &rest, &restlen,
+			    false);
+			r->discarding = true;
+			r->discard_chan = ch > 0 ? (uint32_t)ch : 0;
 			off += max;
 			continue;
 		}
@@ -776,13 +1168,61 @@ conn_process(struct conn *c, char *buf, size_t len)
 		off += n + 1;
 		if (n > 0 && p[n - 1] == '\r')
 			n--;
-		conn_handle_line(c, p, n);
+		if (r->state == CONN_READY && r->qlen == 0 && p[0] != '@' &&
+		    p[0] != ' ' && p[0] != '\t')
+			conn_exec(r, p, n);	/* the common case */
+		else
+			conn_route(r, p, n, 0);
 		handled++;
 	}
 	return off;
 }
 
-/* Keeps buf[0..len) as the unhandled input. */
+/*
+ * Serves the lines queued on c's channel while it is ready, up to its
+ * share of the turn; the rest stays queued. A line over max-line was
+ * queued as an empty one.
+ */
+static void
+conn_run_queue(struct conn *c)
+{
+	struct conn	*r = c->root;
+	size_t		 off = 0, handled = 0, base = r->produced;
+
+	while (off < c->qlen && c->state == CONN_READY) {
+		char	*p = c->q + off, *lf;
+		size_t	 n;
+
+		if (handled == CONN_TURN_REQUESTS ||
+		    r->produced - base >= CONN_TURN_OUTPUT) {
+			conn_set_state(c, CONN_DEFERRED);
+			break;
+		}
+		lf = memchr(p, '\n', c->qlen - off);
+		n = (size_t)(lf - p);
+		off += n + 1;
+		if (n == 0)
+			conn_reply_toolong(c);
+		else
+			conn_exec(c, p, n);
+		handled++;
+	}
+	if (c->state == CONN_CLOSED || off == 0)
+		return;
+	memmove(c->q, c->q + off, c->qlen - off);
+	c->qlen -= off;
+	r->nqueued -= off;
+	c->cancel_scan = c->cancel_scan > off ? c->cancel_scan - off : 0;
+	if (c->qlen == 0 && c->qcap > CONN_IBUF_MIN) {
+		kl_free(c->q);
+		c->q = NULL;
+		c->qcap = 0;
+	}
+	conn_scan_cancel(c);
+	conn_pause_reading(r, r->ilen + r->nqueued >= conn_input_cap(r));
+}
+
+/* Keeps buf[0..len) as the input not yet framed. */
 static bool
 conn_keep(struct conn *c, const char *buf, size_t len)
 {
@@ -811,14 +1251,15 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 	return true;
 }
 
-/* Most input held for one client: a full line plus one read's worth. */
+/* Most input held for one client, framed or not: a full line plus one
+ * read's worth. */
 static size_t
 conn_input_cap(const struct conn *c)
 {
 	return (size_t)c->cs->cfg->max_line + CONN_SCRATCH_SIZE;
 }
 
-/* While the input buffer is full, watch only for the peer going away. */
+/* While the input is full, watch only for the peer going away. */
 static void
 conn_pause_reading(struct conn *c, bool pause)
 {
@@ -831,14 +1272,12 @@ conn_pause_reading(struct conn *c, bool pause)
 	c->read_paused = pause;
 }
 
-/* Is line[0..n) (LF stripped) a CANCEL: blanks, the word, blanks, CR? */
+/* Is line[0..n) a CANCEL: blanks, the word, blanks? */
 static bool
 conn_is_cancel(const char *p, size_t n)
 {
 	size_t	i = 0;
 
-	if (n > 0 && p[n - 1] == '\r')
-		n--;
 	while (i < n && (p[i] == ' ' || p[i] == '\t'))
 		i++;
 	while (n > i && (p[n - 1] == ' ' || p[n - 1] == '\t'))
@@ -847,38 +1286,20 @@ conn_is_cancel(const char *p, size_t n)
 }
 
 /*
- * keylockd-protocol(7), CANCEL: while a LOCK waits, the first CANCEL line
- * read withdraws it. The scan follows conn_process()'s framing, so a line
- * it takes for a CANCEL is one conn_process() will handle as a CANCEL.
+ * keylockd-protocol(7), CANCEL: while a channel's LOCK waits, the first
+ * CANCEL line queued behind it withdraws it. The lines were framed on
+ * their way in, so a line taken for a CANCEL here is one the channel
+ * will serve as a CANCEL.
  */
 static void
 conn_scan_cancel(struct conn *c)
 {
-	size_t	max = (size_t)c->cs->cfg->max_line;
-
 	while (c->state == CONN_PENDING && c->pending_lock &&
 	    !c->cancel_asked && c->ncancels < CONN_CANCELS_MAX &&
-	    c->cancel_scan < c->ilen) {
-		char	*p = c->ibuf + c->cancel_scan, *lf;
-		size_t	 avail = c->ilen - c->cancel_scan;
+	    c->cancel_scan < c->qlen) {
+		char	*p = c->q + c->cancel_scan;
+		char	*lf = memchr(p, '\n', c->qlen - c->cancel_scan);
 
-		if (c->cancel_skip) {
-			if ((lf = memchr(p, '\n', avail)) == NULL) {
-				c->cancel_scan = c->ilen;
-				return;
-			}
-			c->cancel_scan += (size_t)(lf - p) + 1;
-			c->cancel_skip = false;
-			continue;
-		}
-		if ((lf = memchr(p, '\n', avail < max ? avail : max)) ==
-		    NULL) {
-			if (avail < max)
-				return;
-			c->cancel_skip = true;
-			c->cancel_scan += max;
-			continue;
-		}
 		c->cancel_scan += (size_t)(lf - p) + 1;
 		if (conn_is_cancel(p, (size_t)(lf - p))) {
 			c->cancel_asked = true;
@@ -935,27 +1356,20 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 	return CONN_IO_END;
 }
 
-/* Handles what is buffered and keeps the rest; false if c was closed. */
+/* Frames what is buffered and keeps the rest; false if c was closed. */
 static bool
 conn_consume(struct conn *c, char *buf, size_t len)
 {
-	size_t	used;
+	size_t	used = 0;
 
 	if (len == 0)
 		return c->state != CONN_CLOSED;	/* buf may be NULL */
-	used = c->state == CONN_READY ? conn_process(c, buf, len) : 0;
+	if ((c->state == CONN_READY || c->state == CONN_PENDING) &&
+	    !c->deferred)
+		used = conn_frame(c, buf, len);
 	if (c->state == CONN_CLOSED || !conn_keep(c, buf + used, len - used))
 		return false;
-	if (c->cancel_scan > used) {
-		c->cancel_scan -= used;
-	} else {
-		c->cancel_scan = 0;	/* a line boundary: after the LOCK */
-		c->cancel_skip = false;
-	}
-	conn_scan_cancel(c);
-	if (c->state == CONN_CLOSED)
-		return false;
-	conn_pause_reading(c, c->ilen >= conn_input_cap(c));
+	conn_pause_reading(c, c->ilen + c->nqueued >= conn_input_cap(c));
 	return true;
 }
 
@@ -1009,15 +1423,26 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * c's share of the turn: its queued lines, then, after the end of its
- * input (keylockd-protocol(7): closing releases everything, a waiting LOCK
- * included), draining; then its output.
+ * c's share of the turn: its channel's queued lines, then, for a
+ * connection, its input not yet framed, then, after the end of its input
+ * (keylockd-protocol(7): closing releases everything, a waiting LOCK
+ * included), draining; then its output. A channel left with nothing is
+ * forgotten.
  */
 static void
 conn_run(struct conn *c)
 {
-	if (c->state == CONN_READY && c->ilen > 0 &&
-	    !conn_consume(c, c->ibuf, c->ilen))
+	if (c != c->root) {
+		if (c->state == CONN_READY && c->qlen > 0)
+			conn_run_queue(c);
+		if (c->state != CONN_CLOSED)
+			conn_chan_idle(c);
+		return;
+	}
+	if (c->state == CONN_READY && c->qlen > 0)
+		conn_run_queue(c);
+	if ((c->state == CONN_READY || c->state == CONN_PENDING) &&
+	    c->ilen > 0 && !c->deferred && !conn_consume(c, c->ibuf, c->ilen))
 		return;
 	if (c->eof != NULL && (c->state == CONN_READY ||
 	    c->state == CONN_PENDING))
@@ -1103,6 +1528,7 @@ conn_cancel_result(struct conn *c)
 void
 conn_quit(struct conn *c)
 {
+	c = c->root;
 	if (c->state == CONN_PENDING)
 		c->quit_after = true;
 	else
@@ -1120,13 +1546,13 @@ conn_is_quitting(const struct conn *c)
 uint64_t
 conn_id(const struct conn *c)
 {
-	return c->id;
+	return c->root->id;
 }
 
 const char *
 conn_name(const struct conn *c)
 {
-	return c->name;
+	return c->root->name;
 }
 
 bool
@@ -1134,6 +1560,7 @@ conn_set_name(struct conn *c, const char *name, size_t len)
 {
 	char	*n;
 
+	c = c->root;
 	if ((n = kl_strndup(name, len)) == NULL)
 		return false;
 	kl_free(c->name);
@@ -1150,36 +1577,43 @@ conn_set(const struct conn *c)
 const char *
 conn_peer(const struct conn *c)
 {
-	return c->peer;
+	return c->root->peer;
 }
 
 enum conn_transport
 conn_transport(const struct conn *c)
 {
-	return c->transport;
+	return c->root->transport;
 }
 
 uint64_t
 conn_since_ms(const struct conn *c)
 {
-	return c->since_ms;
+	return c->root->since_ms;
 }
 
 bool
 conn_is_authed(const struct conn *c)
 {
-	return c->authed;
+	return c->root->authed;
 }
 
 bool
 conn_is_admin(const struct conn *c)
 {
-	return c->admin;
+	return c->root->admin;
+}
+
+uint32_t
+conn_nchannels(const struct conn *c)
+{
+	return c->root->nchans;
 }
 
 void
 conn_set_auth(struct conn *c, bool authed, bool admin)
 {
+	c = c->root;
 	c->authed = authed;
 	c->admin = admin;
 	if (authed)
@@ -1189,18 +1623,19 @@ conn_set_auth(struct conn *c, bool authed, bool admin)
 const struct user *
 conn_user(const struct conn *c)
 {
-	return c->user;
+	return c->root->user;
 }
 
 void
 conn_set_user(struct conn *c, const struct user *u)
 {
-	c->user = u;
+	c->root->user = u;
 }
 
 bool
 conn_peer_cred(const struct conn *c, int64_t *uid, int64_t *pid)
 {
+	c = c->root;
 	if (!c->has_cred)
 		return false;
 	*uid = c->uid;
@@ -1211,12 +1646,14 @@ conn_peer_cred(const struct conn *c, int64_t *uid, int64_t *pid)
 bool
 conn_tls_peer_cn(const struct conn *c, char *buf, size_t len)
 {
+	c = c->root;
 	return c->tls != NULL && tls_peer_cn(c->tls, buf, len);
 }
 
 unsigned
 conn_auth_failed(struct conn *c)
 {
+	c = c->root;
 	if (c->auth_failures < UINT8_MAX)
 		c->auth_failures++;
 	return c->auth_failures;
@@ -1304,7 +1741,7 @@ conns_sessions(struct conns *cs)
 struct session *
 conn_session(const struct conn *c)
 {
-	return c->sess;
+	return c->root->sess;
 }
 
 void
@@ -1319,11 +1756,49 @@ conn_forget_session(struct conn *c)
 	c->sess = NULL;
 }
 
+/*
+ * Channel c's holds and wait go to its connection's session s instead of
+ * ending with c (keylockd-protocol(7), CHANNELS: sessions cover every
+ * channel). false: c has nothing to keep, or no memory to keep it (its
+ * owner then ends as without a session).
+ */
+static bool
+conn_chan_keep(struct conn *c, struct session *s)
+{
+	struct lt_owner	*o = c->h.owner;
+
+	if (locktable_owner_nholds(o) == 0 && !locktable_owner_is_waiting(o))
+		return false;
+	if (!session_keep_channel(s, c->h.chan, o,
+	    locktable_owner_is_waiting(o) && c->pending_lock ?
+	    c->deadline_ms : 0))
+		return false;
+	c->h.owner = NULL;
+	return true;
+}
+
+/* RESUME: channel n of the session comes back to c with owner o. */
+static bool
+conn_chan_adopt(void *arg, uint32_t n, struct lt_owner *o,
+    uint64_t deadline_ms)
+{
+	struct conn	*c = arg, *ch;
+
+	if ((ch = conn_chan_new(c, n, o)) == NULL) {
+		c->cs->be->ops->owner_free(c->cs->be, o, kl_now_ms());
+		conn_close_nomem(c, "a channel");
+		return false;
+	}
+	ch->deadline_ms = deadline_ms;
+	ch->resume_wait = locktable_owner_is_waiting(o);
+	return true;
+}
+
 struct lt_owner *
 conn_take_session(struct conn *c, struct session *s, bool *waiting)
 {
 	struct conns	*cs = c->cs;
-	struct conn	*old = session_conn(s);
+	struct conn	*old = session_conn(s), *ch;
 	struct lt_owner	*o;
 	const char	*name = session_name(s);
 	uint64_t	 deadline = 0;
@@ -1331,11 +1806,15 @@ conn_take_session(struct conn *c, struct session *s, bool *waiting)
 	if (c->name == NULL && name != NULL)
 		conn_set_name(c, name, strlen(name));	/* no memory: none */
 	if (old != NULL) {
-		/* A connection the server has not yet seen die: its owner
-		 * and its waiting LOCK move, its queued lines are dropped. */
+		/* A connection the server has not yet seen die: its owners
+		 * and their waiting LOCKs move, its queued lines are
+		 * dropped. */
 		o = old->h.owner;
 		if (old->state == CONN_PENDING && old->pending_lock)
 			deadline = old->deadline_ms;
+		for (uint32_t i = 0; i < old->nbuckets; i++)
+			for (ch = old->chans[i]; ch != NULL; ch = ch->chnext)
+				conn_chan_keep(ch, s);
 		old->h.owner = NULL;
 		old->sess = NULL;
 		session_attach(s, c, c->peer, &(uint64_t){ 0 });
@@ -1350,18 +1829,50 @@ conn_take_session(struct conn *c, struct session *s, bool *waiting)
 	c->id = session_client(s);
 	c->sess = s;
 	c->deadline_ms = deadline;
-	*waiting = locktable_owner_is_waiting(o);
+	c->resume_wait = *waiting = locktable_owner_is_waiting(o);
+	session_take_channels(s, conn_chan_adopt, c);
 	return o;
 }
 
-void
-conn_resume_wait(struct conn *c)
+static bool
+conn_resume_wait1(void *arg, struct conn *c)
 {
-	uint64_t	now = kl_now_ms(), deadline = c->deadline_ms;
+	uint64_t	now = *(const uint64_t *)arg, deadline = c->deadline_ms;
 
+	if (!c->resume_wait)
+		return true;
+	c->resume_wait = false;
 	if (deadline == 0)
 		conn_pend(c, true, -1, now);
 	else
 		conn_pend(c, true, deadline > now ? (int64_t)(deadline - now) :
 		    0, now);
+	return c->root->state != CONN_CLOSED;
+}
+
+/* After the RESUME's reply: each channel's open request is its waiting
+ * LOCK, with the deadline it had. */
+void
+conn_resume_wait(struct conn *c)
+{
+	uint64_t	now = kl_now_ms();
+
+	conn_channels_walk(c, conn_resume_wait1, &now);
+}
+
+void
+conn_channels_walk(struct conn *c, bool (*fn)(void *, struct conn *),
+    void *arg)
+{
+	struct conn	*ch, *next;
+
+	c = c->root;
+	if (!fn(arg, c))
+		return;
+	for (uint32_t i = 0; i < c->nbuckets; i++)
+		for (ch = c->chans[i]; ch != NULL; ch = next) {
+			next = ch->chnext;
+			if (!fn(arg, ch))
+				return;
+		}
 }

@@ -114,6 +114,21 @@ conn_owner(const struct conn *c)
 	return ((const struct owner_head *)(const void *)c)->owner;
 }
 
+/* keylockd-protocol(7), CHANNELS. A request runs on a channel of its
+ * connection, a struct conn of its own: its number (0: the connection's
+ * own), read inline as the owner is. */
+static inline uint32_t
+conn_channel(const struct conn *c)
+{
+	return ((const struct owner_head *)(const void *)c)->chan;
+}
+/* How many channels besides channel 0 c's connection has in use. */
+uint32_t	 conn_nchannels(const struct conn *c);
+/* Calls fn for c's connection and then each of its channels in use
+ * until it returns false. */
+void		 conn_channels_walk(struct conn *c,
+		    bool (*fn)(void *arg, struct conn *ch), void *arg);
+
 /* keylockd-protocol(7), SESSIONS. The session attached to c, or NULL. */
 struct session	*conn_session(const struct conn *c);
 /* SESSION: c now has session s, which its close detaches rather than
@@ -132,8 +147,8 @@ void		 conn_forget_session(struct conn *c);
  */
 struct lt_owner	*conn_take_session(struct conn *c, struct session *s,
 		    bool *waiting);
-/* After the RESUME's reply: c's open request is the session's waiting
- * LOCK, with the deadline it had. */
+/* After the RESUME's reply: the open request of c and of each of its
+ * channels is its waiting LOCK, if any, with the deadline it had. */
 void		 conn_resume_wait(struct conn *c);
 /* The sessions of the set. */
 struct sessions	*conns_sessions(struct conns *cs);

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -41,8 +42,17 @@ enum session_state {
 	SESSION_DELAY		/* ended, its keys held for lock-delay */
 };
 
+/* A channel of a session's connection (keylockd-protocol(7), CHANNELS),
+ * kept while the session is detached. */
+struct session_chan {
+	struct owner_head	 h;		/* first: the owner's udata */
+	uint64_t		 wait_deadline_ms; /* 0: none */
+};
+
 struct session {
 	struct owner_head	 h;		/* first: the owner's udata */
+	struct session_chan	**chans;	/* by channel number */
+	size_t			 nchans, chcap;
 	TAILQ_ENTRY(session)	 entry;		/* ss->all, oldest first */
 	struct session		*hnext;		/* bucket chain */
 	struct sessions		*ss;
@@ -111,6 +121,14 @@ owner_detached_ms(const struct lt_owner *o, uint64_t now_ms)
 		return -1;
 	return now_ms > h->detached->detached_ms ?
 	    (int64_t)(now_ms - h->detached->detached_ms) : 0;
+}
+
+uint32_t
+owner_channel(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	return h != NULL ? h->chan : 0;
 }
 
 bool
@@ -203,6 +221,9 @@ session_free(struct session *s)
 		ss->st->sessions_detached--;
 	if (s->timer != NULL)
 		event_free(s->timer);
+	for (size_t i = 0; i < s->nchans; i++)
+		kl_free(s->chans[i]);
+	kl_free(s->chans);
 	kl_free(s->name);
 	explicit_bzero(s->raw, sizeof(s->raw));
 	kl_free(s);
@@ -215,10 +236,16 @@ session_release(struct session *s)
 {
 	struct sessions	*ss = s->ss;
 	struct lt_owner	*o = s->h.owner;
+	uint64_t	 now = kl_now_ms();
 
 	s->h.owner = NULL;
 	if (o != NULL)
-		ss->be->ops->owner_free(ss->be, o, kl_now_ms());
+		ss->be->ops->owner_free(ss->be, o, now);
+	for (size_t i = 0; i < s->nchans; i++) {
+		o = s->chans[i]->h.owner;
+		s->chans[i]->h.owner = NULL;
+		ss->be->ops->owner_free(ss->be, o, now);
+	}
 	session_free(s);
 }
 
@@ -394,6 +421,78 @@ sessions_find_client(struct sessions *ss, uint64_t id)
 	return NULL;
 }
 
+/* ---- channels ---- */
+
+bool
+session_keep_channel(struct session *s, uint32_t n, struct lt_owner *owner,
+    uint64_t wait_deadline_ms)
+{
+	struct session_chan	*sc, **p;
+	size_t			 cap;
+
+	if (s->nchans == s->chcap) {
+		cap = s->chcap == 0 ? 4 : s->chcap * 2;
+		if ((p = kl_realloc(s->chans, cap * sizeof(*p))) == NULL)
+			return false;
+		s->chans = p;
+		s->chcap = cap;
+	}
+	if ((sc = kl_calloc(1, sizeof(*sc))) == NULL)
+		return false;
+	sc->h.owner = owner;
+	sc->h.detached = s;
+	sc->h.chan = n;
+	sc->wait_deadline_ms = wait_deadline_ms;
+	locktable_owner_set_udata(owner, &sc->h);
+	s->chans[s->nchans++] = sc;
+	return true;
+}
+
+static int
+session_chan_cmp(const void *a, const void *b)
+{
+	uint32_t	x = (*(struct session_chan *const *)a)->h.chan;
+	uint32_t	y = (*(struct session_chan *const *)b)->h.chan;
+
+	return x < y ? -1 : x > y;
+}
+
+void
+session_take_channels(struct session *s, bool (*fn)(void *, uint32_t,
+    struct lt_owner *, uint64_t), void *arg)
+{
+	struct sessions	*ss = s->ss;
+	size_t		 i;
+	bool		 go = true;
+
+	if (s->nchans > 1)
+		qsort(s->chans, s->nchans, sizeof(*s->chans),
+		    session_chan_cmp);
+	for (i = 0; i < s->nchans; i++) {
+		struct session_chan	*sc = s->chans[i];
+
+		if (go)
+			go = fn(arg, sc->h.chan, sc->h.owner,
+			    sc->wait_deadline_ms);
+		else	/* the connection is gone: as it would have */
+			ss->be->ops->owner_free(ss->be, sc->h.owner,
+			    kl_now_ms());
+		kl_free(sc);
+	}
+	s->nchans = 0;
+}
+
+/* Every hold of s's owners. */
+static size_t
+session_nholds(const struct session *s)
+{
+	size_t	n = locktable_owner_nholds(s->h.owner);
+
+	for (size_t i = 0; i < s->nchans; i++)
+		n += locktable_owner_nholds(s->chans[i]->h.owner);
+	return n;
+}
+
 /* ---- detached ---- */
 
 static void
@@ -404,6 +503,10 @@ session_arm(struct session *s, uint64_t now_ms)
 
 	if (s->wait_deadline_ms != 0 && s->wait_deadline_ms < at)
 		at = s->wait_deadline_ms;
+	for (size_t i = 0; i < s->nchans; i++)
+		if (s->chans[i]->wait_deadline_ms != 0 &&
+		    s->chans[i]->wait_deadline_ms < at)
+			at = s->chans[i]->wait_deadline_ms;
 	left = at > now_ms ? at - now_ms : 0;
 	tv.tv_sec = (time_t)(left / 1000);
 	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
@@ -430,11 +533,10 @@ session_detach(struct session *s, struct lt_owner *owner, const char *name,
 	ss->st->sessions_detached++;
 	session_arm(s, now_ms);
 	log_info("client %" PRIu64 " (%s) from %s: session detached: %zu "
-	    "keys held, %s, released in %" PRIu64 " ms unless resumed",
-	    s->client, s->name != NULL ? s->name : "-", s->peer,
-	    locktable_owner_nholds(owner),
-	    locktable_owner_is_waiting(owner) ? "waiting" : "not waiting",
-	    s->grace_ms);
+	    "keys held, %s, %zu other channels, released in %" PRIu64 " ms "
+	    "unless resumed", s->client, s->name != NULL ? s->name : "-",
+	    s->peer, session_nholds(s), locktable_owner_is_waiting(owner) ?
+	    "waiting" : "not waiting", s->nchans, s->grace_ms);
 }
 
 struct lt_owner *
@@ -494,17 +596,23 @@ session_expire(struct session *s, uint64_t now_ms)
 	struct be_result	 r;
 	uint64_t		 delay = (uint64_t)ss->cfg->session_lock_delay;
 
+	size_t			 held = session_nholds(s);
+
 	ss->st->sessions_expired++;
 	log_info("client %" PRIu64 " (%s) from %s: session expired after %"
 	    PRIu64 " ms detached: %zu keys released%s", s->client,
 	    s->name != NULL ? s->name : "-", s->peer, now_ms - s->detached_ms,
-	    locktable_owner_nholds(s->h.owner), delay > 0 &&
-	    locktable_owner_nholds(s->h.owner) > 0 ? " after lock-delay" : "");
-	if (delay == 0 || locktable_owner_nholds(s->h.owner) == 0) {
+	    held, delay > 0 && held > 0 ? " after lock-delay" : "");
+	if (delay == 0 || held == 0) {
 		session_release(s);
 		return;
 	}
 	ss->be->ops->withdraw(ss->be, s->h.owner, LT_WHY_TIMEOUT, now_ms, &r);
+	for (size_t i = 0; i < s->nchans; i++) {
+		ss->be->ops->withdraw(ss->be, s->chans[i]->h.owner,
+		    LT_WHY_TIMEOUT, now_ms, &r);
+		s->chans[i]->wait_deadline_ms = 0;
+	}
 	s->state = SESSION_DELAY;
 	s->expires_ms = now_ms + delay;
 	s->wait_deadline_ms = 0;
@@ -525,12 +633,28 @@ session_timer_cb(evutil_socket_t fd, short what, void *arg)
 		if (now >= s->expires_ms) {
 			session_expire(s, now);
 		} else {
-			/* The waiting LOCK's deadline: it ends as it would
+			/* A waiting LOCK's deadline: it ends as it would
 			 * have on its connection, and RESUME says so. */
-			if (locktable_owner_is_waiting(s->h.owner))
-				ss->be->ops->withdraw(ss->be, s->h.owner,
-				    LT_WHY_TIMEOUT, now, &r);
-			s->wait_deadline_ms = 0;
+			if (s->wait_deadline_ms != 0 &&
+			    s->wait_deadline_ms <= now) {
+				if (locktable_owner_is_waiting(s->h.owner))
+					ss->be->ops->withdraw(ss->be,
+					    s->h.owner, LT_WHY_TIMEOUT, now,
+					    &r);
+				s->wait_deadline_ms = 0;
+			}
+			for (size_t i = 0; i < s->nchans; i++) {
+				struct session_chan	*sc = s->chans[i];
+
+				if (sc->wait_deadline_ms == 0 ||
+				    sc->wait_deadline_ms > now)
+					continue;
+				if (locktable_owner_is_waiting(sc->h.owner))
+					ss->be->ops->withdraw(ss->be,
+					    sc->h.owner, LT_WHY_TIMEOUT, now,
+					    &r);
+				sc->wait_deadline_ms = 0;
+			}
 			session_arm(s, now);
 		}
 	}
@@ -549,6 +673,12 @@ uint64_t
 session_client(const struct session *s)
 {
 	return s->client;
+}
+
+size_t
+session_nchannels(const struct session *s)
+{
+	return s->nchans;
 }
 
 uint64_t

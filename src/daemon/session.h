@@ -42,6 +42,7 @@ struct sessions;
 struct owner_head {
 	struct lt_owner	*owner;
 	struct session	*detached;
+	uint32_t	 chan;		/* its channel: 0, the connection's */
 };
 
 /* The text form of an ID: base64url of 24 random bytes, and a NUL. */
@@ -55,6 +56,9 @@ const char	*owner_name(const struct lt_owner *o);
 /* How long o's session has been detached, or -1 while it has a
  * connection. */
 int64_t		 owner_detached_ms(const struct lt_owner *o, uint64_t now_ms);
+/* o's channel (keylockd-protocol(7), CHANNELS): 0 for a connection's
+ * own owner. */
+uint32_t	 owner_channel(const struct lt_owner *o);
 /* o belongs to a session that ended and holds its keys for
  * session-lock-delay. */
 bool		 owner_in_lock_delay(const struct lt_owner *o);
@@ -92,6 +96,19 @@ void		 session_detach(struct session *s, struct lt_owner *owner,
 		    const char *name, const char *peer,
 		    uint64_t wait_deadline_ms, uint64_t now_ms);
 /*
+ * keylockd-protocol(7), CHANNELS: channel n's owner, with its waiting
+ * LOCK's deadline (0: none), stays with s when its connection goes. false
+ * on no memory (owner is then still the caller's).
+ */
+bool		 session_keep_channel(struct session *s, uint32_t n,
+		    struct lt_owner *owner, uint64_t wait_deadline_ms);
+/* RESUME: hands each kept channel to fn, in channel order, and forgets
+ * it; the owner is fn's from then on. Stops when fn returns false. */
+void		 session_take_channels(struct session *s,
+		    bool (*fn)(void *arg, uint32_t n, struct lt_owner *o,
+		    uint64_t wait_deadline_ms), void *arg);
+
+/*
  * c takes over s (RESUME): returns the owner and, through *wait_deadline_ms,
  * the deadline of its waiting LOCK (0: none), and s is attached to c. If s
  * was attached to another connection, the caller has already taken the
@@ -106,6 +123,8 @@ void		 session_end(struct session *s, const char *why);
 struct conn	*session_conn(const struct session *s);
 uint64_t	 session_client(const struct session *s);
 uint64_t	 session_grace(const struct session *s);
+/* Channels kept while detached, besides channel 0. */
+size_t		 session_nchannels(const struct session *s);
 /* When its first connection connected, and the enum conn_transport of
  * its last one. */
 uint64_t	 session_since_ms(const struct session *s);

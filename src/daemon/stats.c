@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "session.h"
 #include "stats.h"
 
 static json_t *
@@ -108,6 +109,8 @@ stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
 	const char	*n = name(owner, &detached);
 
 	SET_U(o, "client", locktable_owner_id(owner));
+	if (owner_channel(owner) != 0)
+		SET_U(o, "channel", owner_channel(owner));
 	json_object_set_new(o, "name", n != NULL ? json_string(n) :
 	    json_null());
 	if (detached >= 0)
@@ -254,6 +257,7 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 	SET_U(o, "age_ms", c->age_ms);
 	if (c->detached_ms >= 0)
 		SET_U(o, "detached_ms", (uint64_t)c->detached_ms);
+	SET_U(o, "channels", c->channels);
 	SET_U(o, "held", locktable_owner_nholds(c->owner));
 	if (locktable_owner_wait_walk(c->owner, stats_wait_key, keys,
 	    &since))
@@ -320,20 +324,18 @@ stats_resume_hold(void *arg, const struct lt_own_view *v)
 	return true;
 }
 
-char *
-stats_resume_json(const struct locktable *lt, const struct lt_owner *o,
-    const char *id, size_t idlen, uint64_t grace_ms, uint64_t now_ms)
+/* What owner o holds and waits for, into obj's "held" and "waiting";
+ * false on no memory. */
+static bool
+stats_resume_owner(json_t *obj, const struct locktable *lt,
+    const struct lt_owner *o, uint64_t now_ms)
 {
 	struct resume_walk	 w;
-	json_t			*obj, *waiting = NULL, *keys;
+	json_t			*waiting = NULL, *keys;
 	enum lt_mode		 mode;
 	uint32_t		 limit;
 
 	memset(&w, 0, sizeof(w));
-	if ((obj = json_object()) == NULL)
-		return NULL;
-	json_object_set_new(obj, "session", json_stringn(id, idlen));
-	SET_U(obj, "grace_ms", grace_ms);
 	w.held = json_array();
 	json_object_set_new(obj, "held", w.held);
 	if (w.held != NULL)
@@ -350,7 +352,34 @@ stats_resume_json(const struct locktable *lt, const struct lt_owner *o,
 	}
 	json_object_set_new(obj, "waiting", waiting != NULL ? waiting :
 	    json_null());
-	if (w.held == NULL || w.failed) {
+	return w.held != NULL && !w.failed;
+}
+
+char *
+stats_resume_json(const struct locktable *lt, const struct lt_owner *o,
+    const char *id, size_t idlen, uint64_t grace_ms, uint64_t now_ms,
+    const struct lt_owner *const *chans, size_t nch)
+{
+	json_t	*obj, *list, *ch;
+	bool	 ok;
+
+	if ((obj = json_object()) == NULL)
+		return NULL;
+	json_object_set_new(obj, "session", json_stringn(id, idlen));
+	SET_U(obj, "grace_ms", grace_ms);
+	ok = stats_resume_owner(obj, lt, o, now_ms);
+	list = json_array();
+	json_object_set_new(obj, "channels", list);
+	ok = ok && list != NULL;
+	for (size_t i = 0; ok && i < nch; i++) {
+		ok = (ch = json_object()) != NULL &&
+		    json_array_append_new(list, ch) == 0;
+		if (ok) {
+			SET_U(ch, "channel", owner_channel(chans[i]));
+			ok = stats_resume_owner(ch, lt, chans[i], now_ms);
+		}
+	}
+	if (!ok) {
 		json_decref(obj);
 		return NULL;
 	}

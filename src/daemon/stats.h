@@ -37,6 +37,7 @@ struct stats {
 	uint64_t	sessions_detached;	/* detached now */
 	uint64_t	sessions_resumed;	/* RESUMEs that took one */
 	uint64_t	sessions_expired;	/* grace ran out */
+	uint64_t	channels;		/* in use now, besides 0 */
 };
 
 /*
@@ -90,6 +91,8 @@ struct stats {
 	    "RESUMEs that took a session over.")			\
 	X(sessions_expired, counter, st->sessions_expired,		\
 	    "Detached sessions whose grace ran out.")			\
+	X(channels, gauge, st->channels, "Channels in use, besides each "	\
+	    "connection's own channel 0.")				\
 	X(etcd_txns, counter, st->be.txns,				\
 	    "backend etcd: transactions sent to etcd.")		\
 	X(etcd_txn_failures, counter, st->be.txn_failures,		\
@@ -117,10 +120,12 @@ char	*stats_info_json(const struct locktable *lt, const char *key,
 
 /* RESUME's reply (keylockd-protocol(7), SESSIONS): the session's ID as
  * the client gave it, its grace, every grant o holds, one entry per
- * token, and its waiting LOCK. NULL on no memory. */
+ * token, and its waiting LOCK; then the same for each of the nch owners
+ * of its other channels, chans. NULL on no memory. */
 char	*stats_resume_json(const struct locktable *lt,
 	    const struct lt_owner *o, const char *id, size_t idlen,
-	    uint64_t grace_ms, uint64_t now_ms);
+	    uint64_t grace_ms, uint64_t now_ms,
+	    const struct lt_owner *const *chans, size_t nch);
 
 /* One connection in CLIENTS (keylockd-protocol(7), COMMANDS). */
 struct stats_client {
@@ -132,6 +137,7 @@ struct stats_client {
 	const char		*peer;
 	uint64_t		 age_ms;
 	int64_t			 detached_ms;	/* a detached session's; -1 */
+	uint32_t		 channels;	/* in use besides channel 0 */
 	const struct lt_owner	*owner;		/* its holds and its wait */
 };
 struct stats_clients;

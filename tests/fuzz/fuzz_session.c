@@ -4,7 +4,7 @@
  * Fuzz harness for the command layer: the input is split into the byte
  * streams of a few connections (socketpairs into a real server, without
  * listeners), with disconnects and reconnects between chunks. Every reply
- * line must start "OK" or "ERR "; when every client has gone, the lock
+ * line must start "OK" or "ERR ", after "@N " on a channel; when every client has gone, the lock
  * table must be empty. The event loop runs non-blocking after each chunk.
  */
 #include <sys/socket.h>
@@ -90,6 +90,27 @@ fs_open(struct server *srv, struct fs_client *c)
 	c->len = 0;
 }
 
+/* A reply: "OK..." or "ERR ...", on channel 0 or after "@N " for a
+ * channel N from 1 to 4294967295 (keylockd-protocol(7), CHANNELS). */
+static void
+fs_check_reply(const char *line, size_t len)
+{
+	size_t		i = 1;
+	uint64_t	n = 0;
+
+	if (len > 0 && line[0] == '@') {
+		while (i < len && line[i] >= '0' && line[i] <= '9' && i < 12)
+			n = n * 10 + (uint64_t)(line[i++] - '0');
+		assert(i > 1 && line[1] != '0' && n >= 1 && n <= UINT32_MAX);
+		assert(i < len && line[i] == ' ');
+		line += i + 1;
+		len -= i + 1;
+	}
+	assert(len >= 2);
+	assert(memcmp(line, "OK", 2) == 0 ||
+	    (len > 4 && memcmp(line, "ERR ", 4) == 0));
+}
+
 /* Reads what the server sent; every complete line must be a reply. */
 static void
 fs_drain(struct fs_client *c)
@@ -104,9 +125,7 @@ fs_drain(struct fs_client *c)
 					c->line[c->len++] = buf[i];
 				continue;
 			}
-			assert(c->len >= 2);
-			assert(memcmp(c->line, "OK", 2) == 0 ||
-			    (c->len > 4 && memcmp(c->line, "ERR ", 4) == 0));
+			fs_check_reply(c->line, c->len);
 			c->len = 0;
 		}
 	}
@@ -164,6 +183,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Every client has gone: only detached sessions may hold or wait
 	 * (keylockd-protocol(7), SESSIONS), and server_free() ends them. */
 	assert(server_stats(srv)->clients == 0);
+	assert(server_stats(srv)->channels == 0);
 	assert(server_stats(srv)->sessions ==
 	    server_stats(srv)->sessions_detached);
 	if (server_stats(srv)->sessions == 0) {
