@@ -677,8 +677,8 @@ conn_reserve(struct conn *c, size_t n)
  * prefix, or NULL if c is closed or was closed for it; conn_appended()
  * counts the n bytes written there for the turn and flushes them later.
  */
-static inline __attribute__((always_inline)) char *
-conn_room(struct conn *c, size_t n)
+static char * __attribute__((noinline))
+conn_room_chan(struct conn *c, size_t n)
 {
 	struct conn	*r = c->root;
 	char		*p;
@@ -690,21 +690,40 @@ conn_room(struct conn *c, size_t n)
 		p = r->obuf + r->olen;
 	else
 		return NULL;
-	if (c->plen > 0) {
-		memcpy(p, c->prefix, c->plen);
-		p += c->plen;
-	}
-	return p;
+	memcpy(p, c->prefix, c->plen);
+	return p + c->plen;
 }
 
-static inline __attribute__((always_inline)) void
-conn_appended(struct conn *c, size_t n)
+static inline __attribute__((always_inline)) char *
+conn_room(struct conn *c, size_t n)
+{
+	if (c->plen != 0)
+		return conn_room_chan(c, n);	/* c is a channel */
+	if (c->olen + n <= c->ocap && c->state != CONN_CLOSED)
+		return c->obuf + c->olen;
+	return conn_reserve(c, n) ? c->obuf + c->olen : NULL;
+}
+
+static void __attribute__((noinline))
+conn_appended_chan(struct conn *c, size_t n)
 {
 	struct conn	*r = c->root;
 
 	r->olen += n + c->plen;
 	r->produced += n + c->plen;
 	conn_schedule(r);
+}
+
+static inline __attribute__((always_inline)) void
+conn_appended(struct conn *c, size_t n)
+{
+	if (c->plen != 0) {
+		conn_appended_chan(c, n);	/* c is a channel */
+		return;
+	}
+	c->olen += n;
+	c->produced += n;
+	conn_schedule(c);
 }
 
 /* "HEAD TEXT\n", or "HEAD\n" for an empty text. */
@@ -804,7 +823,7 @@ conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 /* ---- input ---- */
 
 /* Executes one request line of c's channel (its LF, and a CR, gone). */
-static void
+static inline __attribute__((always_inline)) void
 conn_exec(struct conn *c, const char *line, size_t len)
 {
 	struct conns	*cs = c->cs;
@@ -1168,9 +1187,11 @@ conn_frame(struct conn *r, char *buf, size_t len)
 		off += n + 1;
 		if (n > 0 && p[n - 1] == '\r')
 			n--;
-		if (r->state == CONN_READY && r->qlen == 0 && p[0] != '@' &&
-		    p[0] != ' ' && p[0] != '\t')
-			conn_exec(r, p, n);	/* the common case */
+		/* The common case: a command word, for channel 0, free. Every
+		 * other line ('@', blanks, bytes below '@') is routed. */
+		if ((unsigned char)p[0] > '@' && r->state == CONN_READY &&
+		    r->qlen == 0)
+			conn_exec(r, p, n);
 		else
 			conn_route(r, p, n, 0);
 		handled++;

@@ -32,7 +32,8 @@ PROTOCOL_TESTS = \
 	tests/integration/protocol_waits_test \
 	tests/integration/protocol_server_test \
 	tests/integration/protocol_sessions_test \
-	tests/integration/protocol_access_test
+	tests/integration/protocol_access_test \
+	tests/integration/protocol_channels_test
 PROTOCOL_UTIL = \
 	tests/integration/protocol_util.c \
 	tests/integration/protocol_util.h
@@ -45,6 +46,10 @@ tests_integration_protocol_commands_test_SOURCES = \
 tests_integration_protocol_commands_test_CFLAGS = $(KLTEST_CFLAGS)
 tests_integration_protocol_commands_test_LDADD = $(KLTEST_LDADD)
 
+tests_integration_protocol_channels_test_SOURCES = \
+	tests/integration/protocol_channels_test.c $(PROTOCOL_UTIL)
+tests_integration_protocol_channels_test_CFLAGS = $(KLTEST_CFLAGS)
+tests_integration_protocol_channels_test_LDADD = $(KLTEST_LDADD)
 tests_integration_protocol_sessions_test_SOURCES = \
 	tests/integration/protocol_sessions_test.c $(PROTOCOL_UTIL)
 tests_integration_protocol_sessions_test_CFLAGS = $(KLTEST_CFLAGS)
