@@ -94,6 +94,9 @@ struct backend_ops {
 	/* Releases complete after a commit: QUIT releases before its OK,
 	 * not by the close after it (keylockd-protocol(7), QUIT). */
 	bool		 quit_releases;
+	/* Other processes name an owner by its id: each owner needs an id
+	 * of its own (a channel's too, keylockd-protocol(7), CHANNELS). */
+	bool		 unique_ids;
 	struct lt_owner	*(*owner_new)(struct backend *, uint64_t id,
 			    void *udata);
 	/* The owner is gone (its connection closed): everything it holds is

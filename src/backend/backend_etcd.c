@@ -833,6 +833,7 @@ ebe_free(struct backend *be)
 static const struct backend_ops ebe_ops = {
 	.name = "etcd",
 	.quit_releases = true,
+	.unique_ids = true,
 	.owner_new = ebe_owner_new,
 	.owner_free = ebe_owner_free,
 	.acquire = ebe_acquire,

@@ -312,7 +312,7 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 			    owner_channel(b->holder));
 		n = snprintf(buf, len, "%.*s held by client %" PRIu64 "%s%s%s"
 		    "%s for %" PRIu64 " ms", (int)b->keylen, b->key,
-		    locktable_owner_id(b->holder), ch, name != NULL ? " (" : "",
+		    owner_client(b->holder), ch, name != NULL ? " (" : "",
 		    name != NULL ? name : "", name != NULL ? ")" : "",
 		    b->held_ms);
 		if (owner_in_lock_delay(b->holder) && n > 0 &&

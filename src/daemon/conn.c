@@ -910,8 +910,12 @@ conn_chan_new(struct conn *r, uint32_t n, struct lt_owner *o)
 
 	if (!conn_chans_grow(r) || (ch = kl_calloc(1, sizeof(*ch))) == NULL)
 		return NULL;
-	if (o == NULL &&
-	    (o = cs->be->ops->owner_new(cs->be, r->id, ch)) == NULL) {
+	/* backend etcd names a lock's holder across the cluster by its
+	 * front end and client id: a channel needs an id of its own there,
+	 * taken from the connections' sequence. */
+	if (o == NULL && (o = cs->be->ops->owner_new(cs->be,
+	    cs->be->ops->unique_ids ? ++cs->next_id : r->id, ch)) ==
+	    NULL) {
 		kl_free(ch);
 		return NULL;
 	}

@@ -100,6 +100,16 @@ owner_conn(const struct lt_owner *o)
 	return (struct conn *)(uintptr_t)h;
 }
 
+uint64_t
+owner_client(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h != NULL && h->detached == NULL)
+		return conn_id((const struct conn *)(const void *)h);
+	return locktable_owner_id(o);
+}
+
 const char *
 owner_name(const struct lt_owner *o)
 {

@@ -51,6 +51,9 @@ struct owner_head {
 /* The connection that answers for o, or NULL while o's session is
  * detached (or o has no udata). */
 struct conn	*owner_conn(const struct lt_owner *o);
+/* The client id INFO and refusals give for o: its connection's (a
+ * channel's too), else the table's. */
+uint64_t	 owner_client(const struct lt_owner *o);
 /* o's NAME, whether its session is attached or not; NULL: none. */
 const char	*owner_name(const struct lt_owner *o);
 /* How long o's session has been detached, or -1 while it has a

@@ -108,7 +108,7 @@ stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
 	int64_t		 detached = -1;
 	const char	*n = name(owner, &detached);
 
-	SET_U(o, "client", locktable_owner_id(owner));
+	SET_U(o, "client", owner_client(owner));
 	if (owner_channel(owner) != 0)
 		SET_U(o, "channel", owner_channel(owner));
 	json_object_set_new(o, "name", n != NULL ? json_string(n) :

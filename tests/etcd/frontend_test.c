@@ -6,7 +6,7 @@
  * this program) and keylockd front ends started per test from the build
  * tree (kltest.h), each test under an etcd prefix of its own. One table
  * across front ends (LOCKED, FIFO, atomic multi-key, HELD, CONFLICT, BUSY,
- * DEADLOCK, INFO, tokens), CANCEL of a wait behind another front end and
+ * DEADLOCK, INFO, tokens; channels as owners), CANCEL of a wait behind another front end and
  * racing a grant from it, then the failures of issue 11: a client that
  * disconnects, a front end SIGKILLed and one SIGSTOPped past its lease, a
  * member and the leader killed, a majority stopped, and a watch cut and
@@ -217,6 +217,74 @@ START_TEST(multikey_held_conflict_busy_deadlock_across_front_ends)
 	kt_expect_err(cb, "DEADLOCK");
 	kt_req(cb, "OK 1", "UNLOCK y");
 	kt_expect_token(ca);
+}
+END_TEST
+
+/* keylockd-protocol(7), CHANNELS: a channel is an owner of the replicated
+ * table as a connection is. */
+START_TEST(channels_are_owners_of_the_cluster_table)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	json_t			*info;
+	uint64_t		 t1, t2;
+
+	kt_send(ca, "@1 LOCK c:k");
+	kt_expect_prefix(ca, "@1 OK ");
+	t1 = strtoull(ca->line + 6, NULL, 10);
+	kt_send(ca, "@1 LOCK c:k");
+	kt_expect_prefix(ca, "@1 ERR HELD ");
+	/* another channel of the same connection waits, as another
+	 * connection would */
+	kt_send(ca, "@2 LOCK c:k timeout=20000");
+	info = kt_wait_queue(cb, "c:k", 1, 1);
+	json_decref(info);
+	info = kt_wait_queue(ca, "c:k", 1, 1);
+	ck_assert_int_eq(kt_jint(json_array_get(json_object_get(info,
+	    "holders"), 0), "channel"), 1);
+	ck_assert_int_eq(kt_jint(json_array_get(json_object_get(info,
+	    "waiters"), 0), "channel"), 2);
+	json_decref(info);
+	kt_send(cb, "TRYLOCK c:k");
+	kt_expect_err(cb, "LOCKED");
+	kt_send(ca, "@1 UNLOCK c:k");
+	kt_recv(ca);
+	if (kt_line_is(ca, "@1 OK 1")) {
+		kt_expect_prefix(ca, "@2 OK ");
+	} else {
+		ck_assert_msg(kt_line_has_prefix(ca, "@2 OK "), "%s",
+		    ca->line);
+		kt_expect_line(ca, "@1 OK 1");
+		kt_send(ca, "@2 PING");
+		kt_expect_line(ca, "@2 OK PONG");
+		kt_send(ca, "@2 INFO c:k");
+		kt_expect_prefix(ca, "@2 OK ");
+		kt_send(ca, "@2 UNLOCK c:k");
+		kt_expect_line(ca, "@2 OK 1");
+		goto cycle;
+	}
+	t2 = strtoull(ca->line + 6, NULL, 10);
+	ck_assert_msg(t2 > t1, "token %" PRIu64 " after %" PRIu64, t2, t1);
+	kt_send(ca, "@2 UNLOCK c:k");
+	kt_expect_line(ca, "@2 OK 1");
+cycle:
+	/* channels are the waiters and holders of the cluster's graph */
+	kt_send(ca, "@1 LOCK c:x");
+	kt_expect_prefix(ca, "@1 OK ");
+	kt_send(ca, "@2 LOCK c:y");
+	kt_expect_prefix(ca, "@2 OK ");
+	kt_send(ca, "@2 LOCK c:x timeout=20000");
+	json_decref(kt_wait_queue(cb, "c:x", 1, 1));
+	kt_send(ca, "@1 LOCK c:y timeout=20000");
+	kt_expect_prefix(ca, "@1 ERR DEADLOCK ");
+	/* closing the connection releases every channel, cluster-wide */
+	kt_send(cb, "LOCK c:y timeout=20000");
+	json_decref(kt_wait_queue(ca, "c:y", 1, 1));
+	kt_conn_close(ca);
+	kt_expect_prefix(cb, "OK ");
+	json_decref(kt_wait_queue(cb, "c:x", 0, 0));
+	kt_req(cb, "OK 1", "UNLOCK c:y");
 }
 END_TEST
 
@@ -609,6 +677,7 @@ frontend_suite(void)
 	tcase_add_test(tc, fifo_is_one_order_for_the_cluster);
 	tcase_add_test(tc,
 	    multikey_held_conflict_busy_deadlock_across_front_ends);
+	tcase_add_test(tc, channels_are_owners_of_the_cluster_table);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cancel");
