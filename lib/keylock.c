@@ -44,6 +44,7 @@ static const char *const status_words[] = {
 	[KEYLOCK_ERR_BACKEND] = "BACKEND",
 	[KEYLOCK_ERR_GONE] = "GONE",
 	[KEYLOCK_ERR_SESSION] = "SESSION",
+	[KEYLOCK_ERR_NOPERM] = "NOPERM",
 };
 #define NSERVER_CODES	(sizeof(status_words) / sizeof(status_words[0]))
 
@@ -65,6 +66,7 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_CANCELLED] = "the lock request was cancelled",
 	[KEYLOCK_ERR_BACKEND] = "the server cannot reach its lock store",
 	[KEYLOCK_ERR_GONE] = "the session ended: its locks were released",
+	[KEYLOCK_ERR_NOPERM] = "the server's user may not use one of the keys",
 	[KEYLOCK_ERR_SESSION] = "the connection already has a session, a "
 	    "lock or a wait",
 };
