@@ -3,6 +3,7 @@
  *
  * keylockd-protocol(7), ACCESS CONTROL, against private daemons with
  * users: a tenant cannot lock, release, refresh or inspect another's keys
+ * (on any channel)
  * (ERR NOPERM, and the other's INFO shows nothing changed), cannot learn
  * another's key names from STATS, cannot resume another's session; AUTH
  * says the same whether the user or the secret was wrong; operators over
@@ -168,6 +169,13 @@ START_TEST(a_tenant_cannot_touch_another_tenants_keys)
 	kt_req_err(a, "NOPERM", "LOCK a:1 a:2 b:3");
 	kt_req_err(a, "LIMIT", "LOCK a:1 a:2 a:3");
 	kt_req_err(a, "SYNTAX", "LOCK b:1 mode=bad");	/* SYNTAX first */
+	/* A channel is its connection's user too. */
+	kt_send(a, "@7 LOCK b:1 timeout=0");
+	kt_expect_prefix(a, "@7 ERR NOPERM ");
+	kt_send(a, "@7 INFO b:1");
+	kt_expect_prefix(a, "@7 ERR NOPERM ");
+	kt_send(anon, "@3 LOCK a:1");
+	kt_expect_prefix(anon, "@3 ERR AUTH ");
 
 	/* Nothing changed: bob's key as it was, a:1 was never taken. */
 	o = kt_info(b, "b:1");
