@@ -30,9 +30,15 @@ static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 static inline struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t)
 		    __attribute__((always_inline));
-static bool	 release_is_plain(const struct locktable *,
+static inline bool release_is_plain(const struct locktable *,
 		    const struct lt_hold *);
-static void	 release_plain(struct locktable *, struct lt_hold *, uint64_t);
+static inline void release_plain(struct locktable *, struct lt_hold *,
+		    uint64_t);
+static enum kl_err release_keys(struct locktable *, struct lt_owner *,
+		    const char *const *, const size_t *, size_t, uint64_t,
+		    size_t *, size_t *) __attribute__((noinline));
+static void	 release_one(struct locktable *, struct lt_hold *, uint64_t)
+		    __attribute__((noinline));
 static void	 queue_unlink(struct locktable *, struct lt_slot *);
 static void	 req_free(struct locktable *, struct lt_req *);
 static void	 req_grant(struct locktable *, struct lt_req *,
@@ -572,7 +578,7 @@ locktable_withdraw(struct locktable *lt, struct lt_owner *o, uint64_t now_ms,
  * and nobody else holds it), without a ttl, and the entry goes back to
  * its pool with the table keeping its size (lt_free_fits()).
  */
-static bool
+static inline bool
 release_is_plain(const struct locktable *lt, const struct lt_hold *h)
 {
 	return lt->short_paths && h->inkey && h->heap_idx == LT_NO_TTL &&
@@ -585,7 +591,7 @@ release_is_plain(const struct locktable *lt, const struct lt_hold *h)
  * differential test (tests/unit/locktable_short.c) runs every operation
  * with and without it and compares the tables.
  */
-static void
+static inline void
 release_plain(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
 {
 	struct lt_key	*k = lt_hold_key(h);
@@ -614,28 +620,16 @@ release_plain(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
 /*
  * Checks every key before releasing any. A key seen again after its hold
  * ended is a duplicate (o cannot regain it: nothing settles in between).
- * One key, the common UNLOCK, is looked up once.
+ * Out of line, so that the common UNLOCK needs none of its registers.
  */
-enum kl_err
-locktable_release(struct locktable *lt, struct lt_owner *o,
+static enum kl_err
+release_keys(struct locktable *lt, struct lt_owner *o,
     const char *const *keys, const size_t *keylens, size_t nkeys,
     uint64_t now_ms, size_t *n, size_t *bad_index)
 {
 	struct lt_hold	*h;
 	size_t		 i, done = 0;
 
-	if (nkeys == 1 && (h = owner_find_hold(lt, o, keys[0], keylens[0])) !=
-	    NULL) {
-		if (release_is_plain(lt, h))
-			release_plain(lt, h, now_ms);
-		else {
-			hold_end(lt, h, now_ms, &lt->c.releases);
-			settle(lt, now_ms);
-		}
-		if (n != NULL)
-			*n = 1;
-		return KL_OK;
-	}
 	for (i = 0; i < nkeys; i++) {
 		if (owner_find_hold(lt, o, keys[i], keylens[i]) == NULL) {
 			if (bad_index != NULL)
@@ -652,6 +646,35 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 	settle(lt, now_ms);
 	if (n != NULL)
 		*n = done;
+	return KL_OK;
+}
+
+/* One hold of a one-key UNLOCK that is not plain. */
+static void
+release_one(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
+{
+	hold_end(lt, h, now_ms, &lt->c.releases);
+	settle(lt, now_ms);
+}
+
+/* One key, the common UNLOCK, is looked up once, here. */
+enum kl_err
+locktable_release(struct locktable *lt, struct lt_owner *o,
+    const char *const *keys, const size_t *keylens, size_t nkeys,
+    uint64_t now_ms, size_t *n, size_t *bad_index)
+{
+	struct lt_hold	*h;
+
+	if (nkeys != 1 ||
+	    (h = owner_find_hold(lt, o, keys[0], keylens[0])) == NULL)
+		return release_keys(lt, o, keys, keylens, nkeys, now_ms, n,
+		    bad_index);
+	if (release_is_plain(lt, h))
+		release_plain(lt, h, now_ms);
+	else
+		release_one(lt, h, now_ms);
+	if (n != NULL)
+		*n = 1;
 	return KL_OK;
 }
 

@@ -16,7 +16,7 @@
 #include "util.h"
 
 static bool	 probes_init(struct locktable *, struct lt_probes *,
-		    const struct lt_acquire *);
+		    const struct lt_acquire *, const struct lt_probe *);
 static inline void probes_add(struct locktable *, struct lt_probes *,
 		    const char *, size_t) __attribute__((always_inline));
 static bool	 probes_alloc(struct locktable *, struct lt_probes *,
@@ -38,14 +38,20 @@ static enum kl_err acquire_grant(struct locktable *, struct lt_owner *,
 		    uint64_t *);
 static enum kl_err acquire_queue(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, struct lt_probes *, uint64_t);
-static bool	 acquire_is_fresh(struct locktable *, struct lt_owner *,
-		    const struct lt_acquire *, const struct lt_probes *);
-static void	 acquire_fresh(struct locktable *, struct lt_owner *,
+static enum kl_err acquire_probed(struct locktable *, struct lt_owner *,
+		    const struct lt_acquire *, const struct lt_probe *,
+		    uint64_t, bool *, uint64_t *, struct lt_blocker *)
+		    __attribute__((noinline));
+static inline bool acquire_is_fresh(const struct locktable *,
+		    const struct lt_owner *, const struct lt_acquire *,
+		    const struct lt_probe *);
+static inline void acquire_fresh(struct locktable *, struct lt_owner *,
 		    enum lt_mode, const struct lt_probe *, uint64_t, uint64_t);
 
+/* first: the one key of a one-key request, already looked up. */
 static bool
 probes_init(struct locktable *lt, struct lt_probes *ps,
-    const struct lt_acquire *a)
+    const struct lt_acquire *a, const struct lt_probe *first)
 {
 	size_t	i, setsize = 2 * LT_PROBES_STACK;
 
@@ -53,9 +59,10 @@ probes_init(struct locktable *lt, struct lt_probes *ps,
 	ps->set = ps->sset;
 	ps->n = 0;
 	/* One key, the common request: nothing to deduplicate. */
-	if (a->nkeys == 1) {
+	if (first != NULL) {
 		ps->setsize = 0;
-		probes_add(lt, ps, a->keys[0], a->keylens[0]);
+		ps->sp[0] = *first;
+		ps->n = 1;
 		return true;
 	}
 	if (a->nkeys > LT_PROBES_STACK) {
@@ -367,14 +374,14 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
  * Nothing can be in its way, and its fresh entry comes from its pool and
  * goes in without a resize, so acquire_fresh() grants it with no call.
  */
-static bool
-acquire_is_fresh(struct locktable *lt, struct lt_owner *o,
-    const struct lt_acquire *a, const struct lt_probes *ps)
+static inline bool
+acquire_is_fresh(const struct locktable *lt, const struct lt_owner *o,
+    const struct lt_acquire *a, const struct lt_probe *p)
 {
-	return lt->short_paths && ps->n == 1 && ps->p[0].k == NULL &&
-	    a->limit == 1 && a->ttl_ms == 0 &&
+	return lt->short_paths && p->k == NULL && a->limit == 1 &&
+	    a->ttl_ms == 0 &&
 	    (a->max_holds == 0 || o->nholds < a->max_holds) &&
-	    lt_fresh_fits(lt, ps->p[0].len);
+	    lt_fresh_fits(lt, p->len);
 }
 
 /*
@@ -384,7 +391,7 @@ acquire_is_fresh(struct locktable *lt, struct lt_owner *o,
  * (tests/unit/locktable_short.c) runs every operation with and without
  * it and compares the tables.
  */
-static void
+static inline void
 acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
     const struct lt_probe *p, uint64_t now_ms, uint64_t token)
 {
@@ -424,14 +431,44 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	lt_grant_count(lt, 0);
 }
 
-/* Each key is hashed and looked up once, in probes_init(). */
+/*
+ * Every request but the common one, its keys looked up here (first: the
+ * one key of a one-key request, looked up by the caller). Out of line, so
+ * that the common request needs none of its stack or registers.
+ */
+static enum kl_err
+acquire_probed(struct locktable *lt, struct lt_owner *o,
+    const struct lt_acquire *a, const struct lt_probe *first, uint64_t now_ms,
+    bool *granted, uint64_t *token, struct lt_blocker *why)
+{
+	struct lt_probes	ps;
+	enum kl_err		err;
+
+	if (!probes_init(lt, &ps, a, first))
+		return lt_nomem();
+	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
+		if (acquire_is_grantable(&ps, a->mode)) {
+			err = acquire_grant(lt, o, a, &ps, now_ms, token);
+			*granted = err == KL_OK;
+		} else if ((err = acquire_refuse(lt, o, a, &ps, now_ms,
+		    why)) == KL_OK)
+			err = acquire_queue(lt, o, a, &ps, now_ms);
+	}
+	probes_done(&ps);
+	return err;
+}
+
+/*
+ * Each key is hashed and looked up once: the one key of a one-key request
+ * here, any other in probes_init().
+ */
 enum kl_err
 locktable_acquire(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
     uint64_t *token, struct lt_blocker *why)
 {
-	struct lt_probes	ps;
 	struct lt_blocker	dummy;
+	struct lt_probe		p;
 	enum kl_err		err;
 
 	*granted = false;
@@ -443,20 +480,21 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
 		return err;
 	if (o->wait != NULL)
 		return KL_ERR_LIMIT;
-	if (!probes_init(lt, &ps, a))
-		return lt_nomem();
-	if (acquire_is_fresh(lt, o, a, &ps)) {
-		acquire_fresh(lt, o, a->mode, &ps.p[0], now_ms,
-		    *token = lt_next_token(lt));
-		*granted = true;
-	} else if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
-		if (acquire_is_grantable(&ps, a->mode)) {
-			err = acquire_grant(lt, o, a, &ps, now_ms, token);
-			*granted = err == KL_OK;
-		} else if ((err = acquire_refuse(lt, o, a, &ps, now_ms,
-		    why)) == KL_OK)
-			err = acquire_queue(lt, o, a, &ps, now_ms);
+	if (a->nkeys != 1)
+		return acquire_probed(lt, o, a, NULL, now_ms, granted, token,
+		    why);
+	p.key = a->keys[0];
+	p.len = a->keylens[0];
+	p.hash = lt_key_hash(lt, p.key, p.len);
+	p.k = lt_key_lookup(lt, p.key, p.len, p.hash);
+	if (!acquire_is_fresh(lt, o, a, &p)) {
+		p.xh = NULL;
+		p.x = NULL;
+		p.fresh = false;
+		return acquire_probed(lt, o, a, &p, now_ms, granted, token,
+		    why);
 	}
-	probes_done(&ps);
-	return err;
+	acquire_fresh(lt, o, a->mode, &p, now_ms, *token = lt_next_token(lt));
+	*granted = true;
+	return KL_OK;
 }
