@@ -188,6 +188,7 @@ static enum kl_err	 proto_fail(struct request *, enum kl_err,
 			    __attribute__((format(printf, 3, 4)));
 static inline uint64_t	 proto_load_tail(const unsigned char *, size_t,
 			    size_t);
+static inline uint64_t	 proto_plain(uint64_t);
 static inline uint64_t	 proto_not_plain(uint64_t);
 static size_t		 proto_skip_plain(const unsigned char *, size_t,
 			    size_t);
@@ -201,6 +202,9 @@ static inline const struct proto_cmd *proto_find_word(uint64_t, uint64_t,
 static inline bool	 proto_cmd_is(const struct proto_cmd *, uint64_t,
 			    uint64_t, size_t);
 static inline void	 proto_reset(struct request *);
+static inline void	 proto_reset_options(struct request *);
+static uint64_t		 proto_plain_words(const unsigned char *, size_t,
+			    size_t) __attribute__((noinline));
 static inline bool	 proto_parse_short(const char *, size_t,
 			    struct request *);
 static enum kl_err	 proto_parse_tokens(const char *, size_t,
@@ -258,22 +262,29 @@ proto_load_tail(const unsigned char *s, size_t len, size_t i)
 }
 
 /*
- * Bit 7 of each byte of the result is set when that byte of w is not plain
- * (PC_PLAIN). Bit 7 is set or cleared before every sum, so no carry or
- * borrow crosses into the next byte: each byte is tested on its own.
+ * Bit 7 of each byte of the result is set when that byte of w is plain
+ * (PC_PLAIN); the other bits are junk. Each byte is tested on its own
+ * 7 bits (x), so no sum carries into the next byte: x + 0x5f reaches bit 7
+ * from '!' up, (x ^ '=') + 0x7f for any x but '=', and x + 1, or w itself,
+ * for DEL and the bytes past ASCII, which are not plain.
  */
+static inline uint64_t
+proto_plain(uint64_t w)
+{
+	const uint64_t	ones = 0x0101010101010101ULL;
+	const uint64_t	low = ones * 0x7f;
+	uint64_t	x = w & low;
+
+	return (x + ones * 0x5f) & ((x ^ ones * '=') + low) &
+	    ~((x + ones) | w);
+}
+
+/* Bit 7 of each byte of the result is set when that byte of w is not plain,
+ * and no other bit. */
 static inline uint64_t
 proto_not_plain(uint64_t w)
 {
-	const uint64_t	ones = 0x0101010101010101ULL;
-	const uint64_t	high = ones << 7, low = ~high;
-	uint64_t	eq = w ^ (ones * '=');
-	uint64_t	printable, del, other;
-
-	printable = (w | high) - ones * 0x21;	/* bit 7: at least '!' */
-	del = (w & low) + ones;			/* bit 7: DEL */
-	other = ((eq & low) + low) | eq;	/* bit 7 clear: '=' */
-	return (~(printable & other) | del | w) & high;
+	return ~proto_plain(w) & (0x0101010101010101ULL << 7);
 }
 
 /*
@@ -754,6 +765,13 @@ proto_reset(struct request *req)
 {
 	req->cmd = CMD_NONE;
 	req->nargs = 0;
+	proto_reset_options(req);
+}
+
+/* No option given, and no error text. */
+static inline void
+proto_reset_options(struct request *req)
+{
 	req->opts = 0;
 	req->timeout_ms = 0;
 	req->ttl_ms = 0;
@@ -764,6 +782,18 @@ proto_reset(struct request *req)
 	req->why[0] = '\0';
 }
 
+/* proto_plain() of the words at s + i, s + i + 8, ... before s + end,
+ * ANDed: the middle of a key longer than sixteen bytes. */
+static uint64_t
+proto_plain_words(const unsigned char *s, size_t i, size_t end)
+{
+	uint64_t	plain = ~UINT64_C(0);
+
+	for (; i < end; i += PROTO_WORD)
+		plain &= proto_plain(proto_le64(s + i));
+	return plain;
+}
+
 /*
  * The common request, a command word of up to seven letters, one space and
  * one plain key ("LOCK k", "UNLOCK k"), in one pass over the line, eight
@@ -771,41 +801,48 @@ proto_reset(struct request *req)
  * same two plain tokens, and a command whose short_ok column says it takes
  * them as a whole request needs no other check, so the result is the
  * same; any other line returns false, for the loop to parse (lines under
- * eight bytes too). A key with a byte that is not plain is checked once,
+ * nine bytes too). A key with a byte that is not plain is checked once,
  * there.
+ *
+ * Every word is classified before any test, and the words after the
+ * first ANDed: the last word ends the line and may reach back over the
+ * first, where the one byte allowed to be other than plain is the space
+ * (m shifted to where that word sees it). No other test
+ * is needed: a space at 0 names no command, and with len at most
+ * KL_KEY_MAX + 2 the key, after a word of at least one letter, is never
+ * too long or empty.
  */
 static inline bool
 proto_parse_short(const char *line, size_t len, struct request *req)
 {
 	const unsigned char	*u = (const unsigned char *)line;
 	const struct proto_cmd	*cmd;
-	uint64_t		 w, m;
-	size_t			 sp, i;
+	uint64_t		 w, m, marks, plain;
+	size_t			 sp, t = len - PROTO_WORD;
 
-	if (len < PROTO_WORD || len > PROTO_WORD + KL_KEY_MAX)
+	if (t - 1 > KL_KEY_MAX + 2 - PROTO_WORD - 1)
 		return false;
+	/* the words after the first: bit 7 of every byte set if all plain */
+	plain = proto_plain(proto_le64(u + t));
+	if (t > PROTO_WORD)
+		plain &= proto_plain(proto_le64(u + PROTO_WORD));
+	if (t > 2 * PROTO_WORD)
+		plain &= proto_plain_words(u, 2 * PROTO_WORD, t);
 	/* the space: the one byte of the first eight that is not plain */
 	w = proto_le64(u);
-	if ((m = proto_not_plain(w)) == 0 || (m & (m - 1)) != 0)
+	m = proto_not_plain(w);
+	sp = (size_t)__builtin_ctzll(m | UINT64_C(1) << 63) / 8;
+	if (t < PROTO_WORD)
+		plain |= m >> (8 * t);
+	marks = ~plain & (0x0101010101010101ULL << 7);
+	if ((marks | (m & (m - 1))) != 0 || u[sp] != ' ' ||
+	    (cmd = proto_find_word(w, 0, sp)) == NULL || !cmd->short_ok)
 		return false;
-	sp = (size_t)__builtin_ctzll(m) / 8;
-	if (u[sp] != ' ' || sp == 0 || sp + 1 == len ||
-	    len - sp - 1 > KL_KEY_MAX)
-		return false;
-	/* the rest of the key, and the last word less what is done */
-	for (i = PROTO_WORD; i + PROTO_WORD <= len; i += PROTO_WORD)
-		if (proto_not_plain(proto_le64(u + i)) != 0)
-			return false;
-	if (i < len && proto_not_plain(proto_le64(u + len - PROTO_WORD)) >>
-	    (8 * (PROTO_WORD - (len - i))) != 0)
-		return false;
-	if ((cmd = proto_find_word(w, 0, sp)) == NULL || !cmd->short_ok)
-		return false;
-	proto_reset(req);
 	req->cmd = cmd->id;
 	req->nargs = 1;
 	req->args[0] = line + sp + 1;
 	req->arglens[0] = len - sp - 1;
+	proto_reset_options(req);
 	return true;
 }
 

@@ -382,6 +382,52 @@ START_TEST(short_form_parses_as_the_token_loop_does)
 }
 END_TEST
 
+/*
+ * The same for keys of up to 40 bytes, which the short path reads in up to
+ * five words, the last reaching back over the one before: one byte other
+ * than plain at every offset of every length must be found as the token
+ * loop finds it.
+ */
+START_TEST(short_form_sees_a_bad_byte_at_every_offset)
+{
+	static const char *const words[] = { "LOCK", "UNLOCK", "TRYLOCK", "L" };
+	static const unsigned char bytes[] = {
+		0x00, '\t', ' ', '=', 0x1f, 0x7f, 0x80, 0xc3, 0xff, 'k'
+	};
+
+	for (size_t w = 0; w < NELEM(words); w++) {
+		for (size_t n = 1; n <= 40; n++) {
+			for (size_t k = 0; k < n; k++) {
+				for (size_t c = 0; c < NELEM(bytes); c++) {
+					char		a[64], b[64];
+					size_t		wl = strlen(words[w]);
+					struct request	ra, rb;
+					enum kl_err	ea, eb;
+
+					snprintf(a, sizeof(a), "%s ", words[w]);
+					memset(a + wl + 1, 'k', n);
+					a[wl + 1 + k] = (char)bytes[c];
+					memcpy(b, a, wl + 1 + n);
+					b[wl] = '\t';
+					ea = proto_parse(a, wl + 1 + n, &ra);
+					eb = proto_parse(b, wl + 1 + n, &rb);
+					ck_assert_int_eq(ea, eb);
+					ck_assert_str_eq(ra.why, rb.why);
+					ck_assert_int_eq(ra.cmd, rb.cmd);
+					ck_assert_uint_eq(ra.nargs, rb.nargs);
+					if (ea == KL_OK && ra.nargs == 1) {
+						ck_assert_uint_eq(ra.arglens[0],
+						    rb.arglens[0]);
+						ck_assert_int_eq(ra.args[0] - a,
+						    rb.args[0] - b);
+					}
+				}
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(key_check_explains_each_rule)
 {
 	char	why[PROTO_WHY_MAX];
@@ -471,6 +517,7 @@ cp_add_keys(Suite *s)
 	tcase_add_test(tc, key_check_explains_each_rule);
 	tcase_add_test(tc, key_check_agrees_with_parse_at_every_offset);
 	tcase_add_test(tc, short_form_parses_as_the_token_loop_does);
+	tcase_add_test(tc, short_form_sees_a_bad_byte_at_every_offset);
 	tcase_add_test(tc, utf8_check_agrees_with_reference_decoder);
 	suite_add_tcase(s, tc);
 }
