@@ -1,14 +1,18 @@
 # keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
-"""The client's engine, on an asyncio event loop: connections, the pool,
-who owns which connection, LOCK and its withdrawal, release, ttl.
+"""The client's engine, on an asyncio event loop: connections, their
+channels, the pool, who owns which channel, LOCK and its withdrawal,
+release, ttl.
 
 Both faces run this: ``keylock.aio`` on the caller's loop, the threading
 face on one private loop thread (``_sync``). Everything here runs on that
 one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
 
-- one connection per owner (a task, or a thread) while the owner holds
-  anything, so that the server's HELD and DEADLOCK checks see the owner;
-  no connection ever carries a waiting LOCK of two owners;
+- one channel per owner (a task, or a thread) while the owner holds
+  anything, so that the server's HELD and DEADLOCK checks see the owner:
+  a channel 1, 2, ... of the loop's one connection where the server
+  speaks channels, else a connection of its own (channel 0); no channel
+  ever carries a waiting LOCK of two owners;
+- the requests written in one turn of the loop leave in one send;
 - a connection that drops marks every lock it held lost at once, and is
   never replaced behind the back of an owner that still holds locks;
   with a session (``session=``) it is suspended instead, reconnects and
@@ -32,7 +36,7 @@ import socket
 import ssl
 import weakref
 from collections import deque
-from typing import (Any, Callable, Coroutine, Deque, List, Optional,
+from typing import (Any, Callable, Coroutine, Deque, Dict, List, Optional,
                     Set, Tuple, Union)
 
 from . import _fork
@@ -43,11 +47,15 @@ from ._wire import (Address, Key, check_name, default_name, parse_reply,
 
 REPLY_MAX = 1 << 20          # bytes of one reply line (INFO lists stop at 1000)
 MAX_IDLE_DEFAULT = 8
+CHANNELS_DEFAULT = True      # KeyedLock(channels=None): channels where the
+                             # server speaks them
 CONNECT_TIMEOUT_DEFAULT = 10.0
 CANCEL_TIMEOUT_DEFAULT = 10.0
 WINDOW_MARGIN = 0.001        # of the grace: clock-rate error (the rule's)
 BACKOFF_FIRST = 0.05         # s between reconnect rounds, doubling...
 BACKOFF_MAX = 1.0            # ...up to this, with jitter
+CHANNELS_PER_CONN = 65535    # owners on one connection (the server's
+                             # max-channels is 65536 by default)
 SUSPENDED_POLL = 0.05        # s: how often a withdrawal looks whether
                              # the resume it waits for has settled
 
@@ -102,9 +110,10 @@ _TIMEOUT_OPT = re.compile(r" timeout=([0-9]+)")
 
 
 class Link(asyncio.Protocol):
-    """One transport of a connection: a FIFO of pending replies. A
-    connection with a session may go through several, one after the
-    other (RESUME)."""
+    """One transport of a connection: a FIFO of pending replies per
+    channel (0 without channels). A connection with a session may go
+    through several, one after the other (RESUME). Requests written in
+    one turn of the event loop leave in one send."""
 
     def __init__(self, conn: "Conn", addr: Address,
                  sock: socket.socket) -> None:
@@ -112,10 +121,15 @@ class Link(asyncio.Protocol):
         self.addr = addr
         self.sock = sock
         self.transport: Optional[asyncio.Transport] = None
-        self.waiters: Deque[Pending] = deque()
+        self.waiters: Deque[Pending] = deque()      # channel 0's
+        self.fifos: Dict[int, Deque[Pending]] = {0: self.waiters}
+        # the hello's "@1 PING": a server without channels answers it
+        # on channel 0 (ERR SYNTAX), after everything else there
+        self.probe: Optional[Pending] = None
         self.dead = False
         self.reason = ""
         self._buf = b""
+        self._out: List[bytes] = []
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -126,18 +140,40 @@ class Link(asyncio.Protocol):
         buf = self._buf + data if self._buf else data
         start = 0
         conn = self.conn
+        fifos = self.fifos
         while not self.dead:
             nl = buf.find(b"\n", start)
             if nl < 0:
                 break
             end = nl - 1 if nl > start and buf[nl - 1] == 13 else nl
-            line = buf[start:end].decode("utf-8", "replace")
+            if buf[start] == 64:                # "@N reply"
+                sp = buf.find(b" ", start, end)
+                num = buf[start + 1:sp]
+                if sp < 0 or not num.isdigit():
+                    conn.abort("a reply with a malformed channel: "
+                               f"{buf[start:end][:60]!r}", self)
+                    return
+                n = int(num)
+                line = buf[sp + 1:end].decode("utf-8", "replace")
+            else:
+                n = 0
+                line = buf[start:end].decode("utf-8", "replace")
             start = nl + 1
-            if not self.waiters:
-                conn.abort("the server sent a line nobody asked for: "
-                           f"{line[:60]!r}", self)
+            fifo = fifos.get(n)
+            if not fifo:
+                probe = self.probe
+                if n == 0 and probe is not None:
+                    # a server without channels: "@1" is no command
+                    self.probe = None
+                    fifos[1].remove(probe)
+                    probe.answer(line)
+                    continue
+                conn.abort(f"the server sent a line nobody asked for "
+                           f"(channel {n}): {line[:60]!r}", self)
                 return
-            pending = self.waiters.popleft()
+            pending = fifo.popleft()
+            if pending is self.probe:
+                self.probe = None
             if conn.link is self and pending.sent > conn.last_ok:
                 conn.last_ok = pending.sent     # the client's rule: T
             pending.answer(line)
@@ -152,11 +188,25 @@ class Link(asyncio.Protocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.lost(f"{exc}" if exc else "the connection closed")
 
-    def write(self, pending: Pending) -> None:
+    def write(self, pending: Pending, n: int = 0) -> None:
+        """Queues ``pending`` on channel ``n``; the request leaves with
+        every other one written in this turn of the loop."""
         pending.sent = self.conn.loop.time()
-        self.waiters.append(pending)
-        assert self.transport is not None
-        self.transport.write(pending.request.encode("utf-8") + b"\n")
+        fifo = self.fifos.get(n)
+        if fifo is None:
+            fifo = self.fifos[n] = deque()
+        fifo.append(pending)
+        if not self._out:
+            self.conn.loop.call_soon(self._flush)
+        if n:
+            self._out.append(b"@%d %s\n" % (n, pending.request.encode()))
+        else:
+            self._out.append(pending.request.encode() + b"\n")
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and not self.dead and self.transport is not None:
+            self.transport.write(b"".join(out))
 
     def lost(self, reason: str) -> None:
         """The transport is gone (or given up): the connection decides
@@ -165,10 +215,12 @@ class Link(asyncio.Protocol):
             return
         self.dead = True
         self.reason = reason
+        self._out = []
         if self.conn.link is self:
             self.conn._link_lost(self, reason)
-        while self.waiters:
-            self.waiters.popleft().answer(None)
+        for fifo in self.fifos.values():
+            while fifo:
+                fifo.popleft().answer(None)
 
     def drop(self, reason: str) -> None:
         """Resets the transport now; a session resumes elsewhere."""
@@ -178,45 +230,255 @@ class Link(asyncio.Protocol):
 
     def close(self, quit: bool) -> None:
         """Closes after the queued requests (and a QUIT) are written."""
+        out, self._out = self._out, []
         self.dead = True
         if self.transport is not None:
             if quit:
-                self.transport.write(b"QUIT\n")
+                out.append(b"QUIT\n")
+            if out:
+                self.transport.write(b"".join(out))
             self.transport.close()
 
 
+# What a request may change in the lock table: a connection that drops
+# with one of these unanswered is resumed to settle it.
+_TABLE_KINDS = (LOCK, UNLOCK, CANCEL, QUIT)
+
+
+class Chan:
+    """One lock owner's request sequence on a connection: channel ``n``
+    (0 on a connection without channels, the only one there). The
+    owner's grants, and with a session what it sent that the resume
+    must settle."""
+
+    __slots__ = ("conn", "n", "grants", "limbo", "deferred", "in_use")
+
+    def __init__(self, conn: "Conn", n: int) -> None:
+        self.conn = conn
+        self.n = n
+        self.grants: Set[HandleBase] = set()
+        self.limbo: List[Pending] = []      # sent, unanswered, link gone
+        self.deferred: List[Pending] = []   # asked for while suspended
+        self.in_use = False                 # an owner's now
+
+    # what the owner sees of the connection
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    @property
+    def suspended(self) -> bool:
+        return self.conn.suspended
+
+    @property
+    def reason(self) -> str:
+        return self.conn.reason
+
+    @property
+    def session(self) -> Optional[str]:
+        return self.conn.session
+
+    @property
+    def grace(self) -> float:
+        return self.conn.grace
+
+    @property
+    def last_ok(self) -> float:
+        return self.conn.last_ok
+
+    @property
+    def addr(self) -> Address:
+        return self.conn.addr
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self.conn.loop
+
+    def abort(self, reason: str) -> None:
+        self.conn.abort(reason)
+
+    def _arm(self) -> None:
+        self.conn._arm()
+
+    def send(self, line: str, kind: str = OTHER) -> Pending:
+        """Sends one request on this channel; its reply line (None: the
+        connection ended first) comes in the Pending. While suspended,
+        it is sent once the session is resumed."""
+        conn = self.conn
+        pending = Pending(conn.loop.create_future(), line, kind)
+        if kind == LOCK and " timeout=" in line:
+            m = _TIMEOUT_OPT.search(line)
+            if m:
+                pending.timeout_at = conn.loop.time() + int(m.group(1)) / 1e3
+        if conn.closed:
+            pending.answer(None)
+        elif conn.suspended or conn.link is None:
+            self.deferred.append(pending)
+        else:
+            conn.link.write(pending, self.n)
+        return pending
+
+    def request(self, line: str, kind: str = OTHER) -> "asyncio.Future[Reply]":
+        """Sends one request; the future gets its reply line, or None. A
+        cancelled awaiter drops the reply; the order stays intact."""
+        return self.send(line, kind).fut
+
+    def add_grant(self, handle: "HandleBase") -> None:
+        self.grants.add(handle)
+        self.conn.grants.add(handle)
+        if self.conn.session is not None:
+            self.conn._arm()
+
+    def drop_grant(self, handle: "HandleBase") -> None:
+        self.grants.discard(handle)
+        self.conn.grants.discard(handle)
+
+    def _reconcile(self, link: Link, held: List[Tuple[int, List[str]]],
+                   waiting: Any) -> bool:
+        """RESUME's word on this channel: what the server says it holds
+        and waits for, against what the client believed and sent. Every
+        request left is sent again on ``link`` or answered here; a grant
+        the client does not know of is released. True if a QUIT was
+        among the requests."""
+        limbo, self.limbo = self.limbo, []
+        deferred, self.deferred = self.deferred, []
+        quit = any(p.kind == QUIT for p in (*limbo, *deferred))
+        tokens = {token: keys for token, keys in held}
+        held_keys = {k for _, keys in held for k in keys}
+        mine = {h.token for h in self.grants}
+        for h in list(self.grants):
+            if h.token not in tokens:
+                self.drop_grant(h)
+                h._set_lost("the server released it while the connection "
+                            "was down (its ttl ran out)")
+        releasing = {p.token for p in (*limbo, *deferred)
+                     if p.kind == UNLOCK and p.token is not None}
+        unknown = [t for t in tokens if t not in mine and t not in releasing]
+        lock = next((p for p in limbo if p.kind == LOCK), None)
+        lock_served = False
+        if waiting is not None:
+            lock_served = True
+            if lock is not None:
+                # its reply is the next one on this channel
+                link.fifos.setdefault(self.n, deque()).append(lock)
+            else:
+                self._stray_wait(link, waiting)
+        elif lock is not None and unknown:
+            lock_served = True
+            lock.answer(f"OK {unknown.pop(0)}")     # granted while detached
+        before = lock is not None
+        for p in limbo:
+            if p is lock:
+                before = False
+                if not lock_served:
+                    if lock.cancelling:
+                        lock.answer("ERR CANCELLED withdrawn while the "
+                                    "connection was down")
+                    else:
+                        self._send_lock(link, lock)
+                continue
+            served = before and lock_served     # ahead of a served LOCK
+            if p.kind == UNLOCK:
+                if p.token in tokens:
+                    link.write(p, self.n)
+                else:
+                    p.answer(f"OK {len(unique(p.request.split()[1:]))}")
+            elif p.kind == CANCEL:
+                if waiting is not None and not served:
+                    link.write(p, self.n)
+                else:
+                    p.answer("OK 0")
+            elif p.kind == PING and served:
+                p.answer("OK PONG")
+            elif p.kind == REFRESH and served:
+                p.answer(f"OK {sum(1 for k in p.names if k in held_keys)}")
+            elif p.request:
+                link.write(p, self.n)
+            else:
+                p.answer(None)      # a stray wait's, settled above
+        for p in deferred:
+            if p.kind == LOCK:
+                if p.cancelling:
+                    p.answer("ERR CANCELLED withdrawn before it was sent")
+                else:
+                    self._send_lock(link, p)
+            else:
+                link.write(p, self.n)
+        for token in unknown:
+            # a grant nobody here knows of (never expected): released
+            self.send("UNLOCK " + " ".join(unique(tokens[token])), UNLOCK)
+        return quit
+
+    def _send_lock(self, link: Link, p: Pending) -> None:
+        """A LOCK that the server never saw, or answered with a reply that
+        was lost: asked again, for the time it has left."""
+        if p.timeout_at is not None:
+            left = math.ceil((p.timeout_at - self.conn.loop.time()) * 1000.0)
+            if left <= 0:
+                p.answer("ERR TIMEOUT not granted within its timeout (the "
+                         "connection dropped while it waited)")
+                return
+            p.request = _TIMEOUT_OPT.sub(f" timeout={left}", p.request, 1)
+        link.write(p, self.n)
+
+    def _stray_wait(self, link: Link, waiting: Any) -> None:
+        """A waiting LOCK the client did not send: withdrawn (and its
+        grant, if it won the race, released)."""
+        keys = " ".join(unique(str(k) for k in waiting.get("keys", [])))
+        stray = Pending(self.conn.loop.create_future(), "", LOCK)
+        stray.cancelling = True     # never sent again
+
+        def settle(line: Reply) -> None:
+            if line is not None and line.startswith("OK ") and keys:
+                self.send(f"UNLOCK {keys}", UNLOCK)
+        stray.hook = settle
+        link.fifos.setdefault(self.n, deque()).append(stray)
+        self.send("CANCEL", CANCEL)
+
+
 class Conn:
-    """One connection to the server, as the lock owners see it: a FIFO of
-    requests and the grants made through it. Without a session it is one
-    transport (a Link). With one, a transport that drops does not end it:
-    the connection is suspended, reconnects with backoff to the server
-    list and RESUMEs, and its requests and grants carry on; it ends when
-    the session cannot be resumed in its window (keylockd-protocol(7),
-    Sessions, the client's rule) or when the server says GONE."""
+    """One connection to the server: its transport and, with a session,
+    everything that makes the session outlive a transport. Its lock
+    owners are channels (``Chan``): only channel 0 on a connection
+    without channels (one owner at a time, pooled), channel 0 for the
+    connection's own requests and 1, 2, ... for the owners, any number
+    at once, on a connection with channels (``mux``).
+
+    Without a session a transport that drops ends the connection. With
+    one, the connection is suspended, reconnects with backoff to the
+    server list and RESUMEs, and its requests and grants carry on; it
+    ends when the session cannot be resumed in its window
+    (keylockd-protocol(7), Sessions, the client's rule) or when the
+    server says GONE."""
 
     def __init__(self, core: "Core", loop: asyncio.AbstractEventLoop,
                  on_close: Callable[["Conn"], None]) -> None:
         self.core = core
         self.loop = loop
         self.link: Optional[Link] = None
-        self.addr = core.addrs[0]
-        self.grants: Set[HandleBase] = set()
-        self.closed = False
-        self.reason = ""
+        self.addr: Address = core.addrs[0]
+        self.grants: Set[HandleBase] = set()    # of every channel
+        self.closed: bool = False
+        self.reason: str = ""
         self._on_close = on_close
         self.generation = _fork.generation
+        # channels
+        self.ch0 = Chan(self, 0)
+        self.chans: Dict[int, Chan] = {0: self.ch0}
+        self.mux = False        # channels 1.. carry the owners
+        self.free: List[Chan] = []
+        self.busy = 0           # channels given to owners now
+        self.next_chan = 1
         # the session
         self.session: Optional[str] = None
-        self.grace = 0.0                    # seconds
+        self.grace: float = 0.0                    # seconds
         # T: the send time of the last answered request
         self.last_ok: float = 0.0
-        self.suspended = False
+        self.suspended: bool = False
         self.ending = False     # dropped on purpose: never resumed
         self.retire = False     # back to the pool while suspended
         self.in_use = False     # out of the pool: an owner's, or a call's
         self.noticed = 0.0      # when the drop was seen
-        self.limbo: List[Pending] = []      # sent, unanswered, link gone
-        self.deferred: List[Pending] = []   # asked for while suspended
         self.resumes = 0
         self._window: Optional[asyncio.TimerHandle] = None
         self._ticker: Optional[asyncio.TimerHandle] = None
@@ -227,31 +489,46 @@ class Conn:
         return self.link.sock if self.link is not None else None
 
     def send(self, line: str, kind: str = OTHER) -> Pending:
-        """Sends one request; its reply line (None: the connection ended
-        first) comes in the Pending. While suspended, it is sent once
-        the session is resumed."""
-        pending = Pending(self.loop.create_future(), line, kind)
-        if kind == LOCK:
-            m = _TIMEOUT_OPT.search(line)
-            if m:
-                pending.timeout_at = self.loop.time() + int(m.group(1)) / 1e3
-        if self.closed:
-            pending.answer(None)
-        elif self.suspended or self.link is None:
-            self.deferred.append(pending)
-        else:
-            self.link.write(pending)
-        return pending
+        """A request of the connection itself, on channel 0."""
+        return self.ch0.send(line, kind)
 
     def request(self, line: str, kind: str = OTHER) -> "asyncio.Future[Reply]":
-        """Sends one request; the future gets its reply line, or None. A
-        cancelled awaiter drops the reply; the order stays intact."""
-        return self.send(line, kind).fut
+        return self.ch0.send(line, kind).fut
 
-    def add_grant(self, handle: "HandleBase") -> None:
-        self.grants.add(handle)
-        if self.session is not None:
-            self._arm()
+    # channels (mux)
+
+    def take_chan(self) -> Chan:
+        """A channel for an owner: a free one, or a new number."""
+        if self.free:
+            chan = self.free.pop()
+        else:
+            chan = self._chan(self.next_chan)
+        chan.in_use = True
+        self.busy += 1
+        return chan
+
+    def _chan(self, n: int) -> Chan:
+        chan = self.chans.get(n)
+        if chan is None:
+            chan = self.chans[n] = Chan(self, n)
+            if n >= self.next_chan:
+                self.next_chan = n + 1
+        return chan
+
+    def give_back(self, chan: Chan) -> None:
+        """The owner holds nothing any more: the channel is free (the
+        server forgets it once its queued requests are served)."""
+        chan.in_use = False
+        self.busy -= 1
+        if self.closed:
+            return
+        if chan.grants:
+            # never expected: what the owner did not release goes now
+            for h in list(chan.grants):
+                chan.drop_grant(h)
+                h._set_lost("its owner let go of its channel with it held")
+            chan.send("UNLOCKALL")
+        self.free.append(chan)
 
     def abort(self, reason: str, link: Optional[Link] = None) -> None:
         """Gives the connection up now. Without a session the server
@@ -290,11 +567,14 @@ class Conn:
         resumer, self._resumer = self._resumer, None
         if resumer is not None and resumer is not _current_task():
             resumer.cancel()
-        pendings = list(self.link.waiters) if self.link is not None else []
+        pendings: List[Pending] = []
         if self.link is not None:
-            self.link.waiters.clear()
-        pendings += self.limbo + self.deferred
-        self.limbo, self.deferred = [], []
+            for fifo in self.link.fifos.values():
+                pendings.extend(fifo)
+                fifo.clear()
+        for chan in self.chans.values():
+            pendings += chan.limbo + chan.deferred
+            chan.limbo, chan.deferred = [], []
         for pending in pendings:
             pending.answer(None)
         for grant in list(self.grants):
@@ -304,6 +584,8 @@ class Conn:
                             f"the session on {self.addr.text} is over "
                             f"({reason})")
         self.grants.clear()
+        for chan in self.chans.values():
+            chan.grants.clear()
         self._on_close(self)
 
     # The session: the client's rule, pings, resume
@@ -342,8 +624,10 @@ class Conn:
 
     def _tick(self) -> None:
         """Every grace/3 while locks are held: a PING if nothing was
-        answered meanwhile; a request unanswered that long (but a waiting
-        LOCK) means the transport is dead: resume elsewhere."""
+        answered meanwhile; a request on channel 0 unanswered that long
+        (but a waiting LOCK) means the transport is dead: resume
+        elsewhere. (With channels no LOCK waits on channel 0, so its PING
+        is answered however long the owners wait.)"""
         self._ticker = None
         if self.closed or self.generation != _fork.generation or \
                 not self.grants:
@@ -367,12 +651,14 @@ class Conn:
         if self.generation != _fork.generation:
             self.closed = True
             return
-        # resumed: a connection in use (its owner may hold, wait, or be
+        # resumed: a connection in use (an owner may hold, wait, or be
         # withdrawing a wait), or with requests that change the table
         keep = self.session is not None and not self.ending and (
-            self.in_use or self.grants or any(
-                p.kind in (LOCK, UNLOCK, CANCEL, QUIT)
-                for p in (*link.waiters, *self.deferred)))
+            self.in_use or self.busy > 0 or bool(self.grants) or any(
+                p.kind in _TABLE_KINDS
+                for fifo in link.fifos.values() for p in fifo) or any(
+                p.kind in _TABLE_KINDS
+                for chan in self.chans.values() for p in chan.deferred))
         if not keep:
             self.link = link            # its waiters are answered None
             self._closed(reason)
@@ -381,13 +667,17 @@ class Conn:
         self.suspended = True
         self.reason = reason
         self.noticed = self.loop.time()
-        self.limbo.extend(link.waiters)
-        link.waiters.clear()
-        for pending in self.limbo:
-            if pending.kind == UNLOCK and not pending.fut.done():
-                # the block is left at once: the UNLOCK is settled by the
-                # resume (or by the grace on the server)
-                pending.fut.set_result(None)
+        for n, fifo in link.fifos.items():
+            chan = self.chans.get(n)
+            if chan is not None and fifo:
+                chan.limbo.extend(fifo)
+                fifo.clear()
+        for chan in self.chans.values():
+            for pending in chan.limbo:
+                if pending.kind == UNLOCK and not pending.fut.done():
+                    # the block is left at once: the UNLOCK is settled
+                    # by the resume (or by the grace on the server)
+                    pending.fut.set_result(None)
         for grant in self.grants:
             grant._set_suspended(True)
         self._arm()
@@ -460,7 +750,7 @@ class Conn:
             resume = pendings[-1]
             resume.hook = hook
             for pending in pendings:
-                link.write(pending)
+                link.write(pending, 0)
             for pending in pendings:
                 reply = await pending.fut
                 if reply is None:
@@ -475,10 +765,10 @@ class Conn:
             raise
 
     def _resumed(self, link: Link, resume: Pending, line: Reply) -> bool:
-        """RESUME's reply, at once (the waiting LOCK's reply may follow
-        in the same read): reconcile what the client believed with what
-        the server says is held and waiting. True when settled: resumed
-        on ``link``, or ended (GONE)."""
+        """RESUME's reply, at once (a waiting LOCK's reply may follow in
+        the same read): reconcile, channel by channel, what the client
+        believed with what the server says is held and waiting. True
+        when settled: resumed on ``link``, or ended (GONE)."""
         if line is None or not line.startswith("OK "):
             if line is not None and line.startswith("ERR GONE"):
                 self.ending = True
@@ -494,9 +784,13 @@ class Conn:
             return False
         try:
             state = json.loads(line[3:])
-            held = [(int(g["token"]), [str(k) for k in g["keys"]])
-                    for g in state["held"]]
-            waiting = state["waiting"]
+            entries: Dict[int, Tuple[List[Tuple[int, List[str]]], Any]] = {
+                0: (_held(state["held"]), state["waiting"])}
+            for c in state.get("channels") or ():
+                n = int(c["channel"])
+                if n <= 0:
+                    raise ValueError(f"channel {n}")
+                entries[n] = (_held(c["held"]), c.get("waiting"))
             grace_ms = int(state.get("grace_ms") or 0)
         except (ValueError, KeyError, TypeError) as e:
             link.drop(f"RESUME's reply is not understood: {e}")
@@ -508,106 +802,41 @@ class Conn:
         self.resumes += 1
         if grace_ms > 0:
             self.grace = grace_ms / 1000.0
-        limbo, self.limbo = self.limbo, []
-        deferred, self.deferred = self.deferred, []
-        tokens = {token: keys for token, keys in held}
-        held_keys = {k for _, keys in held for k in keys}
-        mine = {h.token for h in self.grants}
-        for h in list(self.grants):
-            if h.token not in tokens:
-                self.grants.discard(h)
-                h._set_lost("the server released it while the connection "
-                            "was down (its ttl ran out)")
-        releasing = {p.token for p in (*limbo, *deferred)
-                     if p.kind == UNLOCK and p.token is not None}
-        unknown = [t for t in tokens if t not in mine and t not in releasing]
-        lock = next((p for p in limbo if p.kind == LOCK), None)
-        lock_served = False
-        if waiting is not None:
-            lock_served = True
-            if lock is not None:
-                link.waiters.append(lock)   # its reply is the next one
-            else:
-                self._stray_wait(link, waiting)
-        elif lock is not None and unknown:
-            lock_served = True
-            lock.answer(f"OK {unknown.pop(0)}")     # granted while detached
-        before = lock is not None
-        for p in limbo:
-            if p is lock:
-                before = False
-                if not lock_served:
-                    if lock.cancelling:
-                        lock.answer("ERR CANCELLED withdrawn while the "
-                                    "connection was down")
-                    else:
-                        self._send_lock(link, lock)
-                continue
-            served = before and lock_served     # ahead of a served LOCK
-            if p.kind == UNLOCK:
-                if p.token in tokens:
-                    link.write(p)
-                else:
-                    p.answer(f"OK {len(unique(p.request.split()[1:]))}")
-            elif p.kind == CANCEL:
-                if waiting is not None and not served:
-                    link.write(p)
-                else:
-                    p.answer("OK 0")
-            elif p.kind == PING and served:
-                p.answer("OK PONG")
-            elif p.kind == REFRESH and served:
-                p.answer(f"OK {sum(1 for k in p.names if k in held_keys)}")
-            else:
-                link.write(p)
-        for p in deferred:
-            if p.kind == LOCK:
-                self._send_lock(link, p)
-            else:
-                link.write(p)
-        for token in unknown:
-            # a grant nobody here knows of (never expected): released
-            self.send("UNLOCK " + " ".join(unique(tokens[token])), UNLOCK)
+        for n in entries:
+            if n not in self.chans:
+                # a channel the server knows and the client forgot: its
+                # grants are released, its wait withdrawn
+                self.free.append(self._chan(n))
+        quit = False
+        for n, chan in self.chans.items():
+            held, waiting = entries.get(n, ((), None))
+            if chan._reconcile(link, list(held), waiting) and n == 0:
+                quit = True
         for grant in self.grants:
             grant._set_suspended(False)
-        if self.retire and not self.grants and not any(
-                p.kind == QUIT for p in (*limbo, *deferred)):
+        if self.retire and not self.grants and not quit:
             # QUIT after the requests above: the session ends once they
             # are answered (a drop before resumes again, to finish them)
-            quit = self.send("QUIT", QUIT)
+            quit_pending = self.send("QUIT", QUIT)
 
             def ended(line: Reply) -> None:
                 if line is not None:
                     self.ending = True
-            quit.hook = ended
+            quit_pending.hook = ended
         elif self.grants:
             self._arm()
         return True
 
-    def _send_lock(self, link: Link, p: Pending) -> None:
-        """A LOCK that the server never saw, or answered with a reply that
-        was lost: asked again, for the time it has left."""
-        if p.timeout_at is not None:
-            left = math.ceil((p.timeout_at - self.loop.time()) * 1000.0)
-            if left <= 0:
-                p.answer("ERR TIMEOUT not granted within its timeout (the "
-                         "connection dropped while it waited)")
-                return
-            p.request = _TIMEOUT_OPT.sub(f" timeout={left}", p.request, 1)
-        link.write(p)
 
-    def _stray_wait(self, link: Link, waiting: Any) -> None:
-        """A waiting LOCK the client did not send: withdrawn (and its
-        grant, if it won the race, released)."""
-        keys = " ".join(unique(str(k) for k in waiting.get("keys", [])))
-        stray = Pending(self.loop.create_future(), "", LOCK)
+def _held(entries: Any) -> List[Tuple[int, List[str]]]:
+    """RESUME's ``held`` list: (token, keys) of each grant."""
+    return [(int(g["token"]), [str(k) for k in g["keys"]]) for g in entries]
 
-        def settle(line: Reply) -> None:
-            if line is not None and line.startswith("OK ") and keys:
-                self.send(f"UNLOCK {keys}", UNLOCK)
-        stray.hook = settle
-        link.waiters.append(stray)
-        self.send("CANCEL", CANCEL)
+
+def _retrieve(task: "asyncio.Task[Any]") -> None:
+    """Marks a task's exception seen (its awaiters have theirs)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _current_task() -> "Optional[asyncio.Task[Any]]":
@@ -621,7 +850,7 @@ class HandleBase:
     """What both faces' handles share: the token, the keys, lost-ness."""
 
     def __init__(self, token: int, keys: Tuple[Key, ...],
-                 names: List[str], conn: Conn, owner: "Owner",
+                 names: List[str], conn: Chan, owner: "Owner",
                  ttl_ms: Optional[int]) -> None:
         #: The fencing token of the grant: larger than every earlier one.
         self.token = token
@@ -689,16 +918,16 @@ class HandleBase:
                 f"token={self.token} {state}>")
 
 
-HandleFactory = Callable[[int, Tuple[Key, ...], List[str], Conn, "Owner",
+HandleFactory = Callable[[int, Tuple[Key, ...], List[str], Chan, "Owner",
                           Optional[int]], HandleBase]
 
 
 class Owner:
-    """A task's or thread's connection while it holds locks."""
+    """A task's or thread's channel while it holds locks."""
 
     __slots__ = ("conn", "depth", "__weakref__")
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Chan) -> None:
         self.conn = conn
         self.depth = 0
 
@@ -718,7 +947,8 @@ class Core:
                  secret: Optional[str], auth_file: Optional[str],
                  ssl_context: Optional[ssl.SSLContext], max_idle: int,
                  connect_timeout: float, cancel_timeout: float,
-                 session: Optional[float] = None) -> None:
+                 session: Optional[float] = None,
+                 channels: bool = True) -> None:
         if max_idle < 0:
             raise ValueError(f"max_idle={max_idle}: want >= 0")
         #: The grace of the session each connection opens, in ms (None:
@@ -735,6 +965,11 @@ class Core:
         self.max_idle = max_idle
         self.connect_timeout = connect_timeout
         self.cancel_timeout = cancel_timeout
+        if not isinstance(channels, bool):
+            raise TypeError(f"channels={channels!r}: want True or False")
+        #: Whether the owners ride channels of one connection where the
+        #: server speaks them (else: a connection per owner).
+        self.channels = channels
         self._reset()
 
     def _reset(self) -> None:
@@ -742,6 +977,10 @@ class Core:
         self.generation = _fork.generation
         self.pool: List[Conn] = []
         self.conns: Set[Conn] = set()
+        # with channels: the connections whose channels the owners ride
+        self.muxes: List[Conn] = []
+        self.chan_mode: Optional[bool] = None   # None: not known yet
+        self._opening: Optional["asyncio.Task[Conn]"] = None
         self.owners: "weakref.WeakKeyDictionary[Any, Owner]" = (
             weakref.WeakKeyDictionary())
 
@@ -768,8 +1007,17 @@ class Core:
 
     def _conn_closed(self, conn: Conn) -> None:
         self.conns.discard(conn)
+        if conn.mux and conn in self.muxes:
+            self.muxes.remove(conn)
 
-    async def _checkout(self, loop: asyncio.AbstractEventLoop) -> Conn:
+    async def _checkout(self, loop: asyncio.AbstractEventLoop) -> Chan:
+        """A channel for an owner that holds nothing: of the shared
+        connection where channels are used, else a pooled or new
+        connection's own."""
+        if self.channels and self.chan_mode is not False:
+            mux = await self._mux(loop, CHANNELS_PER_CONN)
+            if mux is not None:
+                return mux.take_chan()
         while self.pool:
             conn = self.pool.pop()
             if conn.closed:
@@ -778,12 +1026,52 @@ class Core:
                 conn.retire = True      # out of the pool: QUIT once resumed
                 continue
             conn.in_use = True
-            return conn
+            return conn.ch0
         conn = await self._connect(loop)
         conn.in_use = True
+        return conn.ch0
+
+    async def _mux(self, loop: asyncio.AbstractEventLoop,
+                   room: int) -> Optional[Conn]:
+        """A connection with channels and fewer than ``room`` of them
+        given out, opened if need be (one opening at a time, whoever
+        asks); None when the server speaks no channels."""
+        while True:
+            for mux in self.muxes:
+                if mux.busy < room and not mux.closed:
+                    return mux
+            opening = self._opening
+            if opening is None:
+                opening = self._opening = loop.create_task(
+                    self._open_mux(loop))
+                opening.add_done_callback(_retrieve)
+            try:
+                await asyncio.shield(opening)
+            finally:
+                if self._opening is opening and opening.done():
+                    self._opening = None
+            if self.chan_mode is False:
+                return None
+
+    async def _open_mux(self, loop: asyncio.AbstractEventLoop) -> Conn:
+        conn = await self._connect(loop, probe=True)
+        if conn.mux:
+            self.chan_mode = True
+            if not conn.closed:
+                self.muxes.append(conn)
+        else:
+            # a server without channels: a connection per owner, and
+            # this one the first of the pool
+            self.chan_mode = False
+            self._checkin(conn.ch0)
         return conn
 
-    def _checkin(self, conn: Conn) -> None:
+    def _checkin(self, chan: Chan) -> None:
+        """The owner of ``chan`` holds nothing any more."""
+        conn = chan.conn
+        if conn.mux:
+            conn.give_back(chan)
+            return
         conn.in_use = False
         if conn.closed:
             return
@@ -799,11 +1087,12 @@ class Core:
         else:
             self.pool.append(conn)
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> Conn:
+    async def _connect(self, loop: asyncio.AbstractEventLoop,
+                       probe: bool = False) -> Conn:
         failures = []
         for addr in self.addrs:
             try:
-                return await asyncio.wait_for(self._open(loop, addr),
+                return await asyncio.wait_for(self._open(loop, addr, probe),
                                               self.connect_timeout)
             except AuthError:
                 raise
@@ -816,14 +1105,14 @@ class Core:
                                "; ".join(failures))
 
     async def _open(self, loop: asyncio.AbstractEventLoop,
-                    addr: Address) -> Conn:
+                    addr: Address, probe: bool) -> Conn:
         sock = await self._socket(loop, addr)
         conn = Conn(self, loop, self._conn_closed)
         conn.addr = addr
         try:
             conn.link = await self._link(conn, addr, sock)
             self.conns.add(conn)
-            await self._hello(conn)
+            await self._hello(conn, probe)
         except BaseException:
             conn.abort("could not set up the connection")
             sock.close()
@@ -906,13 +1195,21 @@ class Core:
         return [Pending(link.conn.loop.create_future(), line, OTHER)
                 for line in lines]
 
-    async def _hello(self, conn: Conn) -> None:
+    async def _hello(self, conn: Conn, probe: bool) -> None:
         """AUTH, NAME, SESSION and PING in one write: the server answers,
-        or the next one of the list is tried."""
-        assert conn.link is not None
-        pendings = self._hello_requests(conn.link)
+        or the next one of the list is tried. With ``probe``, a PING on
+        channel 1 too: ``@1 OK PONG`` says the server speaks channels
+        (one without them answers ERR SYNTAX on channel 0)."""
+        link = conn.link
+        assert link is not None
+        pendings = self._hello_requests(link)
         for pending in pendings:
-            conn.link.write(pending)
+            link.write(pending, 0)
+        ping1: Optional[Pending] = None
+        if probe:
+            ping1 = Pending(conn.loop.create_future(), "PING", PING)
+            link.write(ping1, 1)
+            link.probe = ping1
         for pending in pendings:
             reply = await pending.fut
             if reply is None:
@@ -924,6 +1221,11 @@ class Core:
                 conn.session = value
                 assert self.session_ms is not None
                 conn.grace = self.session_ms / 1000.0
+        if ping1 is not None:
+            reply = await ping1.fut
+            if reply is None:
+                raise ConnectionFailed(conn.reason)
+            conn.mux = reply == "OK PONG"
 
     # Locks
 
@@ -981,7 +1283,7 @@ class Core:
             await self._confirm(conn, handle)
         return handle
 
-    async def _confirm(self, conn: Conn, handle: HandleBase) -> None:
+    async def _confirm(self, conn: Chan, handle: HandleBase) -> None:
         """A grant whose LOCK waited a third of the grace or more: by the
         client's rule it counts only from the send time of a request
         answered after it, so a PING is answered before the caller gets
@@ -1003,7 +1305,7 @@ class Core:
             raise error
         conn._arm()
 
-    async def _lock(self, conn: Conn, line: str, names: List[str]) -> Reply:
+    async def _lock(self, conn: Chan, line: str, names: List[str]) -> Reply:
         pending = conn.send(line, LOCK)
         try:
             return await pending.fut
@@ -1016,7 +1318,7 @@ class Core:
                                                     names))
             raise
 
-    async def _withdraw(self, conn: Conn, lock: Pending,
+    async def _withdraw(self, conn: Chan, lock: Pending,
                         cancel: "asyncio.Future[Reply]",
                         names: List[str]) -> None:
         """After CANCEL: the two replies, in order, say whether the grant
@@ -1034,7 +1336,7 @@ class Core:
                 unlock.token = int(reply[3:])
             await unlock.fut
 
-    async def _settle(self, conn: Conn,
+    async def _settle(self, conn: Chan,
                       work: Coroutine[Any, Any, None]) -> None:
         """Runs ``work`` to its end even if the caller is cancelled again;
         past cancel_timeout the connection is dropped, which withdraws and
@@ -1074,7 +1376,7 @@ class Core:
         handle._stop_timer()
         handle._released = True
         conn, st = handle._conn, handle._owner
-        conn.grants.discard(handle)
+        conn.drop_grant(handle)
         try:
             if conn.closed:
                 return
@@ -1133,13 +1435,22 @@ class Core:
     # Observability
 
     async def command(self, line: str) -> str:
-        """One request on an idle connection; its reply's value."""
+        """One request on channel 0 of the shared connection, or on an
+        idle connection; its reply's value."""
         loop = self._enter()
-        conn = await self._checkout(loop)
-        try:
-            reply = await conn.request(line)
-        finally:
-            self._checkin(conn)
+        mux = None
+        if self.channels and self.chan_mode is not False:
+            mux = await self._mux(loop, CHANNELS_PER_CONN + 1)
+        if mux is not None:
+            conn: Union[Conn, Chan] = mux
+            reply = await mux.request(line)
+        else:
+            chan = await self._checkout(loop)
+            conn = chan
+            try:
+                reply = await chan.request(line)
+            finally:
+                self._checkin(chan)
         if reply is None:
             raise ConnectionFailed(f"{conn.addr.text}: {conn.reason}")
         return parse_reply(reply)
@@ -1169,8 +1480,11 @@ class Core:
         for conn in list(self.conns):
             conn.close()
         self.pool.clear()
+        self.muxes.clear()
 
     def idle(self) -> int:
-        """Connections in the pool now."""
-        return sum(1 for c in self.pool if not c.closed)
+        """Connections open and used by nobody now: in the pool, or with
+        channels and none of them given out."""
+        return sum(1 for c in self.pool if not c.closed) + sum(
+            1 for c in self.muxes if not c.closed and not c.busy)
 

@@ -20,7 +20,7 @@ from typing import (Any, Callable, Coroutine, Dict, List, Optional, Tuple,
                     Type, TypeVar)
 
 from . import _core, _fork
-from ._core import Conn, Core, HandleBase, Owner
+from ._core import Chan, Core, HandleBase, Owner
 from ._wire import Key, Request, encode_key, prepare, want_refresh
 
 __all__ = ["KeyedLock", "Hold", "Handle"]
@@ -136,7 +136,7 @@ class Handle(HandleBase):
     """
 
     def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
-                 conn: Conn, owner: Owner, ttl_ms: Optional[int]) -> None:
+                 conn: Chan, owner: Owner, ttl_ms: Optional[int]) -> None:
         super().__init__(token, keys, names, conn, owner, ttl_ms)
         #: Set when the lock is lost; ``h.lost.wait(timeout)`` to watch.
         self.lost = threading.Event()
@@ -207,11 +207,14 @@ class KeyedLock:
     ``tls://host:port``, a comma-separated list tried in order; ``None``:
     ``$KEYLOCK_SERVER`` or ``127.0.0.1:7711``), ``name``, ``secret`` or
     ``auth_file``, ``ssl_context``, ``max_idle`` idle connections kept,
-    ``connect_timeout``, ``cancel_timeout``, the default ``refresh`` and
-    ``session`` (seconds of grace; off by default).
+    ``connect_timeout``, ``cancel_timeout``, the default ``refresh``,
+    ``session`` (seconds of grace; off by default) and ``channels`` (on
+    by default).
 
-    Each thread that holds locks has a connection of its own; any number
-    of threads may share one KeyedLock. It opens nothing until the first
+    Each thread that holds locks is an owner of its own: a channel of
+    the process's one connection (or, with ``channels=False`` or a
+    server without channels, a connection of its own); any number of
+    threads may share one KeyedLock. It opens nothing until the first
     lock.
     """
 
@@ -223,11 +226,14 @@ class KeyedLock:
                  connect_timeout: float = _core.CONNECT_TIMEOUT_DEFAULT,
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
                  refresh: bool = False,
-                 session: Optional[float] = None) -> None:
+                 session: Optional[float] = None,
+                 channels: Optional[bool] = None) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
-                          cancel_timeout=cancel_timeout, session=session)
+                          cancel_timeout=cancel_timeout, session=session,
+                          channels=(_core.CHANNELS_DEFAULT if channels is None
+                                    else channels))
         self._refresh = refresh
 
     def hold(self, *keys: Key, timeout: Optional[float] = None,

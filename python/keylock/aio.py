@@ -9,8 +9,10 @@
     async with locks.lock(("balance", user_id), timeout=2) as h:
         ...                                  # h.token fences the writes
 
-Each task that holds locks has a connection of its own, so nested locks of
-one task go through one connection (re-entering a key raises
+Each task that holds locks is an owner of its own (a channel of the
+loop's one connection, or with ``channels=False`` a connection of its
+own), so nested locks of one task go through one owner (re-entering a
+key raises
 :class:`keylock.Held` at once; a cycle between tasks raises
 :class:`keylock.Deadlock`), and a cancelled task withdraws its wait with
 ``CANCEL`` and never leaves a grant behind.
@@ -25,7 +27,7 @@ from types import TracebackType
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from . import _core
-from ._core import Conn, Core, HandleBase, Owner
+from ._core import Chan, Core, HandleBase, Owner
 from ._wire import Key, Request, encode_key, prepare, want_refresh
 
 __all__ = ["KeyedLock", "Lock", "Handle"]
@@ -46,7 +48,7 @@ class Handle(HandleBase):
     """
 
     def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
-                 conn: Conn, owner: Owner, ttl_ms: Optional[int]) -> None:
+                 conn: Chan, owner: Owner, ttl_ms: Optional[int]) -> None:
         super().__init__(token, keys, names, conn, owner, ttl_ms)
         self._event: Optional[asyncio.Event] = None
         self._suspended_event: Optional[asyncio.Event] = None
@@ -146,6 +148,9 @@ class KeyedLock:
     by default) opens a session of that grace on every connection: its
     locks outlive a dropped connection for the grace while the client
     reconnects and RESUMEs (see python/README.md, "Sessions").
+    ``channels`` (on by default): the tasks ride channels of one
+    connection where the server speaks them; ``False``: a connection per
+    task (python/README.md, "Channels").
 
     A KeyedLock is used from one event loop at a time; it opens nothing
     until the first lock.
@@ -159,11 +164,14 @@ class KeyedLock:
                  connect_timeout: float = _core.CONNECT_TIMEOUT_DEFAULT,
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
                  refresh: bool = False,
-                 session: Optional[float] = None) -> None:
+                 session: Optional[float] = None,
+                 channels: Optional[bool] = None) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
-                          cancel_timeout=cancel_timeout, session=session)
+                          cancel_timeout=cancel_timeout, session=session,
+                          channels=(_core.CHANNELS_DEFAULT if channels is None
+                                    else channels))
         self._refresh = refresh
 
     def lock(self, *keys: Key, timeout: Optional[float] = None,

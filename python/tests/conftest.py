@@ -173,6 +173,31 @@ def daemon(tmp_path: pathlib.Path) -> Iterator[Daemon]:
     d.stop()
 
 
+@pytest.fixture(autouse=True, params=["channels", "connections"])
+def mode(request: pytest.FixtureRequest,
+         monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: with the default (channels: the owners of
+    one KeyedLock ride channels of one connection, where the server
+    speaks them) and with ``channels=False`` (a connection per owner).
+    Worker processes learn it from KEYLOCKD_TEST_CHANNELS."""
+    import keylock._core
+    on = request.param == "channels"
+    monkeypatch.setattr(keylock._core, "CHANNELS_DEFAULT", on)
+    monkeypatch.setenv("KEYLOCKD_TEST_CHANNELS", "1" if on else "0")
+    mode: str = request.param
+    return mode
+
+
+def speaks_channels(d: "Daemon") -> bool:
+    """Whether the daemon answers ``@1 PING`` on channel 1."""
+    return d.request("@1 PING") == "@1 OK PONG"
+
+
+def channels_used(mode: str, d: "Daemon") -> bool:
+    """Whether this test's KeyedLocks ride channels."""
+    return mode == "channels" and speaks_channels(d)
+
+
 @pytest.fixture(autouse=True)
 def _leaves_server_idle(request: pytest.FixtureRequest) -> Iterator[None]:
     yield

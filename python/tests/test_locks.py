@@ -13,7 +13,7 @@ import pytest
 
 import keylock
 import keylock.aio
-from conftest import Daemon
+from conftest import Daemon, channels_used
 
 T = TypeVar("T")
 
@@ -147,8 +147,13 @@ def test_two_task_cycle_raises_deadlock(server: Daemon) -> None:
     run(main())
 
 
-def test_waiting_tasks_have_connections_of_their_own(server: Daemon
-                                                     ) -> None:
+def test_waiting_tasks_have_owners_of_their_own(server: Daemon,
+                                               mode: str) -> None:
+    """Ten tasks wait for one key: each is an owner of its own, a
+    connection of its own (without channels; at most max_idle kept
+    after) or a channel of its own on one connection."""
+    chans = channels_used(mode, server)
+
     async def main() -> None:
         locks = keylock.aio.KeyedLock(server.addr, max_idle=3)
         async with locks.lock("pool"):
@@ -157,13 +162,21 @@ def test_waiting_tasks_have_connections_of_their_own(server: Daemon
             while len((await locks.info("pool"))["waiters"]) < 10:
                 await asyncio.sleep(0.01)
             info = await locks.info("pool")
-            clients = {w["client"] for w in info["waiters"]}
-            clients.add(info["holders"][0]["client"])
-            assert len(clients) == 11
+            owners = {(w["client"], w.get("channel", 0))
+                      for w in (*info["waiters"], *info["holders"])}
+            assert len(owners) == 11
+            clients = {client for client, _ in owners}
+            assert len(clients) == (1 if chans else 11)
+            if chans:
+                assert (await locks.stats())["channels"] >= 11
         await asyncio.gather(*waiters)
-        assert locks.idle == 3       # the pool is bounded
         st = await locks.stats()
-        assert st["clients"] - 1 <= 3 + 1    # others: closed (or closing)
+        if chans:
+            assert locks.idle == 1      # the one connection
+            assert st["clients"] - 1 <= 1
+        else:
+            assert locks.idle == 3       # the pool is bounded
+            assert st["clients"] - 1 <= 3 + 1  # others: closed (closing)
         await locks.aclose()
     run(main())
 
@@ -173,7 +186,8 @@ async def _hold(locks: keylock.aio.KeyedLock, key: str) -> None:
         await asyncio.sleep(0.001)
 
 
-def test_threads_have_connections_of_their_own(server: Daemon) -> None:
+def test_threads_have_owners_of_their_own(server: Daemon,
+                                          mode: str) -> None:
     locks = keylock.KeyedLock(server.addr)
     barrier = threading.Barrier(4)
     seen: List[Any] = []
@@ -181,7 +195,8 @@ def test_threads_have_connections_of_their_own(server: Daemon) -> None:
     def worker(i: int) -> None:
         with locks.hold(f"th:{i}"):
             barrier.wait(10)
-            seen.append(locks.info(f"th:{i}")["holders"][0]["client"])
+            holder = locks.info(f"th:{i}")["holders"][0]
+            seen.append((holder["client"], holder.get("channel", 0)))
             barrier.wait(10)
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
@@ -189,6 +204,8 @@ def test_threads_have_connections_of_their_own(server: Daemon) -> None:
     for t in threads:
         t.join(20)
     assert len(set(seen)) == 4
+    clients = {client for client, _ in seen}
+    assert len(clients) == (1 if channels_used(mode, server) else 4)
     locks.close()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import random
 import sys
@@ -20,7 +21,12 @@ import time
 from typing import Any, List
 
 import keylock
+import keylock._core
 import keylock.aio
+
+# the test's mode (conftest.py's ``mode`` fixture): channels or not
+keylock._core.CHANNELS_DEFAULT = \
+    os.environ.get("KEYLOCKD_TEST_CHANNELS", "1") != "0"
 
 
 async def warm(locks: keylock.aio.KeyedLock, n: int) -> None:
