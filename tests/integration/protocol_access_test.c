@@ -191,7 +191,7 @@ START_TEST(a_tenant_cannot_touch_another_tenants_keys)
 	/* The keys both may use: alice waits for bob, as anyone would. */
 	kt_req_err(a, "LOCKED", "TRYLOCK both");
 	kt_send(a, "LOCK both timeout=60000");
-	pa_expect_queue(b, "both", 1, 1);
+	json_decref(kt_wait_queue(b, "both", 1, 1));
 	kt_req(b, "OK 1", "UNLOCK both");
 	kt_expect_token(a);
 	kt_lock(a, "LOCK a:1 a:2");
@@ -214,7 +214,7 @@ START_TEST(stats_shows_a_user_only_its_own_keys)
 	b2 = pa_as("bob", "bob-Secret-1", KT_TCP);
 	kt_lock(b, "LOCK b:payroll-2026");
 	kt_send(b2, "LOCK b:payroll-2026 timeout=60000");
-	pa_expect_queue(b, "b:payroll-2026", 1, 1);
+	json_decref(kt_wait_queue(b, "b:payroll-2026", 1, 1));
 	kt_lock(a, "LOCK a:mine");
 
 	kt_send(a, "STATS");
@@ -515,7 +515,7 @@ START_TEST(a_reload_revokes_changed_and_removed_users_at_once)
 	kt_req(a, "OK", "AUTH alice alice-Secret-2");
 	kt_req(a, "OK 1", "UNLOCK a:held");
 	kt_conn_close(b);
-	pa_expect_queue(op, "b:held", 0, 0);
+	json_decref(kt_wait_queue(op, "b:held", 0, 0));
 }
 END_TEST
 
