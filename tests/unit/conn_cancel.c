@@ -583,6 +583,122 @@ START_TEST(every_failed_allocation_around_a_protocol_session_closes_one)
 }
 END_TEST
 
+/* Every line k got before its end is a reply: OK or ERR, on channel 0
+ * or after @N. */
+static void
+sweep_check_replies(struct sweep_client *k)
+{
+	char	*p = k->rx, *lf;
+
+	k->rx[k->rlen] = '\0';
+	for (; (lf = strchr(p, '\n')) != NULL; p = lf + 1) {
+		char	*q = p;
+
+		if (*q == '@') {
+			q++;
+			while (*q >= '0' && *q <= '9')
+				q++;
+			ck_assert_msg(q > p + 1 && *q == ' ', "\"%.*s\"",
+			    (int)(lf - p), p);
+			q++;
+		}
+		ck_assert_msg(strncmp(q, "OK", 2) == 0 ||
+		    strncmp(q, "ERR ", 4) == 0, "\"%.*s\"", (int)(lf - p), p);
+	}
+}
+
+/*
+ * keylockd-protocol(7), CHANNELS, with allocation n failing: a opens a
+ * session, holds a key on channel 1, waits behind b on channel 2 with a
+ * line queued, and ends (detach with both channels); c resumes and
+ * releases on both, b gives way, c quits. A failure closes one
+ * connection, never misreports, and leaves no channel, key or wait.
+ */
+static void
+sweep_channels(uint64_t n)
+{
+	struct sweep_client	a, b, c;
+	char			req[256], id[80] = "";
+
+	sweep_open(&a);
+	sweep_open(&b);
+	snprintf(req, sizeof(req), "LOCK pb:%ju\n", (uintmax_t)n);
+	sweep_send(&b, req);
+	sweep_wait(&b, 1);
+	snprintf(req, sizeof(req), "SESSION grace=100\n@1 LOCK pa:%ju\n"
+	    "@2 LOCK pb:%ju timeout=5000\n@2 PING\n@3 PING\n",
+	    (uintmax_t)n, (uintmax_t)n);
+	sweep_send(&a, req);
+	sweep_wait(&a, 3);
+	a.rx[a.rlen] = '\0';
+	sscanf(a.rx, "OK %79[A-Za-z0-9_-]", id);
+	sweep_check_replies(&a);
+	close(a.fd);
+	cc_pump();
+	sweep_open(&c);
+	if (id[0] == '\0')
+		c.eof = true;	/* no session: a's end released all */
+	snprintf(req, sizeof(req), "RESUME %s\n@1 UNLOCK pa:%ju\n"
+	    "@2 CANCEL\n", id, (uintmax_t)n);
+	sweep_send(&c, req);
+	sweep_wait(&c, 3);
+	snprintf(req, sizeof(req), "UNLOCK pb:%ju\n", (uintmax_t)n);
+	sweep_send(&b, req);
+	sweep_wait(&b, 2);
+	sweep_send(&c, "@4 UNLOCKALL\n@2 UNLOCKALL\nQUIT\n");
+	sweep_wait(&c, 7);
+	sweep_check_replies(&b);
+	sweep_check_replies(&c);
+	close(b.fd);
+	close(c.fd);
+	cc_pump();
+}
+
+START_TEST(every_failed_allocation_around_channels_closes_one)
+{
+	json_t		*j;
+	uint64_t	 deadline;
+	int64_t		 closes0 = -1, closes = 0;
+
+	for (uint64_t n = 1; n <= 140; n++) {
+		kl_alloc_fail_at(n, false);
+		sweep_channels(n);
+		kl_alloc_fail_at(0, false);
+		deadline = cc_now_ms() + WAIT_MS;
+		for (;;) {
+			j = sweep_stats();
+			if (cc_json_int(j, "sessions") == 0)
+				break;
+			ck_assert_msg(cc_json_int(j, "sessions") ==
+			    cc_json_int(j, "sessions_detached"), "allocation "
+			    "%ju failed: a session is attached to nobody",
+			    (uintmax_t)n);
+			ck_assert_msg(cc_now_ms() < deadline, "allocation %ju "
+			    "failed: a detached session outlives its grace",
+			    (uintmax_t)n);
+			json_decref(j);
+			cc_nap(NULL, 20);
+			cc_pump();
+		}
+		ck_assert_msg(cc_json_int(j, "keys") == 0 &&
+		    cc_json_int(j, "waiting") == 0 &&
+		    cc_json_int(j, "channels") == 0 &&
+		    cc_json_int(j, "clients") == 1, "allocation %ju failed: "
+		    "keys %jd, waiting %jd, channels %jd, clients %jd left",
+		    (uintmax_t)n, (intmax_t)cc_json_int(j, "keys"),
+		    (intmax_t)cc_json_int(j, "waiting"),
+		    (intmax_t)cc_json_int(j, "channels"),
+		    (intmax_t)cc_json_int(j, "clients"));
+		if (closes0 < 0)
+			closes0 = cc_json_int(j, "nomem_closes");
+		closes = cc_json_int(j, "nomem_closes");
+		json_decref(j);
+	}
+	/* the sweep reached the channels, the detach and RESUME */
+	ck_assert_int_ge(closes - closes0, 5);
+}
+END_TEST
+
 void
 cc_add_cancel(Suite *s)
 {
@@ -609,4 +725,5 @@ cc_add_cancel(Suite *s)
 	    every_failed_allocation_of_a_session_closes_one_connection);
 	tcase_add_test(tc,
 	    every_failed_allocation_around_a_protocol_session_closes_one);
+	tcase_add_test(tc, every_failed_allocation_around_channels_closes_one);
 }
