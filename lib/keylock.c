@@ -21,6 +21,7 @@
 #include "keylock_int.h"
 
 #define KEYLOCK_SECRET_MAX	256	/* keylockd-protocol(7), AUTH secret */
+#define KEYLOCK_USER_MAX	64	/* and the user of AUTH user secret */
 #define KEYLOCK_TOKEN_MAX	INT64_MAX	/* tokens are below 2^63 */
 #define KEYLOCK_NUM_MAX		24	/* bytes of " name=N" for a uint64 */
 
@@ -570,14 +571,20 @@ static enum keylock_status
 secret_check(struct keylock *kl, const char *secret, size_t *lenp)
 {
 	size_t	len = secret != NULL ? strlen(secret) : 0;
+	size_t	sp = 0;		/* "user secret": the space's offset */
 
 	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)secret[i] <= ' ' || secret[i] == 0x7f)
+		if (secret[i] == ' ' && sp == 0 && i > 0 &&
+		    i <= KEYLOCK_USER_MAX && i + 1 < len)
+			sp = i;
+		else if ((unsigned char)secret[i] <= ' ' ||
+		    secret[i] == 0x7f)
 			len = 0;
-	if (len == 0 || len > KEYLOCK_SECRET_MAX)
+	if (len == 0 || len - (sp > 0 ? sp + 1 : 0) > KEYLOCK_SECRET_MAX)
 		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a secret is 1 to %d "
-		    "bytes without spaces or control bytes",
-		    KEYLOCK_SECRET_MAX);
+		    "bytes without spaces or control bytes, after a user name "
+		    "of up to %d bytes and a space if any", KEYLOCK_SECRET_MAX,
+		    KEYLOCK_USER_MAX);
 	if (lenp != NULL)
 		*lenp = len;
 	return KEYLOCK_OK;

@@ -113,7 +113,8 @@ void		 keylock_free(struct keylock *kl);
  * or 127.0.0.1:7711 when that is unset. A "tls://" prefix speaks TLS (port
  * 7712 by default), as does every connection after keylock_set_tls().
  * Closes an earlier connection first. With a secret, AUTH is sent and must
- * succeed. The deadline covers the TCP and TLS handshakes and AUTH; name
+ * succeed; "user secret" (one space) authenticates as that user of the
+ * server (keylockd-protocol(7), ACCESS CONTROL). The deadline covers the TCP and TLS handshakes and AUTH; name
  * resolution may block longer.
  *
  * A comma-separated list ("fe1:7711,fe2:7711") is tried in order, with a

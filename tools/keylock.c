@@ -21,7 +21,7 @@
 #define PACKAGE_VERSION	"unknown"
 #endif
 
-#define CLI_SECRET_MAX	256	/* bytes of an AUTH secret */
+#define CLI_SECRET_MAX	(64 + 1 + 256)	/* [user ]secret of AUTH */
 #define CLI_HOST_MAX	40	/* of the hostname in the default name */
 
 enum {
@@ -282,7 +282,8 @@ split_lock_words(struct cli *cli, int argc, char **argv)
 	return 1;
 }
 
-/* The secret is the file's first line (keylockd-protocol(7): one token). */
+/* The secret is the file's first line: one token, or "user secret"
+ * (keylockd-protocol(7), AUTH); libkeylock checks its bytes. */
 static char *
 read_secret(const char *path)
 {

@@ -289,7 +289,12 @@ START_TEST(name_secret_and_raw_lines_are_checked_locally)
 	ck_assert_st(kl, keylock_name(kl, name), KEYLOCK_ERR_INVAL);
 	name[KEYLOCK_NAME_MAX] = '\0';
 	ck_assert_st(kl, keylock_name(kl, name), KEYLOCK_OK);
-	ck_assert_st(kl, keylock_auth(kl, "a b"), KEYLOCK_ERR_INVAL);
+	/* "user secret" is one space, between two words */
+	ck_assert_st(kl, keylock_auth(kl, "a b c"), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_auth(kl, "a  b"), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_auth(kl, " b"), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_auth(kl, "a "), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_auth(kl, "a\tb"), KEYLOCK_ERR_INVAL);
 	ck_assert_st(kl, keylock_request(kl, "PING\nSTATS", NULL),
 	    KEYLOCK_ERR_INVAL);
 	ck_assert_st(kl, keylock_request(kl, "", NULL), KEYLOCK_ERR_INVAL);
