@@ -12,7 +12,10 @@
 # reports. A second run of each server that only starts and exits gives
 # the fixed part, so "net" is the cost of the requests alone. Then the
 # TOP (15) functions by instructions per request (self cost, the pieces
-# callgrind_annotate lists per file summed by function name).
+# callgrind_annotate lists per file summed by function name), and the same
+# instructions by the source folder they come from (src/core, src/daemon,
+# src/backend, ...; a library's name for code without source), so that a
+# target can be set for, and met by, the layer that owns the cost.
 #
 # Instruction counts do not depend on the machine's speed or load (only on
 # how the requests happen to fall into batches, a few per cent at most),
@@ -198,6 +201,9 @@ measure() {
 	    'BEGIN { printf "%.1f", (t - i) / n }') per request"
 	echo "  top $TOP functions, self instructions per request:"
 	top "$loaded" "$requests"
+	echo "  by source folder (code inlined from a header counts where" \
+	    "the header is), self instructions per request:"
+	folders "$loaded" "$requests"
 }
 
 # top FILE REQUESTS: the most expensive functions, summed over the files
@@ -226,6 +232,44 @@ top() {
 			printf "%12.1f  %s%s\n", sum[f] / n, f,
 			    where[f] != "" ? "  (" where[f] ")" : ""
 	    }' | sort -k1,1gr | awk -v top="$TOP" 'NR <= top'
+}
+
+# folders FILE REQUESTS: the instructions of the whole run by the folder
+# of the source they come from (src/core, src/daemon, ...), and by
+# library for code without source, largest first.
+folders() {
+	callgrind_annotate --inclusive=no --auto=no --threshold=100 "$1" |
+	    awk -v n="$2" '
+	    /^-+$/ { sep++; next }
+	    sep >= 4 && $1 ~ /^[0-9,]+$/ && /:/ {
+		ir = $1; gsub(/,/, "", ir)
+		fn = $0
+		sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", fn)
+		obj = ""
+		if (match(fn, / \[[^]]*\]$/)) {
+			obj = substr(fn, RSTART + 2, RLENGTH - 3)
+			sub(/.*\//, "", obj)
+			fn = substr(fn, 1, RSTART - 1)
+		}
+		file = fn
+		sub(/:[^:]*$/, "", file)
+		if (match(file, /(^|\/)(src|lib|tools|bench)\/[^\/]+\//)) {
+			where = substr(file, RSTART, RLENGTH)
+			sub(/^\//, "", where)
+			sub(/\/$/, "", where)
+		} else if (match(file, /(^|\/)(src|lib|tools|bench)\//)) {
+			where = substr(file, RSTART, RLENGTH)
+			sub(/^\//, "", where)
+			sub(/\/$/, "", where)
+		} else
+			where = obj != "" ? obj : "other"
+		sum[where] += ir
+	    }
+	    END {
+		for (w in sum)
+			if (sum[w] / n >= 0.05)
+				printf "%12.1f  %s\n", sum[w] / n, w
+	    }' | sort -k1,1gr
 }
 
 say "c=$CONNS P=$PIPELINE lock-unlock, $(num "$REQUESTS" 0) requests," \
