@@ -54,6 +54,40 @@ case $cycles in
 	;;
 esac
 
+# --channels: the clients as channels of a few connections, each reply
+# routed by its @N to its client: lock-unlock on random keys (pipelined)
+# and one contended key handed over between channels of one connection
+# and of another; no error reply, cycles done, and a workload without
+# channels (-w connect) refused as a usage error.
+ccycles=
+for w in "lock-unlock -c 12 -P 4 --channels 3" "contended -c 12 --channels 2"; do
+	# shellcheck disable=SC2086 # $w is the workload and its options
+	"$BENCH" -S "127.0.0.1:$PORT" -w $w -t 1 --no-progress --json \
+	    >"$TMP/bench.json" 2>"$TMP/bench.err" ||
+	    fail "keylock-bench -w $w exited with status $?"
+	v=$(json_get channels_over <"$TMP/bench.json") ||
+	    fail "-w $w: the output has no channels_over"
+	[ "$v" = "${w##* }" ] || fail "-w $w: channels_over is '$v'"
+	v=$(json_get errors <"$TMP/bench.json") ||
+	    fail "-w $w: the output has no errors"
+	[ "$v" = 0 ] || fail "-w $w: $v error replies:" \
+	    "$(json_get first_error <"$TMP/bench.json")"
+	v=$(json_get cycles <"$TMP/bench.json") ||
+	    fail "-w $w: the output has no cycles"
+	case $v in
+	'' | *[!0-9]* | 0)
+		fail "-w $w: cycles is '$v', not a positive whole number"
+		;;
+	esac
+	ccycles="${ccycles:+$ccycles, }$v ${w%% *}"
+done
+v=0
+"$BENCH" -S "127.0.0.1:$PORT" -w connect -c 4 --channels 2 -t 1 \
+    >/dev/null 2>"$TMP/bench.err" || v=$?
+[ "$v" = 64 ] || fail "-w connect --channels exited with status $v, not 64"
+grep -q -e '--channels: not with -w connect' "$TMP/bench.err" ||
+    fail "-w connect --channels: $(cat "$TMP/bench.err")"
+
 # --session: every connection opens a session first, and QUITs at the
 # end, which ends it: none left detached, no key left held.
 "$BENCH" -S "127.0.0.1:$PORT" -c 4 -P 4 -t 1 --session=5000 --no-progress \
@@ -110,5 +144,5 @@ for m in operations:200 overlaps:0 token_errors:0; do
 	[ "$v" = "${m#*:}" ] || fail "seed.${m%%:*} is '$v', not ${m#*:}"
 done
 pass "$cycles lock-unlock cycles in about a second ($scycles with" \
-    "sessions);" \
+    "sessions; with channels $ccycles);" \
     "$per table bytes per held key; the seed's 200 holds without overlap"

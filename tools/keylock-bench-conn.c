@@ -1,13 +1,18 @@
 /*
  * keylock-bench: a load generator for keylockd. SPDX-License-Identifier: MIT
  *
- * One client connection: a non-blocking socket watched by two raw events,
- * requests encoded into one output buffer and written with one send() per
- * batch, replies read with one recv() per readable event into a shared
- * scratch buffer and matched, in order, with the requests in flight. It
- * speaks keylockd's line protocol, Redis's RESP and (through
- * keylock-bench-etcd.c) etcd's JSON gateway; what to send next is
- * the workload's business (keylock-bench-work.c).
+ * One socket and the clients on it: a non-blocking socket watched by two
+ * raw events, requests encoded into one output buffer and written with one
+ * send() per batch, replies read with one recv() per readable event into a
+ * shared scratch buffer, routed to their client by channel (keylockd's
+ * "@N " in front of a reply; none is channel 0) and matched, in order,
+ * with that client's requests in flight. Without --channels a socket has
+ * one client, on channel 0, and sends as soon as the client has queued;
+ * with it, the clients are channels 1, 2, ... and the socket sends once
+ * per turn of the loop what all of them queued. It speaks keylockd's line
+ * protocol, Redis's RESP and (through keylock-bench-etcd.c) etcd's JSON
+ * gateway; what to send next is the workload's business
+ * (keylock-bench-work.c).
  */
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -16,6 +21,7 @@
 #include <netinet/tcp.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +37,7 @@
 #define BCONN_INPUT_MAX	(16 * 1024 * 1024)	/* longest reply kept */
 #define BCONN_QUEUE_MIN	8
 #define BCONN_RESP_DEPTH	8	/* nesting of RESP arrays */
+#define BCONN_CHAN_PREFIX	12	/* "@4294967295 " */
 #ifndef IP_BIND_ADDRESS_NO_PORT
 #define IP_BIND_ADDRESS_NO_PORT	24	/* linux/in.h, Linux 4.2 */
 #endif
@@ -85,7 +92,7 @@ void
 bconn_quit_all(struct bench *b)
 {
 	struct pollfd	*pfd;
-	struct bconn	*c;
+	struct bsock	*c;
 	uint64_t	 deadline = bench_now() + (uint64_t)QUIT_WAIT_MS * 1000000;
 	int		 n = 0, open;
 
@@ -95,7 +102,7 @@ bconn_quit_all(struct bench *b)
 		return;
 	for (int i = 0; i < b->nall; i++) {
 		c = b->all[i];
-		if (c->role == ROLE_CTL || c->fd == -1 || !c->connected)
+		if (c->is_ctl || c->fd == -1 || !c->connected)
 			continue;
 		if (c->rev != NULL)
 			event_del(c->rev);
@@ -140,28 +147,8 @@ bconn_new(struct bench *b, int id, enum bconn_role role)
 		return NULL;
 	c->b = b;
 	c->id = id;
-	c->fd = -1;
 	c->role = role;
 	return c;
-}
-
-void
-bconn_close(struct bconn *c)
-{
-	if (c->rev != NULL)
-		event_del(c->rev);
-	if (c->wev != NULL)
-		event_del(c->wev);
-	c->wev_on = false;
-	if (c->fd != -1)
-		close(c->fd);
-	c->fd = -1;
-	c->connecting = c->connected = false;
-	c->ooff = c->olen = c->ilen = 0;
-	c->qhead = c->qlen = c->qunstamped = 0;
-	c->gen++;
-	c->step = 0;
-	c->cycle_sent = false;
 }
 
 void
@@ -169,22 +156,117 @@ bconn_free(struct bconn *c)
 {
 	if (c == NULL)
 		return;
-	bconn_close(c);
-	if (c->rev != NULL)
-		event_free(c->rev);
-	if (c->wev != NULL)
-		event_free(c->wev);
 	if (c->timer != NULL)
 		event_free(c->timer);
-	free(c->obuf);
-	free(c->ibuf);
 	free(c->q);
 	free(c);
 }
 
+struct bsock *
+bsock_new(struct bench *b, int id)
+{
+	struct bsock	*s;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return NULL;
+	s->b = b;
+	s->id = id;
+	s->fd = -1;
+	return s;
+}
+
+/*
+ * Puts client c on s: as channel 0 (the socket's one client, or its own
+ * requests when its clients are channels), or as the next channel, 1 and
+ * up. False when out of memory.
+ */
+bool
+bsock_add(struct bsock *s, struct bconn *c, bool channel)
+{
+	struct bconn	**p;
+	int		 cap;
+
+	if (channel && s->nchans == s->capchans) {
+		cap = s->capchans > 0 ? s->capchans * 2 : 8;
+		if ((p = realloc(s->chans, (size_t)cap * sizeof(*p))) == NULL)
+			return false;
+		s->chans = p;
+		if ((p = realloc(s->replied, (size_t)(cap + 1) *
+		    sizeof(*p))) == NULL)
+			return false;
+		s->replied = p;
+		s->capchans = cap;
+		free(s->unstamped);
+		s->unstamped = NULL;
+	}
+	if (s->unstamped == NULL && (s->unstamped = calloc((size_t)(s->capchans
+	    + 1), sizeof(*s->unstamped))) == NULL)
+		return false;
+	c->s = s;
+	if (!channel) {
+		c->chan = 0;
+		s->ch0 = c;
+		return true;
+	}
+	s->chans[s->nchans++] = c;
+	c->chan = (uint32_t)s->nchans;
+	c->chan_prefix_len = (size_t)snprintf(c->chan_prefix,
+	    sizeof(c->chan_prefix), "@%" PRIu32 " ", c->chan);
+	return true;
+}
+
+static void
+bsock_reset_client(struct bconn *c)
+{
+	if (c == NULL)
+		return;
+	c->qhead = c->qlen = c->qunstamped = 0;
+	c->unstamped_on = c->replied_on = false;
+	c->step = 0;
+	c->cycle_sent = false;
+}
+
+void
+bsock_close(struct bsock *s)
+{
+	if (s->rev != NULL)
+		event_del(s->rev);
+	if (s->wev != NULL)
+		event_del(s->wev);
+	s->wev_on = false;
+	if (s->fd != -1)
+		close(s->fd);
+	s->fd = -1;
+	s->connecting = s->connected = false;
+	s->ooff = s->olen = s->ilen = 0;
+	s->gen++;
+	bsock_reset_client(s->ch0);
+	for (int i = 0; i < s->nchans; i++)
+		bsock_reset_client(s->chans[i]);
+	s->nunstamped = s->nreplied = 0;
+}
+
+void
+bsock_free(struct bsock *s)
+{
+	if (s == NULL)
+		return;
+	bsock_close(s);
+	if (s->rev != NULL)
+		event_free(s->rev);
+	if (s->wev != NULL)
+		event_free(s->wev);
+	free(s->obuf);
+	free(s->ibuf);
+	free(s->chans);
+	free(s->unstamped);
+	free(s->replied);
+	free(s);
+}
+
 /* (Re)binds the two events to c->fd. */
 static bool
-bconn_watch(struct bconn *c)
+bconn_watch(struct bsock *c)
 {
 	struct event_base	*base = c->b->base;
 
@@ -201,7 +283,7 @@ bconn_watch(struct bconn *c)
 }
 
 static void
-bconn_want_write(struct bconn *c, bool on)
+bconn_want_write(struct bsock *c, bool on)
 {
 	if (c->wev_on == on)
 		return;
@@ -220,7 +302,7 @@ bconn_want_write(struct bconn *c, bool on)
  * chosen at connect() (IP_BIND_ADDRESS_NO_PORT).
  */
 static void
-bconn_bind_source(struct bconn *c)
+bconn_bind_source(struct bsock *c)
 {
 	struct sockaddr_in	sin;
 	int			on = 1;
@@ -240,7 +322,7 @@ bconn_bind_source(struct bconn *c)
  * (reported with bench_fail()).
  */
 int
-bconn_connect(struct bconn *c)
+bsock_connect(struct bsock *c)
 {
 	struct bench	*b = c->b;
 	int		 on = 1;
@@ -278,7 +360,7 @@ bconn_connect(struct bconn *c)
 }
 
 static bool
-bconn_reserve(struct bconn *c, size_t n)
+bconn_reserve(struct bsock *c, size_t n)
 {
 	size_t	 cap;
 	char	*p;
@@ -307,6 +389,8 @@ bconn_reserve(struct bconn *c, size_t n)
 static bool
 bconn_push(struct bconn *c, enum bench_rt type, bool last)
 {
+	struct bsock	*s = c->s;
+
 	struct inflight	*r, *q;
 	unsigned	 cap;
 
@@ -329,6 +413,10 @@ bconn_push(struct bconn *c, enum bench_rt type, bool last)
 	r->last = last;
 	c->qlen++;
 	c->qunstamped++;
+	if (!c->unstamped_on) {
+		c->unstamped_on = true;
+		s->unstamped[s->nunstamped++] = c;
+	}
 	return true;
 }
 
@@ -441,82 +529,169 @@ bconn_put(struct bconn *c, enum bench_rt type, bool last, const char *prefix,
     uint64_t key, int nkeys)
 {
 	struct bench	*b = c->b;
+	struct bsock	*s = c->s;
 	size_t		 max;
 
-	max = 256 + (size_t)nkeys * (strlen(prefix) + 22) + b->lock_opts_len +
-	    b->hold_opts_len;
+	max = 256 + BCONN_CHAN_PREFIX + (size_t)nkeys * (strlen(prefix) + 22) +
+	    b->lock_opts_len + b->hold_opts_len;
 	if (b->o.proto == BENCH_ETCD)
 		max = BETCD_REQ_MAX;
-	if (!bconn_reserve(c, max) || !bconn_push(c, type, last))
+	if (!bconn_reserve(s, max) || !bconn_push(c, type, last))
 		return;
 	if (b->o.proto == BENCH_ETCD)
-		c->olen += betcd_encode(c, c->obuf + c->olen, type, prefix,
+		s->olen += betcd_encode(c, s->obuf + s->olen, type, prefix,
 		    key);
 	else if (b->o.proto == BENCH_REDIS)
-		c->olen += bconn_encode_resp(c, c->obuf + c->olen, type,
+		s->olen += bconn_encode_resp(c, s->obuf + s->olen, type,
 		    prefix, key);
-	else
-		c->olen += bconn_encode_line(c, c->obuf + c->olen, type,
+	else {
+		memcpy(s->obuf + s->olen, c->chan_prefix, c->chan_prefix_len);
+		s->olen += c->chan_prefix_len;
+		s->olen += bconn_encode_line(c, s->obuf + s->olen, type,
 		    prefix, key, nkeys);
+	}
 	if (c->role == ROLE_WORK && type != RT_GRANT) {	/* not setup */
 		b->issued++;
 		b->outstanding++;
 	}
 }
 
-/* Queues a request already encoded by the caller. */
+/* Queues a request already encoded by the caller (after c's "@N "). */
 void
 bconn_put_raw(struct bconn *c, enum bench_rt type, const char *req,
     size_t len)
 {
-	if (!bconn_reserve(c, len) || !bconn_push(c, type, false))
+	struct bsock	*s = c->s;
+
+	if (!bconn_reserve(s, c->chan_prefix_len + len) ||
+	    !bconn_push(c, type, false))
 		return;
-	memcpy(c->obuf + c->olen, req, len);
-	c->olen += len;
+	memcpy(s->obuf + s->olen, c->chan_prefix, c->chan_prefix_len);
+	s->olen += c->chan_prefix_len;
+	memcpy(s->obuf + s->olen, req, len);
+	s->olen += len;
 }
 
-/* Sends what is queued, with one send(); the rest waits for EV_WRITE. */
+/* Sends what is queued, with one send(); the rest waits for EV_WRITE.
+ * The requests that went out (or began to) are stamped now. */
 void
-bconn_flush(struct bconn *c)
+bsock_flush(struct bsock *s)
 {
+	struct bconn	*c;
 	ssize_t		 n;
 	uint64_t	 now;
 
-	if (c->fd == -1 || c->connecting || c->ooff == c->olen)
+	if (s->fd == -1 || s->connecting || s->ooff == s->olen)
 		return;
-	n = send(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
+	n = send(s->fd, s->obuf + s->ooff, s->olen - s->ooff,
 	    MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n == -1) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-			bconn_want_write(c, true);
+			bconn_want_write(s, true);
 		else
-			work_lost(c, strerror(errno));
+			work_lost(s, strerror(errno));
 		return;
 	}
-	if (c->qunstamped > 0) {
+	if (s->nunstamped > 0) {
 		now = bench_now();
-		for (unsigned i = c->qlen - c->qunstamped; i < c->qlen; i++)
-			c->q[(c->qhead + i) % c->qcap].t_send = now;
-		c->qunstamped = 0;
+		for (int k = 0; k < s->nunstamped; k++) {
+			c = s->unstamped[k];
+			for (unsigned i = c->qlen - c->qunstamped; i < c->qlen;
+			    i++)
+				c->q[(c->qhead + i) % c->qcap].t_send = now;
+			c->qunstamped = 0;
+			c->unstamped_on = false;
+		}
+		s->nunstamped = 0;
 	}
-	c->ooff += (size_t)n;
-	if (c->ooff == c->olen)
-		c->ooff = c->olen = 0;
-	bconn_want_write(c, c->olen > 0);
+	s->ooff += (size_t)n;
+	if (s->ooff == s->olen)
+		s->ooff = s->olen = 0;
+	bconn_want_write(s, s->olen > 0);
 }
 
-/* One keylockd reply line at p[0..len): bytes used, 0 if incomplete. */
+/* --channels: the sockets marked by bconn_flush() in this turn of the
+ * loop, one send() each. */
+static void
+bsock_sendall_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct bench	*b = arg;
+	struct bsock	*s;
+
+	for (int i = 0; i < b->nmarked; i++) {
+		s = b->marked[i];
+		s->marked = false;
+		if (!b->stopping)
+			bsock_flush(s);
+	}
+	b->nmarked = 0;
+	work_check_done(b);
+}
+
+/* --channels: the event that sends for every marked socket, and room to
+ * mark each. */
+bool
+bsock_events(struct bench *b)
+{
+	if (b->o.channels == 0)
+		return true;
+	b->marked = calloc((size_t)b->nall + 1, sizeof(*b->marked));
+	b->sendall = event_new(b->base, -1, 0, bsock_sendall_cb, b);
+	return b->marked != NULL && b->sendall != NULL;
+}
+
+/*
+ * c's requests are queued: a socket of one client sends them now; a socket
+ * of channels is marked, and sends once, after every other callback of
+ * this turn of the loop has queued its requests too.
+ */
+void
+bconn_flush(struct bconn *c)
+{
+	struct bsock	*s = c->s;
+	struct bench	*b = c->b;
+
+	if (s->nchans == 0) {
+		bsock_flush(s);
+		return;
+	}
+	if (s->marked || s->ooff == s->olen)
+		return;
+	s->marked = true;
+	b->marked[b->nmarked++] = s;
+	event_active(b->sendall, EV_TIMEOUT, 1);
+}
+
+/*
+ * One keylockd reply line at p[0..len): bytes used, 0 if incomplete, -1
+ * if its "@N " is not one. *chan is its channel (0 without "@N ").
+ */
 static ssize_t
-bconn_parse_line(const char *p, size_t len, struct breply *rep)
+bconn_parse_line(const char *p, size_t len, struct breply *rep,
+    uint32_t *chan)
 {
 	const char	*lf = memchr(p, '\n', len);
-	size_t		 n;
+	const char	*line = p;
+	size_t		 n, i;
+	uint64_t	 ch = 0;
 
 	if (lf == NULL)
 		return 0;
 	n = (size_t)(lf - p);
 	if (n > 0 && p[n - 1] == '\r')
 		n--;
+	*chan = 0;
+	if (n > 0 && p[0] == '@') {
+		for (i = 1; i < n && i <= 10 && p[i] >= '0' && p[i] <= '9';
+		    i++)
+			ch = ch * 10 + (uint64_t)(p[i] - '0');
+		if (i == 1 || i >= n || p[i] != ' ' || ch == 0 ||
+		    ch > UINT32_MAX)
+			return -1;
+		*chan = (uint32_t)ch;
+		p += i + 1;
+		n -= i + 1;
+	}
 	rep->ok = n >= 2 && p[0] == 'O' && p[1] == 'K' &&
 	    (n == 2 || p[2] == ' ');
 	rep->is_error = !rep->ok;
@@ -527,7 +702,7 @@ bconn_parse_line(const char *p, size_t len, struct breply *rep)
 		rep->val = p;
 		rep->vlen = n;
 	}
-	return (ssize_t)(lf - p) + 1;
+	return (ssize_t)(lf - line) + 1;
 }
 
 /* A decimal number in p[0..end); false if it is not one. */
@@ -633,50 +808,59 @@ bconn_parse_resp(const char *p, size_t len, struct breply *rep)
 
 /*
  * Handles the complete replies in buf[0..len); returns the bytes used.
- * Stops early if the workload closed c (its generation changed).
+ * Stops early if the workload closed s (its generation changed). With
+ * channels, each client that had a reply is listed in s->replied[].
  */
 static size_t
-bconn_parse(struct bconn *c, const char *buf, size_t len, uint64_t now)
+bconn_parse(struct bsock *s, const char *buf, size_t len, uint64_t now)
 {
-	struct bench	*b = c->b;
+	struct bench	*b = s->b;
+	struct bconn	*c = s->ch0;
 	struct inflight	 r;
 	struct breply	 rep;
-	unsigned	 gen = c->gen;
+	unsigned	 gen = s->gen;
 	size_t		 off = 0;
 	ssize_t		 n;
+	uint32_t	 chan = 0;
 
-	while (off < len && c->gen == gen && !b->stopping) {
+	while (off < len && s->gen == gen && !b->stopping) {
 		if (b->o.proto == BENCH_ETCD)
 			n = c->qlen > 0 ? betcd_parse(c, buf + off, len - off,
 			    (enum bench_rt)c->q[c->qhead].type, &rep) : -1;
 		else if (b->o.proto == BENCH_REDIS)
 			n = bconn_parse_resp(buf + off, len - off, &rep);
 		else
-			n = bconn_parse_line(buf + off, len - off, &rep);
+			n = bconn_parse_line(buf + off, len - off, &rep, &chan);
 		if (n < 0) {
 			bench_fail(b, "connection %d: malformed reply: %.40s",
-			    c->id, buf + off);
+			    s->id, buf + off);
 			return len;
 		}
 		if (n == 0)
 			break;
-		if (c->qlen == 0 || c->qlen == c->qunstamped) {
+		c = chan == 0 ? s->ch0 : chan <= (uint32_t)s->nchans ?
+		    s->chans[chan - 1] : NULL;
+		if (c == NULL || c->qlen == 0 || c->qlen == c->qunstamped) {
 			bench_fail(b, "connection %d: a reply nobody asked "
-			    "for: %.*s", c->id, (int)(rep.vlen < 60 ?
-			    rep.vlen : 60), rep.val);
+			    "for on channel %" PRIu32 ": %.*s", s->id, chan,
+			    (int)(rep.vlen < 60 ? rep.vlen : 60), rep.val);
 			return len;
 		}
 		r = c->q[c->qhead];
 		c->qhead = (c->qhead + 1) % c->qcap;
 		c->qlen--;
 		off += (size_t)n;
+		if (s->nchans > 0 && !c->replied_on) {
+			c->replied_on = true;
+			s->replied[s->nreplied++] = c;
+		}
 		work_reply(c, &r, &rep, now);
 	}
 	return off;
 }
 
 static bool
-bconn_keep(struct bconn *c, const char *buf, size_t len)
+bconn_keep(struct bsock *c, const char *buf, size_t len)
 {
 	size_t	 cap;
 	char	*p;
@@ -702,10 +886,30 @@ bconn_keep(struct bconn *c, const char *buf, size_t len)
 	return true;
 }
 
+/* The clients that had replies may send again; then the socket sends. */
+static void
+bsock_refill(struct bsock *s)
+{
+	struct bconn	*c;
+
+	if (s->nchans == 0) {
+		work_fill(s->ch0);
+		bconn_flush(s->ch0);
+		return;
+	}
+	for (int i = 0; i < s->nreplied; i++) {
+		c = s->replied[i];
+		c->replied_on = false;
+		work_fill(c);
+	}
+	s->nreplied = 0;
+	bconn_flush(s->ch0);	/* marks s: sends for all its channels */
+}
+
 static void
 bconn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct bconn	*c = arg;
+	struct bsock	*c = arg;
 	struct bench	*b = c->b;
 	char		*buf;
 	size_t		 room, used, len;
@@ -735,8 +939,7 @@ bconn_read_cb(evutil_socket_t fd, short what, void *arg)
 	if (c->gen == gen && !b->stopping) {
 		if (!bconn_keep(c, buf + used, len - used))
 			return;
-		work_fill(c);
-		bconn_flush(c);
+		bsock_refill(c);
 	}
 	work_check_done(b);
 }
@@ -744,7 +947,7 @@ bconn_read_cb(evutil_socket_t fd, short what, void *arg)
 static void
 bconn_write_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct bconn	*c = arg;
+	struct bsock	*c = arg;
 	int		 err = 0;
 	socklen_t	 len = sizeof(err);
 
@@ -762,6 +965,6 @@ bconn_write_cb(evutil_socket_t fd, short what, void *arg)
 		event_add(c->rev, NULL);
 		work_connected(c);
 	} else
-		bconn_flush(c);
+		bsock_flush(c);
 	work_check_done(c->b);
 }

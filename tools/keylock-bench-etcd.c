@@ -57,7 +57,7 @@ betcd_post(const struct bconn *c, char *p, const char *path,
 {
 	int n = snprintf(p, BETCD_REQ_MAX, "POST %s HTTP/1.1\r\nHost: %s\r\n"
 	    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n"
-	    "%.*s", path, c->b->srv[c->srv].name, blen, (int)blen, body);
+	    "%.*s", path, c->b->srv[c->s->srv].name, blen, (int)blen, body);
 
 	return n > 0 && n < BETCD_REQ_MAX ? (size_t)n : 0;
 }

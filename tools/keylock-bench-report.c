@@ -108,6 +108,9 @@ bench_json(const struct bench *b)
 		json_object_set_new(root, "redis_unlock", json_string(
 		    o->redis_script ? "script" : "del"));
 	json_object_set_new(root, "connections", json_integer(o->conns));
+	if (o->channels > 0)
+		json_object_set_new(root, "channels_over", json_integer(
+		    o->channels));
 	json_object_set_new(root, "pipeline", json_integer(o->pipeline));
 	json_object_set_new(root, "keyspace", json_integer(
 	    (json_int_t)o->keyspace));
@@ -242,12 +245,16 @@ bench_print(const struct bench *b)
 	const struct bench_opts	*o = &b->o;
 	double			 s = bench_secs(b), hs;
 
-	printf("%s on %s at %s: %d connections, pipeline %d, keyspace %"
+	printf("%s on %s at %s: %d %s, pipeline %d, keyspace %"
 	    PRIu64 "\n", bench_work_name(o->work), o->proto == BENCH_REDIS ?
 	    (o->redis_script ? "Redis (SET NX PX + EVALSHA)" :
 	    "Redis (SET NX PX + DEL)") : o->proto == BENCH_ETCD ?
 	    "etcd (/v3/lock/lock + /v3/lock/unlock)" : "keylockd", o->server,
-	    o->conns, o->pipeline, o->keyspace);
+	    o->conns, o->channels > 0 ? "clients" : "connections",
+	    o->pipeline, o->keyspace);
+	if (o->channels > 0)
+		printf("  the %d clients are channels of %d connection%s\n",
+		    o->conns, o->channels, o->channels > 1 ? "s" : "");
 	if (o->session)
 		printf("  %" PRIu64 " sessions (grace %s%s)\n", b->sessions,
 		    o->session_grace_ms > 0 ? "" : "the server's",
@@ -255,8 +262,9 @@ bench_print(const struct bench *b)
 	if (b->nholders > 0) {
 		hs = b->t_hold_end > b->t_hold_start ? (double)(b->t_hold_end -
 		    b->t_hold_start) / 1e9 : 0;
-		printf("  held %" PRIu64 " keys on %d connections in %.2f s\n",
-		    b->held_keys, b->nholders, hs);
+		printf("  held %" PRIu64 " keys on %d %s in %.2f s\n",
+		    b->held_keys, b->nholders, o->channels > 0 &&
+		    o->work == WORK_HOLD ? "channels" : "connections", hs);
 		bench_print_mem(b, b->held_keys, "key");
 	}
 	if (o->work == WORK_IDLE) {

@@ -316,7 +316,7 @@ work_fill(struct bconn *c)
 		return;
 	}
 	if (c->role != ROLE_WORK || (b->phase != PH_RUN &&
-	    b->phase != PH_DRAIN) || b->stopping || !c->connected ||
+	    b->phase != PH_DRAIN) || b->stopping || !c->s->connected ||
 	    b->o.work == WORK_SEED)
 		return;
 	if (work_is_dependent(b)) {
@@ -455,9 +455,9 @@ work_account(struct bconn *c, const struct inflight *r,
 static void
 work_reconnect(struct bconn *c)
 {
-	bconn_close(c);
-	if (bconn_connect(c) == 1)
-		work_connected(c);
+	bsock_close(c->s);
+	if (bsock_connect(c->s) == 1)
+		work_connected(c->s);
 }
 
 void
@@ -495,6 +495,7 @@ work_reply(struct bconn *c, const struct inflight *r,
 		work_hold_reply(c, rep);
 		return;
 	case ROLE_IDLE:
+	case ROLE_CHAN0:
 		return;
 	case ROLE_CTL:
 		work_ctl_reply(c, r, rep);
@@ -535,9 +536,10 @@ work_reply(struct bconn *c, const struct inflight *r,
 }
 
 void
-work_connected(struct bconn *c)
+work_connected(struct bsock *s)
 {
-	struct bench	*b = c->b;
+	struct bench	*b = s->b;
+	struct bconn	*c = s->ch0;
 	uint64_t	 now;
 
 	if (b->phase == PH_CONNECT) {
@@ -549,14 +551,14 @@ work_connected(struct bconn *c)
 	if (b->phase != PH_RUN || c->role != ROLE_WORK)
 		return;
 	now = bench_now();
-	bhist_record(&b->hist[RT_CONNECT], now - c->t_connect);
+	bhist_record(&b->hist[RT_CONNECT], now - s->t_connect);
 	b->count[RT_CONNECT]++;
 	work_fill(c);
 	bconn_flush(c);
 }
 
 void
-work_lost(struct bconn *c, const char *why)
+work_lost(struct bsock *c, const char *why)
 {
 	struct bench	*b = c->b;
 
@@ -569,18 +571,26 @@ work_lost(struct bconn *c, const char *why)
 		bench_fail(b, "connection %d: %s", c->id, why);
 }
 
+/* -w connect opens its own sockets, in the workload. */
+static bool
+work_opens_itself(const struct bench *b, const struct bsock *s)
+{
+	return b->o.work == WORK_CONNECT && s->ch0 != NULL &&
+	    s->ch0->role == ROLE_WORK;
+}
+
 /* PH_CONNECT: keeps BENCH_CONNECT_WINDOW connects in flight. */
 static void
 work_connect_more(struct bench *b)
 {
-	struct bconn	*c;
+	struct bsock	*c;
 
 	while (b->next_connect < b->nall &&
 	    b->connecting < BENCH_CONNECT_WINDOW && !b->stopping) {
 		c = b->all[b->next_connect++];
-		if (c->role == ROLE_WORK && b->o.work == WORK_CONNECT)
+		if (work_opens_itself(b, c))
 			continue;
-		switch (bconn_connect(c)) {
+		switch (bsock_connect(c)) {
 		case -1:
 			return;
 		case 1:
@@ -605,12 +615,12 @@ work_session(struct bench *b)
 	    "SESSION grace=%" PRId64 "\n", b->o.session_grace_ms) :
 	    snprintf(req, sizeof(req), "SESSION\n");
 	for (int i = 0; i < b->nall; i++) {
-		struct bconn	*c = b->all[i];
+		struct bsock	*s = b->all[i];
 
-		if (c->role == ROLE_CTL || c->fd == -1)
+		if (s->is_ctl || s->fd == -1)
 			continue;
-		bconn_put_raw(c, RT_SESSION, req, (size_t)n);
-		bconn_flush(c);
+		bconn_put_raw(s->ch0, RT_SESSION, req, (size_t)n);
+		bconn_flush(s->ch0);
 		b->pending++;
 	}
 }
@@ -740,8 +750,8 @@ work_run(struct bench *b)
 	for (int i = 0; i < b->nwork && !b->stopping; i++) {
 		c = b->work[i];
 		if (b->o.work == WORK_CONNECT) {
-			if (bconn_connect(c) == 1)
-				work_connected(c);
+			if (bsock_connect(c->s) == 1)
+				work_connected(c->s);
 			continue;
 		}
 		work_fill(c);
@@ -847,8 +857,7 @@ work_start(struct bench *b)
 {
 	b->phase = PH_CONNECT;
 	for (int i = 0; i < b->nall; i++)
-		if (!(b->all[i]->role == ROLE_WORK &&
-		    b->o.work == WORK_CONNECT))
+		if (!work_opens_itself(b, b->all[i]))
 			b->pending++;
 	work_connect_more(b);
 }

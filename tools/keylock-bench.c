@@ -99,7 +99,8 @@ enum {
 	OPT_NO_PROGRESS,
 	OPT_SEED,
 	OPT_SOURCES,
-	OPT_SESSION
+	OPT_SESSION,
+	OPT_CHANNELS
 };
 
 static const struct option bench_long[] = {
@@ -126,6 +127,7 @@ static const struct option bench_long[] = {
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "sources", required_argument, NULL, OPT_SOURCES },
 	{ "session", optional_argument, NULL, OPT_SESSION },
+	{ "channels", required_argument, NULL, OPT_CHANNELS },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 }
@@ -179,6 +181,8 @@ usage(FILE *f)
 "                               or etcd (default " DEFAULT_ETCD ");\n"
 "                               A,B,...: connections take turns\n"
 "  -c, --connections N          connections (default %d; seed: %d)\n"
+"      --channels N             the -c clients as channels of N connections,\n"
+"                               taking turns (keylockd's @N lines)\n"
 "  -n, --requests N             stop after N requests (hold: keys to hold)\n"
 "  -t, --time SECONDS           stop after SECONDS (default %.0f)\n"
 "  -P, --pipeline N             requests in flight per connection (default 1)\n"
@@ -316,6 +320,9 @@ bench_parse_number(struct bench_opts *o, int ch, const char *arg)
 	case OPT_SOURCES:
 		o->sources = (int)bench_number(arg, 1, 65536, "--sources");
 		break;
+	case OPT_CHANNELS:
+		o->channels = (int)bench_number(arg, 1, 1000000, "--channels");
+		break;
 	case OPT_SESSION:
 		o->session = true;
 		o->session_grace_ms = arg == NULL ? 0 : (int64_t)bench_number(
@@ -422,6 +429,19 @@ bench_settle_opts(struct bench_opts *o)
 	if (o->session && o->work == WORK_CONNECT)
 		bench_usage_error("--session: not with -w connect (its "
 		    "connections are opened by the workload)");
+	if (o->channels > 0 && (redis || etcd))
+		bench_usage_error("--channels: keylockd only (%s has no "
+		    "channels)", redis ? "Redis" : "etcd");
+	if (o->channels > 0 && o->work == WORK_CONNECT)
+		bench_usage_error("--channels: not with -w connect (it "
+		    "measures opening connections; a channel needs none)");
+	if (o->channels > 0 && o->work == WORK_IDLE)
+		bench_usage_error("--channels: not with -w idle (it measures "
+		    "idle connections; an idle channel is nothing on the "
+		    "server)");
+	if (o->channels > o->conns)
+		bench_usage_error("--channels %d: more connections than the "
+		    "%d clients (-c)", o->channels, o->conns);
 }
 
 static void
@@ -562,17 +582,70 @@ bench_rlimit(int need)
 	return false;
 }
 
+static void
+bench_oom(void)
+{
+	fprintf(stderr, "keylock-bench: out of memory\n");
+	exit(1);
+}
+
+static struct bsock *
+bench_add_sock(struct bench *b, int srv)
+{
+	struct bsock	*s;
+
+	if ((s = bsock_new(b, b->nall)) == NULL)
+		bench_oom();
+	s->srv = srv;
+	b->all[b->nall++] = s;
+	return s;
+}
+
 static struct bconn *
-bench_add_conn(struct bench *b, enum bconn_role role)
+bench_add_client(struct bench *b, enum bconn_role role)
 {
 	struct bconn	*c;
 
-	if ((c = bconn_new(b, b->nall, role)) == NULL) {
-		fprintf(stderr, "keylock-bench: out of memory\n");
-		exit(1);
-	}
-	b->all[b->nall++] = c;
+	if ((c = bconn_new(b, b->nclients, role)) == NULL)
+		bench_oom();
+	b->clients[b->nclients++] = c;
 	return c;
+}
+
+/* A client on a socket of its own, as channel 0: a connection. */
+static struct bconn *
+bench_add_conn(struct bench *b, enum bconn_role role, int srv)
+{
+	struct bconn	*c = bench_add_client(b, role);
+
+	if (!bsock_add(bench_add_sock(b, srv), c, false))
+		bench_oom();
+	return c;
+}
+
+/*
+ * --channels N: N sockets, each with its own channel 0 (for SESSION), and
+ * the -c clients given to them in turn as channels 1, 2, ...: client i is
+ * channel i / N + 1 of socket i % N.
+ */
+static void
+bench_add_channels(struct bench *b, int nclients, enum bconn_role role,
+    struct bconn **out)
+{
+	int		 nsock = b->o.channels, first = b->nall;
+	struct bconn	*c;
+
+	for (int i = 0; i < nsock; i++) {
+		c = bench_add_client(b, ROLE_CHAN0);
+		if (!bsock_add(bench_add_sock(b, i % b->nsrv), c, false))
+			bench_oom();
+	}
+	for (int i = 0; i < nclients; i++) {
+		c = bench_add_client(b, role);
+		if (!bsock_add(b->all[first + i % nsock], c, true))
+			bench_oom();
+		out[i] = c;
+	}
 }
 
 static void
@@ -596,31 +669,43 @@ bench_make_conns(struct bench *b)
 		nhold = (int)b->held_total;
 	ctl = (o->proto == BENCH_REDIS && o->redis_script) || nhold > 0 ||
 	    o->work == WORK_IDLE || o->proto == BENCH_ETCD;
-	b->all = calloc((size_t)(nwork + nhold + 1), sizeof(*b->all));
+	/* sockets: the control one, the holders', the workers' or, with
+	 * --channels, N; clients: as many, and the N channels 0 */
+	b->all = calloc((size_t)(nwork + nhold + o->channels + 1),
+	    sizeof(*b->all));
+	b->clients = calloc((size_t)(nwork + nhold + o->channels + 1),
+	    sizeof(*b->clients));
 	b->work = calloc((size_t)nwork + 1, sizeof(*b->work));
 	b->holders = calloc((size_t)nhold + 1, sizeof(*b->holders));
-	if (b->all == NULL || b->work == NULL || b->holders == NULL) {
-		fprintf(stderr, "keylock-bench: out of memory\n");
-		exit(1);
+	if (b->all == NULL || b->clients == NULL || b->work == NULL ||
+	    b->holders == NULL)
+		bench_oom();
+	if (ctl) {
+		b->ctl = bench_add_conn(b, ROLE_CTL, 0);
+		b->ctl->s->is_ctl = true;
 	}
-	if (ctl)
-		b->ctl = bench_add_conn(b, ROLE_CTL);
 	share = nhold > 0 ? (b->held_total + (uint64_t)nhold - 1) /
 	    (uint64_t)nhold : 0;
+	/* -w hold's holders are the -c clients: channels with --channels;
+	 * --held's stay connections of their own */
+	if (o->channels > 0 && o->work == WORK_HOLD)
+		bench_add_channels(b, nhold, ROLE_HOLD, b->holders);
 	for (int i = 0; i < nhold; i++) {
-		struct bconn	*c = bench_add_conn(b, ROLE_HOLD);
+		struct bconn	*c = o->channels > 0 && o->work == WORK_HOLD ?
+		    b->holders[i] : bench_add_conn(b, ROLE_HOLD, i % b->nsrv);
 
-		c->srv = i % b->nsrv;
 		c->hold_next = (uint64_t)i * share;
 		c->hold_end = c->hold_next + share < b->held_total ?
 		    c->hold_next + share : b->held_total;
 		b->holders[b->nholders++] = c;
 	}
-	for (int i = 0; i < nwork; i++) {
-		b->work[n] = bench_add_conn(b, o->work == WORK_IDLE ?
-		    ROLE_IDLE : ROLE_WORK);
-		b->work[n++]->srv = i % b->nsrv;
+	if (o->channels > 0 && nwork > 0) {
+		bench_add_channels(b, nwork, ROLE_WORK, b->work);
+		n = nwork;
 	}
+	for (; n < nwork; n++)
+		b->work[n] = bench_add_conn(b, o->work == WORK_IDLE ?
+		    ROLE_IDLE : ROLE_WORK, n % b->nsrv);
 	b->nwork = n;
 }
 
@@ -760,15 +845,22 @@ bench_init(struct bench *b)
 		b->o.sources = o->work == WORK_CONNECT &&
 		    bench_is_loopback4(b) ? CONNECT_SOURCES : 1;
 	bench_make_conns(b);
-	return bench_rlimit(b->nall + BENCH_FD_SPARE) && bench_events(b);
+	return bench_rlimit(b->nall + BENCH_FD_SPARE) && bench_events(b) &&
+	    bsock_events(b);
 }
 
 static void
 bench_cleanup(struct bench *b)
 {
 	for (int i = 0; i < b->nall; i++)
-		bconn_free(b->all[i]);
+		bsock_free(b->all[i]);
+	for (int i = 0; i < b->nclients; i++)
+		bconn_free(b->clients[i]);
 	free(b->all);
+	free(b->clients);
+	free(b->marked);
+	if (b->sendall != NULL)
+		event_free(b->sendall);
 	free(b->work);
 	free(b->holders);
 	free(b->scratch);

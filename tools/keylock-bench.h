@@ -2,10 +2,14 @@
  * keylock-bench: a load generator for keylockd. SPDX-License-Identifier: MIT
  *
  * What keylock-bench's modules share: the options, the run (struct bench),
- * one client connection (struct bconn) and its requests in flight. The
- * tool is one thread and one libevent loop; each connection does one
- * recv() per readable event and one send() per batch of requests, so that
- * the client costs no more system calls per request than the server.
+ * one socket (struct bsock) and the clients that ride it (struct bconn),
+ * each with its requests in flight. Without --channels a socket carries one
+ * client on channel 0, which is a connection as keylockd has always seen
+ * it; with --channels N the clients are channels 1, 2, ... of N sockets.
+ * The tool is one thread and one libevent loop; each socket does one
+ * recv() per readable event and one send() per batch of requests, for all
+ * of its clients, so that the client costs no more system calls per
+ * request than the server.
  */
 #ifndef KEYLOCK_BENCH_H
 #define KEYLOCK_BENCH_H
@@ -83,7 +87,8 @@ enum bconn_role {
 	ROLE_WORK,	/* runs the workload */
 	ROLE_HOLD,	/* takes its share of the held keys, then idles */
 	ROLE_IDLE,	/* one PING, then idles (-w idle) */
-	ROLE_CTL	/* control requests; the probe of -w idle */
+	ROLE_CTL,	/* control requests; the probe of -w idle */
+	ROLE_CHAN0	/* --channels: a socket's own channel 0 (SESSION) */
 };
 
 struct bench_opts {
@@ -92,6 +97,9 @@ struct bench_opts {
 	enum bench_proto	 proto;
 	enum bench_work		 work;
 	int			 conns;
+	int			 channels;	/* --channels: sockets that
+						 * carry the -c clients; 0: a
+						 * socket each */
 	uint64_t		 requests;	/* -n; 0: run for seconds */
 	double			 seconds;
 	int			 pipeline;
@@ -130,23 +138,52 @@ struct breply {
 	size_t		 vlen;
 };
 
-struct bconn {
+/*
+ * One socket: its descriptor, events and buffers, shared by the clients
+ * that ride it. Replies are routed to their client by the @N in front
+ * (none: channel 0). A socket of several clients does not send at once:
+ * bconn_flush() marks it, and one event of the loop, run after every
+ * other callback of its turn, sends what all of them queued (bsock_sendall).
+ */
+struct bsock {
 	struct bench		*b;
-	int			 id;
+	int			 id;		/* in b->all[] */
 	int			 srv;		/* its server in b->srv[] */
 	int			 fd;
 	unsigned		 gen;		/* bumped by every close */
-	enum bconn_role		 role;
+	bool			 is_ctl;
 	struct event		*rev;
 	struct event		*wev;
 	bool			 wev_on;
 	bool			 connecting;
 	bool			 connected;
+	bool			 marked;	/* in b->marked[]: to send */
 	uint64_t		 t_connect;
 	char			*obuf;		/* obuf[ooff..olen): unsent */
 	size_t			 ooff, olen, ocap;
 	char			*ibuf;		/* a partial reply */
 	size_t			 ilen, icap;
+	struct bconn		*ch0;		/* channel 0's client */
+	struct bconn		**chans;	/* channel N's: chans[N - 1] */
+	int			 nchans, capchans;
+	struct bconn		**unstamped;	/* clients with requests not
+						 * yet sent: 1 + nchans */
+	int			 nunstamped;
+	struct bconn		**replied;	/* clients with replies read
+						 * by this recv(): 1 + nchans */
+	int			 nreplied;
+};
+
+struct bconn {
+	struct bench		*b;
+	struct bsock		*s;
+	int			 id;
+	uint32_t		 chan;		/* 0: no @N */
+	char			 chan_prefix[16];	/* "@N " or "" */
+	size_t			 chan_prefix_len;
+	enum bconn_role		 role;
+	bool			 unstamped_on;	/* in s->unstamped[] */
+	bool			 replied_on;	/* in s->replied[] */
 	struct inflight		*q;		/* ring of requests sent */
 	unsigned		 qhead, qlen, qcap, qunstamped;
 	int			 step;		/* next step of the cycle */
@@ -192,13 +229,18 @@ struct bench {
 	bool			 is_unix;	/* any of srv[] */
 	bool			 is_tty;
 
-	struct bconn		**all;		/* every connection */
+	struct bsock		**all;		/* every socket */
 	int			 nall;
+	struct bconn		**clients;	/* every client */
+	int			 nclients;
 	struct bconn		**work;		/* ROLE_WORK or ROLE_IDLE */
 	int			 nwork;
 	struct bconn		**holders;
 	int			 nholders;
 	struct bconn		*ctl;
+	struct bsock		**marked;	/* --channels: sockets to send */
+	int			 nmarked;
+	struct event		*sendall;	/* sends b->marked[] */
 
 	enum bench_phase	 phase;
 	int			 next_connect;	/* PH_CONNECT: next in all[] */
@@ -273,12 +315,17 @@ double		 bench_secs(const struct bench *b);
 void		 bench_report(const struct bench *b);
 
 /* keylock-bench-conn.c: sockets, framing, encoding */
+struct bsock	*bsock_new(struct bench *b, int id);
+void		 bsock_free(struct bsock *s);
+bool		 bsock_add(struct bsock *s, struct bconn *c, bool channel);
+int		 bsock_connect(struct bsock *s);
+void		 bsock_close(struct bsock *s);
+bool		 bsock_events(struct bench *b);
 struct bconn	*bconn_new(struct bench *b, int id, enum bconn_role role);
 void		 bconn_free(struct bconn *c);
-int		 bconn_connect(struct bconn *c);
-void		 bconn_close(struct bconn *c);
 void		 bconn_quit_all(struct bench *b);
 void		 bconn_flush(struct bconn *c);
+void		 bsock_flush(struct bsock *s);
 void		 bconn_put(struct bconn *c, enum bench_rt type, bool last,
 		    const char *prefix, uint64_t key, int nkeys);
 void		 bconn_put_raw(struct bconn *c, enum bench_rt type,
@@ -291,10 +338,10 @@ ssize_t		 betcd_parse(struct bconn *c, const char *p, size_t len,
 		    enum bench_rt type, struct breply *rep);
 
 /* keylock-bench-work.c: phases and workloads */
-void		 work_connected(struct bconn *c);
+void		 work_connected(struct bsock *s);
 void		 work_reply(struct bconn *c, const struct inflight *r,
 		    const struct breply *rep, uint64_t now);
-void		 work_lost(struct bconn *c, const char *why);
+void		 work_lost(struct bsock *s, const char *why);
 void		 work_fill(struct bconn *c);
 void		 work_check_done(struct bench *b);
 void		 work_advance(struct bench *b);
