@@ -10,14 +10,19 @@
 #include "config.h"
 #include "log.h"
 #include "server.h"
+#include "server_impl.h"
+#include "upgrade.h"
 
 int
 main(int argc, char *argv[])
 {
 	struct config	 cfg;
 	struct server	*srv;
+	struct upgrade_in in;
 	char		 err[512];
 	int		 rc;
+
+	upgrade_note_path();
 
 	if ((rc = config_load(&cfg, argc, argv)) != 0) {
 		config_cleanup(&cfg);
@@ -38,7 +43,11 @@ main(int argc, char *argv[])
 	log_info("keylockd %s starting, config %s", PACKAGE_VERSION,
 	    cfg.file != NULL ? cfg.file : "(none: built-in defaults)");
 	srv = server_new(&cfg);
-	server_listen(srv);
+	/* a live upgrade's new process takes over the old one's state */
+	if (upgrade_in_open(&in))
+		server_upgrade_adopt(srv, &in);
+	else
+		server_listen(srv);
 	rc = server_run(srv);
 	server_free(srv);
 	config_cleanup(&cfg);

@@ -152,6 +152,12 @@ struct backend	*backend_local_new(const struct config *cfg,
 		    struct event_base *base, const struct be_hooks *hooks,
 		    char *err, size_t errlen);
 
+/* Live upgrade (keylockd(8), LIVE UPGRADE): backend local's table, to be
+ * written or rebuilt, or NULL for any other backend; and the first token
+ * its mark on disk leaves to hand out. */
+struct locktable *backend_local_table(struct backend *be);
+uint64_t	 backend_local_next_token(const struct backend *be);
+
 static inline const char *
 backend_name(const struct backend *be)
 {

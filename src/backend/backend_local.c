@@ -273,3 +273,15 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 	    cfg->state_dir, token_peek(bl->tokens));
 	return &bl->be;
 }
+
+struct locktable *
+backend_local_table(struct backend *be)
+{
+	return be->ops == &bl_ops ? bl_of(be)->lt : NULL;
+}
+
+uint64_t
+backend_local_next_token(const struct backend *be)
+{
+	return token_peek(((const struct backend_local *)be)->tokens);
+}

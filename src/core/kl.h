@@ -29,6 +29,7 @@ enum kl_err {
 	KL_ERR_GONE,
 	KL_ERR_SESSION,
 	KL_ERR_NOPERM,		/* keylockd-protocol(7), ACCESS CONTROL */
+	KL_ERR_UPGRADE,
 	KL_ERR__COUNT,		/* the wire codes end here */
 	/*
 	 * Inside the daemon only, never on the wire: an allocation failed.

@@ -181,6 +181,7 @@ static const char *const proto_err_words[KL_ERR__COUNT] = {
 	[KL_ERR_GONE]		= "GONE",
 	[KL_ERR_SESSION]	= "SESSION",
 	[KL_ERR_NOPERM]		= "NOPERM",
+	[KL_ERR_UPGRADE]	= "UPGRADE",
 };
 
 static enum kl_err	 proto_fail(struct request *, enum kl_err,

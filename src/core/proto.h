@@ -36,7 +36,8 @@
 	X(STATS,     0,  0, PROTO_ARG_NONE,   0)			\
 	X(TRYLOCK,   1, -1, PROTO_ARG_KEY,    PROTO_OPTS_TRYLOCK)	\
 	X(UNLOCK,    1, -1, PROTO_ARG_KEY,    0)			\
-	X(UNLOCKALL, 0,  0, PROTO_ARG_NONE,   0)
+	X(UNLOCKALL, 0,  0, PROTO_ARG_NONE,   0)			\
+	X(UPGRADE,   0,  0, PROTO_ARG_NONE,   0)
 
 enum cmd_id {
 #define KL_CMD_ENUM(name, lo, hi, kind, opts) CMD_##name,

@@ -54,6 +54,10 @@ struct commands {
 	bool			 need_auth;	/* a secret or a user is set */
 	bool			 has_users;	/* NOPERM is possible */
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
+	/* UPGRADE starts a live upgrade through the server's hook. */
+	bool			(*upgrade)(void *, struct conn *, char *,
+				    size_t);
+	void			*upgrade_arg;
 };
 
 /* The shared checks a command needs; commands_execute() names its
@@ -950,6 +954,42 @@ cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 	conn_quit(c);
 }
 
+/*
+ * keylockd-protocol(7), Live upgrade. The reply comes later: OK from the
+ * new process, or ERR UPGRADE from this one when the new one fails
+ * (commands_upgrade_failed()).
+ */
+static void
+cmd_upgrade(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	char	why[256];
+
+	snprintf(why, sizeof(why), "live upgrade is not available here");
+	if (cmds->upgrade == NULL ||
+	    !cmds->upgrade(cmds->upgrade_arg, c, why, sizeof(why))) {
+		conn_reply_err(c, KL_ERR_UPGRADE, "%s", why);
+		return;
+	}
+	conn_pend(c, false, -1, 0);
+}
+
+void
+commands_set_upgrade(struct commands *cmds,
+    bool (*fn)(void *, struct conn *, char *, size_t), void *arg)
+{
+	cmds->upgrade = fn;
+	cmds->upgrade_arg = arg;
+}
+
+void
+commands_upgrade_failed(struct commands *cmds, struct conn *c,
+    const char *why)
+{
+	(void)cmds;
+	conn_reply_err(c, KL_ERR_UPGRADE, "%s", why);
+	conn_complete(c, KL_ERR_UPGRADE);
+}
+
 static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_AUTH]	= { CMD_NO_AUTH | CMD_CONN },
 	[CMD_CANCEL]	= { 0 },
@@ -967,6 +1007,7 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCKALL]	= { 0 },
+	[CMD_UPGRADE]	= { CMD_ADMIN },
 };
 
 /* The refusal of a request that failed a shared check: out of line, so
@@ -1047,6 +1088,9 @@ cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
 		break;
 	case CMD_UNLOCKALL:
 		cmd_unlockall(cmds, c, req);
+		break;
+	case CMD_UPGRADE:
+		cmd_upgrade(cmds, c, req);
 		break;
 	case CMD_NONE:		/* an empty line: conn.c answers nothing */
 		break;

@@ -56,4 +56,14 @@ void		 commands_deadline(struct commands *cmds, struct conn *c);
 void		 commands_cancel(struct commands *cmds, struct conn *c);
 void		 commands_shutdown_wait(struct commands *cmds, struct conn *c);
 
+/* UPGRADE (keylockd-protocol(7), Live upgrade) calls fn(arg, c, why):
+ * true when an upgrade started, whose verdict answers c; false with the
+ * reason of the ERR UPGRADE. */
+void		 commands_set_upgrade(struct commands *cmds,
+		    bool (*fn)(void *arg, struct conn *c, char *why,
+		    size_t whylen), void *arg);
+/* The upgrade c asked for failed: ERR UPGRADE why, and c goes on. */
+void		 commands_upgrade_failed(struct commands *cmds,
+		    struct conn *c, const char *why);
+
 #endif /* COMMANDS_H */

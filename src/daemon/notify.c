@@ -10,6 +10,8 @@
 #include <sys/un.h>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,68 @@ notify_send(const char *state)
 	(void)sendto(fd, state, strlen(state), MSG_NOSIGNAL,
 	    (struct sockaddr *)&sun, sl);
 	close(fd);
+}
+
+/*
+ * sd_notify_barrier(3), spoken directly: BARRIER=1 with the write end of a
+ * pipe, which systemd closes once it has handled every earlier message
+ * from this process. Waits at most timeout_ms; false if it did not come.
+ */
+bool
+notify_barrier(int timeout_ms)
+{
+	const char		*path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un	 sun;
+	struct msghdr		 mh;
+	struct iovec		 iov;
+	struct pollfd		 pfd;
+	union {
+		struct cmsghdr	 h;
+		char		 buf[CMSG_SPACE(sizeof(int))];
+	}			 cm;
+	char			 msg[] = "BARRIER=1";
+	size_t			 n;
+	int			 fd, p[2];
+	bool			 ok = false;
+
+	if (path == NULL || (path[0] != '/' && path[0] != '@') ||
+	    (n = strlen(path)) >= sizeof(sun.sun_path))
+		return false;
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	memcpy(sun.sun_path, path, n);
+	if (path[0] == '@')
+		sun.sun_path[0] = '\0';
+	if (pipe2(p, O_CLOEXEC) == -1)
+		return false;
+	if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) != -1) {
+		memset(&mh, 0, sizeof(mh));
+		memset(&cm, 0, sizeof(cm));
+		iov.iov_base = msg;
+		iov.iov_len = sizeof(msg) - 1;
+		mh.msg_name = &sun;
+		mh.msg_namelen = (socklen_t)(offsetof(struct sockaddr_un,
+		    sun_path) + n);
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = cm.buf;
+		mh.msg_controllen = sizeof(cm.buf);
+		CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+		CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+		CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &p[1], sizeof(int));
+		ok = sendmsg(fd, &mh, MSG_NOSIGNAL) != -1;
+		close(fd);
+	}
+	close(p[1]);
+	if (ok) {
+		pfd.fd = p[0];
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		ok = poll(&pfd, 1, timeout_ms) == 1;
+	}
+	close(p[0]);
+	return ok;
 }
 
 int

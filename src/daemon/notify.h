@@ -14,6 +14,9 @@
 /* Sends state ("READY=1", "STATUS=...") if $NOTIFY_SOCKET is set. */
 void	notify_send(const char *state);
 bool	notify_enabled(void);
+/* Waits until systemd has handled every message sent before it, at most
+ * timeout_ms (sd_notify_barrier(3)); false if it did not say so. */
+bool	notify_barrier(int timeout_ms);
 
 /* The sockets systemd passed to this process: how many (0: none), the
  * first at fd 3; names[i] is its FileDescriptorName= or "". Clears the

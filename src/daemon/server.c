@@ -39,42 +39,10 @@
 #include "server.h"
 #include "session.h"
 #include "stats.h"
+#include "server_impl.h"
 #include "tls.h"
+#include "upgrade.h"
 #include "util.h"
-
-#define ACCEPT_BATCH		64	/* accepts per readable listener */
-#define ACCEPT_PAUSE_MS		100	/* after EMFILE */
-#define STATUS_INTERVAL_S	5	/* sd_notify STATUS= refresh */
-#define KL_LISTENERS_MAX	(KL_BINDS_MAX + 1)
-
-struct listener {
-	struct server	*srv;
-	int		 fd;
-	enum conn_transport transport;
-	bool		 adopted;	/* from systemd: not ours to unlink */
-	struct event	*ev;
-	char		 name[128];	/* for logs */
-};
-
-struct server {
-	struct event_base	*base;
-	struct config		*cfg;
-	struct backend		*be;
-	struct commands		*cmds;
-	struct conns		*conns;
-	struct stats		 stats;
-	struct listener		 listeners[KL_LISTENERS_MAX];
-	int			 nlisteners;
-	int			 tcp_port;	/* bound port of the first TCP */
-	int			 tls_port;	/* and of the first TLS one */
-	struct tls_ctx		*tls;		/* NULL: no TLS listener */
-	struct event		*accept_pause;
-	struct event		*sig_term, *sig_int, *sig_hup;
-	struct event		*status;	/* sd_notify STATUS= refresh */
-	struct metrics		*metrics;
-	uint64_t		 accept_log_ms;	/* last accept failure warning */
-	bool			 stopping;
-};
 
 static void	server_accept_cb(evutil_socket_t, short, void *);
 static void	server_open_configured(struct server *);
@@ -103,7 +71,7 @@ server_set_keepalive(const struct config *cfg, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, sizeof(v));
 }
 
-static void
+void
 server_peer_name(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
 	char	host[INET6_ADDRSTRLEN] = "?";
@@ -221,7 +189,7 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 }
 
 /* One more listener; past KL_LISTENERS_MAX, a startup error. */
-static struct listener *
+struct listener *
 server_add_listener(struct server *srv, int fd,
     enum conn_transport transport, const char *name)
 {
@@ -382,7 +350,7 @@ server_listen_unix(struct server *srv, const char *path)
 	server_add_listener(srv, fd, CONN_UNIX, name);
 }
 
-static void
+void
 server_write_port_file(const struct server *srv, const char *path)
 {
 	char	tmp[4096];
@@ -455,7 +423,7 @@ server_signal_cb(evutil_socket_t sig, short what, void *arg)
 	server_end_turn(srv);
 }
 
-static void
+void
 server_status_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct server			*srv = arg;
@@ -528,7 +496,7 @@ server_listen(struct server *srv)
 	if (srv->nlisteners == 0)
 		fatalx("nothing to listen on: give --bind or --unix");
 	if (cfg->metrics != NULL && (srv->metrics = metrics_new(srv,
-	    cfg->metrics, err, sizeof(err))) == NULL)
+	    cfg->metrics, -1, err, sizeof(err))) == NULL)
 		fatalx("%s", err);
 	if (cfg->port_file != NULL)
 		server_write_port_file(srv, cfg->port_file);
@@ -645,6 +613,7 @@ server_new(struct config *cfg)
 		fatalx("out of memory");
 	srv->cfg = cfg;
 	srv->stats.start_ms = kl_now_ms();
+	srv->stats.pid = (uint64_t)getpid();
 	if (cfg->tls_cert != NULL && (srv->tls = tls_ctx_new(cfg->tls_cert,
 	    cfg->tls_key != NULL ? cfg->tls_key : cfg->tls_cert,
 	    cfg->tls_client_ca, err, sizeof(err))) == NULL)
@@ -664,18 +633,24 @@ server_new(struct config *cfg)
 	if ((srv->conns = conns_new(srv->base, cfg, &srv->stats, srv->cmds,
 	    srv->be)) == NULL)
 		fatalx("out of memory");
+	commands_set_upgrade(srv->cmds, server_upgrade_request, srv);
 	srv->accept_pause = evtimer_new(srv->base, server_pause_accept_cb,
 	    srv);
 	srv->sig_term = evsignal_new(srv->base, SIGTERM, server_signal_cb,
 	    srv);
 	srv->sig_int = evsignal_new(srv->base, SIGINT, server_signal_cb, srv);
 	srv->sig_hup = evsignal_new(srv->base, SIGHUP, server_signal_cb, srv);
+	srv->sig_usr2 = evsignal_new(srv->base, SIGUSR2,
+	    server_upgrade_signal_cb, srv);
 	srv->status = event_new(srv->base, -1, EV_PERSIST, server_status_cb,
 	    srv);
 	if (srv->accept_pause == NULL || srv->status == NULL ||
 	    srv->sig_term == NULL || srv->sig_int == NULL ||
-	    srv->sig_hup == NULL || evsignal_add(srv->sig_term, NULL) ||
-	    evsignal_add(srv->sig_int, NULL) || evsignal_add(srv->sig_hup, NULL))
+	    srv->sig_hup == NULL || srv->sig_usr2 == NULL ||
+	    evsignal_add(srv->sig_term, NULL) ||
+	    evsignal_add(srv->sig_int, NULL) ||
+	    evsignal_add(srv->sig_hup, NULL) ||
+	    evsignal_add(srv->sig_usr2, NULL))
 		fatalx("cannot set up events");
 	signal(SIGPIPE, SIG_IGN);
 	return srv;
@@ -698,6 +673,7 @@ server_free(struct server *srv)
 {
 	if (srv == NULL)
 		return;
+	upgrade_check_cancel(srv->upgrade_check);
 	conns_free(srv->conns);
 	for (int i = 0; i < srv->nlisteners; i++) {
 		struct listener	*l = &srv->listeners[i];
@@ -714,6 +690,7 @@ server_free(struct server *srv)
 	event_free(srv->sig_term);
 	event_free(srv->sig_int);
 	event_free(srv->sig_hup);
+	event_free(srv->sig_usr2);
 	commands_free(srv->cmds);
 	backend_free(srv->be);
 	event_base_free(srv->base);

@@ -99,6 +99,7 @@ stats_to_json_keys(const struct stats *st, const struct locktable *lt,
 	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
 	json_object_set_new(o, "hot_keys", stats_hot_json(lt, keep, arg));
 	json_object_set_new(o, "backend", json_string(backend));
+	SET_U(o, "pid", st->pid);
 	return stats_dump(o);
 }
 

@@ -38,6 +38,11 @@ struct stats {
 	uint64_t	sessions_resumed;	/* RESUMEs that took one */
 	uint64_t	sessions_expired;	/* grace ran out */
 	uint64_t	channels;		/* in use now, besides 0 */
+	/* keylockd(8), LIVE UPGRADE; server_upgrade.c writes them. */
+	uint64_t	pid;			/* this process */
+	uint64_t	upgrades;		/* hand-offs this state went through */
+	uint64_t	upgrade_pause_ms;	/* the last one's pause */
+	uint64_t	upgrade_failures;	/* attempts that failed */
 };
 
 /*
@@ -93,6 +98,12 @@ struct stats {
 	    "Detached sessions whose grace ran out.")			\
 	X(channels, gauge, st->channels, "Channels in use, besides each "	\
 	    "connection's own channel 0.")				\
+	X(upgrades, counter, st->upgrades,				\
+	    "Live upgrades this state has been handed through.")	\
+	X(upgrade_pause_ms, gauge, st->upgrade_pause_ms,		\
+	    "The last live upgrade's pause, in milliseconds.")		\
+	X(upgrade_failures, counter, st->upgrade_failures,		\
+	    "Live upgrades that failed; the server carried on.")	\
 	X(etcd_txns, counter, st->be.txns,				\
 	    "backend etcd: transactions sent to etcd.")		\
 	X(etcd_txn_failures, counter, st->be.txn_failures,		\

@@ -47,6 +47,7 @@ struct metrics {
 	struct evhttp	*http;
 	char		 host[256];	/* as configured, no brackets */
 	int		 port;
+	int		 fd;		/* the listening socket */
 	int64_t		 nconns;	/* open HTTP connections */
 	struct http_conn *pending;	/* accepted, not yet adopted */
 	uint64_t	 refused;	/* past the cap since warned_ms */
@@ -475,7 +476,7 @@ metrics_host_is_loopback(const char *host)
 }
 
 struct metrics *
-metrics_new(struct server *srv, const char *addr, char *errbuf,
+metrics_new(struct server *srv, const char *addr, int fd, char *errbuf,
     size_t errlen)
 {
 	struct metrics			*m;
@@ -509,15 +510,15 @@ metrics_new(struct server *srv, const char *addr, char *errbuf,
 	evhttp_set_timeout(m->http, METRICS_TIMEOUT_S);
 	evhttp_set_bevcb(m->http, http_conn_new, m);
 	evhttp_set_gencb(m->http, metrics_request_cb, m);
-	if ((h = evhttp_bind_socket_with_handle(m->http, host, port)) ==
-	    NULL) {
+	if ((h = fd != -1 ? evhttp_accept_socket_with_handle(m->http, fd) :
+	    evhttp_bind_socket_with_handle(m->http, host, port)) == NULL) {
 		snprintf(errbuf, errlen, "metrics: cannot listen on %s",
 		    addr);
 		metrics_free(m);
 		return NULL;
 	}
-	if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss,
-	    &sl) == 0)
+	m->fd = evhttp_bound_socket_get_fd(h);
+	if (getsockname(m->fd, (struct sockaddr *)&ss, &sl) == 0)
 		m->port = ntohs(ss.ss_family == AF_INET6 ?
 		    ((struct sockaddr_in6 *)&ss)->sin6_port :
 		    ((struct sockaddr_in *)&ss)->sin_port);
@@ -535,6 +536,12 @@ int
 metrics_port(const struct metrics *m)
 {
 	return m->port;
+}
+
+int
+metrics_fd(const struct metrics *m)
+{
+	return m->fd;
 }
 
 void

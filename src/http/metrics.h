@@ -20,12 +20,16 @@
 struct server;
 struct metrics;
 
-/* Listens on addr ("HOST:PORT", "[V6]:PORT"); NULL with errbuf set. */
-struct metrics	*metrics_new(struct server *srv, const char *addr,
+/* Listens on addr ("HOST:PORT", "[V6]:PORT"), or on fd, a listening
+ * socket for addr handed over by a live upgrade (-1: none); NULL with
+ * errbuf set. */
+struct metrics	*metrics_new(struct server *srv, const char *addr, int fd,
 		    char *errbuf, size_t errlen);
 void		 metrics_free(struct metrics *m);
 /* The bound port (useful when the configured one was 0). */
 int		 metrics_port(const struct metrics *m);
+/* The listening socket (live upgrade hands it over). */
+int		 metrics_fd(const struct metrics *m);
 
 /* Splits "HOST:PORT" or "[V6]:PORT" into host (no brackets) and port;
  * -1 if addr is not of that form. */

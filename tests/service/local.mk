@@ -15,6 +15,7 @@ SERVICE_TESTS = \
 	tests/service/socket_activation.sh \
 	tests/service/notify.sh \
 	tests/service/reload.sh \
+	tests/service/upgrade.sh \
 	tests/service/auth.sh \
 	tests/service/users.sh \
 	tests/service/tls.sh \

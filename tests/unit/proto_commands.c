@@ -34,6 +34,8 @@ static const struct parse_case command_cases[] = {
 	    NULL },
 	{ "unlockall_in_lower_case_is_ok", L("unlockall"), KL_OK,
 	    CMD_UNLOCKALL, 0, NULL },
+	{ "upgrade_alone_is_ok", L("UPGRADE"), KL_OK, CMD_UPGRADE, 0,
+	    NULL },
 	{ "unlock_all_in_two_words_unlocks_key_all", L("UNLOCK ALL"), KL_OK,
 	    CMD_UNLOCK, 1, NULL },
 	{ "refresh_with_ttl_is_ok", L("REFRESH a b ttl=5"), KL_OK,
@@ -106,6 +108,8 @@ static const struct parse_case command_cases[] = {
 	    CMD_STATS, 0, "STATS takes no arguments" },
 	{ "unlockall_with_an_argument_is_syntax", L("UNLOCKALL a"),
 	    KL_ERR_SYNTAX, CMD_UNLOCKALL, 0, "UNLOCKALL takes no arguments" },
+	{ "upgrade_with_an_argument_is_syntax", L("UPGRADE now"),
+	    KL_ERR_SYNTAX, CMD_UPGRADE, 0, "UPGRADE takes no arguments" },
 	{ "lock_without_key_is_syntax", L("LOCK"), KL_ERR_SYNTAX, CMD_LOCK, 0,
 	    "LOCK needs at least one key" },
 	{ "lock_with_only_blanks_after_is_syntax", L("LOCK \t "),
@@ -303,7 +307,8 @@ START_TEST(err_word_names_every_code)
 		NULL, "SYNTAX", "BADKEY", "TOOLONG", "TIMEOUT", "LOCKED",
 		"BUSY", "DEADLOCK", "HELD", "NOTHELD", "CONFLICT", "LIMIT",
 		"AUTH", "SHUTDOWN", "CANCELLED", "BACKEND", "GONE", "SESSION",
-		"NOPERM"
+		"NOPERM",
+		"UPGRADE"
 	};
 
 	ck_assert_ptr_null(proto_err_word(KL_OK));

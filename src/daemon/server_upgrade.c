@@ -1,0 +1,475 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Live upgrade, the server's part (keylockd(8), LIVE UPGRADE; HACKING.md,
+ * Live upgrade): UPGRADE and SIGUSR2 start it; once the new binary passed
+ * --check-config the server freezes between two turns, writes its state
+ * (kstate.h: the hand-off, the lock table, the token mark, the counters,
+ * the listeners, sessions and connections) and hands it to the new
+ * process (upgrade.c); if that one takes over, this process exits at once,
+ * touching no socket, the token mark or the unix socket's file; if not,
+ * nothing here changed and it carries on, answering ERR UPGRADE. The new
+ * process rebuilds everything from the state, checks it, and only then
+ * reports ready.
+ */
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <netinet/in.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "backend.h"
+#include "clock.h"
+#include "commands.h"
+#include "config.h"
+#include "conn.h"
+#include "kstate.h"
+#include "locktable.h"
+#include "log.h"
+#include "metrics.h"
+#include "notify.h"
+#include "server.h"
+#include "server_impl.h"
+#include "stats.h"
+#include "upgrade.h"
+#include "util.h"
+
+#define SU_VERSION_MAX	64
+
+static void	server_upgrade_checked(void *, bool, const char *);
+
+/* Whether this server's state can be handed over now; why if not. */
+static bool
+server_upgrade_possible(const struct server *srv, uint64_t requester,
+    char *why, size_t whylen)
+{
+	if (srv->stopping) {
+		snprintf(why, whylen, "the server is stopping");
+		return false;
+	}
+	if (backend_local_table(srv->be) == NULL) {
+		snprintf(why, whylen, "backend %s: its lease, replica and "
+		    "commit queue are not handed over yet; restart instead",
+		    backend_name(srv->be));
+		return false;
+	}
+	if (srv->stats.clients > 0 || srv->stats.sessions > 0) {
+		snprintf(why, whylen, "this version hands over no open "
+		    "connection or session yet (%" PRIu64 " connections, %"
+		    PRIu64 " sessions); only a server without them can be "
+		    "upgraded live", srv->stats.clients,
+		    srv->stats.sessions);
+		return false;
+	}
+	(void)requester;
+	return true;
+}
+
+static bool
+server_upgrade_start(struct server *srv, uint64_t requester, char *why,
+    size_t whylen)
+{
+	if (srv->upgrading) {
+		snprintf(why, whylen, "an upgrade is already under way");
+		return false;
+	}
+	if (!server_upgrade_possible(srv, requester, why, whylen))
+		return false;
+	srv->upgrade_check = upgrade_check_start(srv->base, srv->cfg->argv,
+	    server_upgrade_checked, srv, why, whylen);
+	if (srv->upgrade_check == NULL)
+		return false;
+	srv->upgrading = true;
+	srv->upgrade_requester = requester;
+	log_info("upgrade: %s --check-config", upgrade_path());
+	return true;
+}
+
+static void
+server_upgrade_failed(struct server *srv, const char *why)
+{
+	struct conn	*c;
+
+	srv->upgrading = false;
+	srv->upgrade_check = NULL;
+	srv->stats.upgrade_failures++;
+	log_warnx("upgrade failed: %s; this process (pid %d) carries on",
+	    why, (int)getpid());
+	if (srv->upgrade_requester != 0 &&
+	    (c = conns_find(srv->conns, srv->upgrade_requester)) != NULL)
+		commands_upgrade_failed(srv->cmds, c, why);
+	srv->upgrade_requester = 0;
+}
+
+void
+server_upgrade_signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct server	*srv = arg;
+	char		 why[KL_UPGRADE_WHY_MAX];
+
+	log_info("SIGUSR2: live upgrade to %s", upgrade_path());
+	if (!server_upgrade_start(srv, 0, why, sizeof(why))) {
+		srv->stats.upgrade_failures++;
+		log_warnx("upgrade refused: %s", why);
+	}
+	server_end_turn(srv);
+}
+
+bool
+server_upgrade_request(void *arg, struct conn *c, char *why, size_t whylen)
+{
+	struct server	*srv = arg;
+
+	log_info("UPGRADE by client %" PRIu64 " (%s): live upgrade to %s",
+	    conn_id(c), conn_peer(c), upgrade_path());
+	return server_upgrade_start(srv, conn_id(c), why, whylen);
+}
+
+/* ---- the state ---- */
+
+static void
+server_put_stats(struct ks_writer *w, const struct stats *st)
+{
+	ks_put_u64(w, st->start_ms);
+	ks_put_u64(w, st->connections);
+	ks_put_u64(w, st->rejected_connections);
+	ks_put_u64(w, st->requests);
+	ks_put_u64(w, st->errors);
+	ks_put_u64(w, st->auth_failures);
+	ks_put_u64(w, st->output_closes);
+	ks_put_u64(w, st->nomem_closes);
+	ks_put_u64(w, st->auth_timeouts);
+	ks_put_u64(w, st->sessions_resumed);
+	ks_put_u64(w, st->sessions_expired);
+	ks_put_u64(w, st->upgrade_failures);
+}
+
+static void
+server_get_stats(struct ks_reader *r, struct stats *st)
+{
+	st->start_ms = ks_get_u64(r);
+	st->connections = ks_get_u64(r);
+	st->rejected_connections = ks_get_u64(r);
+	st->requests = ks_get_u64(r);
+	st->errors = ks_get_u64(r);
+	st->auth_failures = ks_get_u64(r);
+	st->output_closes = ks_get_u64(r);
+	st->nomem_closes = ks_get_u64(r);
+	st->auth_timeouts = ks_get_u64(r);
+	st->sessions_resumed = ks_get_u64(r);
+	st->sessions_expired = ks_get_u64(r);
+	st->upgrade_failures = ks_get_u64(r);
+}
+
+/*
+ * The whole state, and in fds every descriptor it names. false on no
+ * memory.
+ */
+static bool
+server_write_state(struct server *srv, struct ks_writer *w,
+    uint64_t freeze_ms, int *fds, size_t *nfds)
+{
+	struct locktable	*lt = backend_local_table(srv->be);
+
+	ks_writer_init(w);
+	ks_section_begin(w, KS_TAG_HANDOFF);
+	ks_put_u32(w, (uint32_t)getpid());
+	ks_put_u64(w, freeze_ms);
+	ks_put_u64(w, srv->stats.upgrades);
+	ks_put_str(w, PACKAGE_VERSION);
+	ks_put_u64(w, srv->upgrade_requester);
+	ks_section_begin(w, KS_TAG_TABLE);
+	if (!locktable_state_write(lt, w))
+		return false;
+	ks_section_begin(w, KS_TAG_TOKEN);
+	ks_put_u64(w, backend_local_next_token(srv->be));
+	ks_section_begin(w, KS_TAG_STATS);
+	server_put_stats(w, &srv->stats);
+	ks_section_begin(w, KS_TAG_LISTENERS);
+	ks_put_u32(w, (uint32_t)srv->nlisteners);
+	*nfds = 0;
+	for (int i = 0; i < srv->nlisteners; i++) {
+		const struct listener	*l = &srv->listeners[i];
+
+		ks_put_u32(w, (uint32_t)l->fd);
+		ks_put_u8(w, (uint8_t)l->transport);
+		ks_put_u8(w, l->adopted);
+		ks_put_str(w, l->name);
+		fds[(*nfds)++] = l->fd;
+	}
+	ks_put_u8(w, srv->metrics != NULL);
+	if (srv->metrics != NULL) {
+		ks_put_u32(w, (uint32_t)metrics_fd(srv->metrics));
+		fds[(*nfds)++] = metrics_fd(srv->metrics);
+	}
+	ks_section_begin(w, KS_TAG_SESSIONS);
+	ks_put_u32(w, 0);
+	ks_section_begin(w, KS_TAG_CONNS);
+	ks_put_u32(w, 0);
+	return ks_writer_finish(w);
+}
+
+/* The new process is ready: under systemd it becomes the main process
+ * before this one exits, told by this one (the main one, which
+ * NotifyAccess=main admits), and systemd has handled it by the barrier. */
+static void
+server_upgrade_ready(pid_t child)
+{
+	char	buf[64];
+
+	if (!notify_enabled())
+		return;
+	snprintf(buf, sizeof(buf), "MAINPID=%d", (int)child);
+	notify_send(buf);
+	if (!notify_barrier(1000))
+		log_warnx("upgrade: systemd did not confirm MAINPID=%d",
+		    (int)child);
+}
+
+/* Frozen between two turns: the state out, the verdict in. */
+static void
+server_upgrade_handoff(struct server *srv)
+{
+	struct ks_writer	 w;
+	int			 fds[KL_LISTENERS_MAX + 1];
+	size_t			 nfds = 0;
+	uint64_t		 freeze_ms = kl_clock_read_ms(), done_ms;
+	char			 why[KL_UPGRADE_WHY_MAX];
+	pid_t			 child;
+
+	if (!server_upgrade_possible(srv, srv->upgrade_requester, why,
+	    sizeof(why))) {
+		server_upgrade_failed(srv, why);
+		return;
+	}
+	if (!server_write_state(srv, &w, freeze_ms, fds, &nfds)) {
+		ks_writer_cleanup(&w);
+		server_upgrade_failed(srv, "out of memory for the state");
+		return;
+	}
+	if (!upgrade_handoff(&w, srv->cfg->argv, fds, nfds,
+	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
+	    why, sizeof(why))) {
+		ks_writer_cleanup(&w);
+		server_upgrade_failed(srv, why);
+		return;
+	}
+	done_ms = kl_clock_read_ms();
+	log_info("upgrade: pid %d took over (%zu bytes of state, frozen "
+	    "%" PRIu64 " ms); pid %d exits", (int)child, w.len,
+	    done_ms - freeze_ms, (int)getpid());
+	/* No shutdown(2), no close, no unlink, no token write: the sockets
+	 * and the files are the new process's now. */
+	_exit(0);
+}
+
+static void
+server_upgrade_checked(void *arg, bool ok, const char *why)
+{
+	struct server	*srv = arg;
+
+	srv->upgrade_check = NULL;
+	if (!ok)
+		server_upgrade_failed(srv, why);
+	else
+		server_upgrade_handoff(srv);
+	server_end_turn(srv);
+}
+
+/* ---- the new process ---- */
+
+/* Owners in the table: none without connections or sessions. */
+static bool
+server_adopt_owner(void *arg, struct lt_owner *o)
+{
+	(void)arg;
+	(void)o;
+	return false;
+}
+
+static bool
+server_is_listener(int fd, enum conn_transport transport)
+{
+	int		 v = 0;
+	socklen_t	 sl = sizeof(v);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &sl) == -1 ||
+	    v != 1)
+		return false;
+	sl = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl) == -1)
+		return false;
+	return (v == AF_UNIX) == (transport == CONN_UNIX);
+}
+
+static void
+server_adopt_listeners(struct server *srv, struct upgrade_in *in,
+    struct ks_reader *r, int *metrics_fd)
+{
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl;
+	const char		*name;
+	char			 buf[128];
+	size_t			 len;
+	uint32_t		 n, fd;
+	uint8_t			 transport;
+	bool			 adopted;
+
+	n = ks_get_count(r, 10);
+	if (!r->bad && (n == 0 || n > KL_LISTENERS_MAX))
+		ks_fail(r, "%u listeners", n);
+	for (uint32_t i = 0; i < n && !r->bad; i++) {
+		fd = ks_get_u32(r);
+		transport = ks_get_u8(r);
+		adopted = ks_get_bool(r);
+		name = ks_get_bytes(r, &len, sizeof(buf) - 1);
+		if (r->bad)
+			break;
+		if (transport > CONN_TLS || fd < 3 || fd > INT32_MAX ||
+		    (int)fd == in->state_fd || (int)fd == in->chan_fd ||
+		    !server_is_listener((int)fd, transport)) {
+			ks_fail(r, "listener %u is not a listening socket of "
+			    "its kind", fd);
+			break;
+		}
+		for (int j = 0; j < srv->nlisteners; j++)
+			if (srv->listeners[j].fd == (int)fd)
+				ks_fail(r, "listener %u twice", fd);
+		if (transport == CONN_TLS && srv->tls == NULL)
+			ks_fail(r, "a TLS listener, and no tls-cert here");
+		if (r->bad)
+			break;
+		memcpy(buf, name, len);
+		buf[len] = '\0';
+		(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+		server_add_listener(srv, (int)fd, (enum conn_transport)transport,
+		    buf)->adopted = adopted;
+		sl = sizeof(ss);
+		if (transport != CONN_UNIX && getsockname((int)fd,
+		    (struct sockaddr *)&ss, &sl) == 0) {
+			int	*first = transport == CONN_TLS ?
+				    &srv->tls_port : &srv->tcp_port;
+
+			if (*first == 0)
+				*first = ntohs(ss.ss_family == AF_INET ?
+				    ((struct sockaddr_in *)&ss)->sin_port :
+				    ((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+	}
+	*metrics_fd = -1;
+	if (ks_get_bool(r)) {
+		fd = ks_get_u32(r);
+		if (!r->bad && (fd < 3 || fd > INT32_MAX ||
+		    !server_is_listener((int)fd, CONN_TCP)))
+			ks_fail(r, "the metrics listener %u is not one", fd);
+		if (!r->bad && srv->cfg->metrics == NULL)
+			ks_fail(r, "a metrics listener, and no metrics here");
+		*metrics_fd = (int)fd;
+		if (!r->bad)
+			(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	}
+	if (!r->bad && srv->cfg->metrics != NULL && *metrics_fd == -1)
+		ks_fail(r, "metrics is set here, and no listener was handed "
+		    "over");
+}
+
+/* The state's sections, in order; every failure is fatal to this
+ * process and reported to the old one, which carries on. */
+void
+server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
+{
+	struct ks_reader	 r, s;
+	struct locktable	*lt = backend_local_table(srv->be);
+	uint64_t		 freeze_ms, next = 0, old_next, upgrades, now;
+	uint32_t		 old_pid;
+	const char		*version;
+	char			 oldver[SU_VERSION_MAX + 1], err[512], buf[64];
+	size_t			 len;
+	int			 metrics_fd = -1;
+
+	if (!ks_reader_open(&r, in->state, in->len))
+		upgrade_in_fail(in, "%s", r.why);
+	if (lt == NULL)
+		upgrade_in_fail(in, "backend %s here: it takes no state",
+		    backend_name(srv->be));
+	if (!ks_section_next(&r, KS_TAG_HANDOFF, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	old_pid = ks_get_u32(&s);
+	freeze_ms = ks_get_u64(&s);
+	upgrades = ks_get_u64(&s);
+	version = ks_get_bytes(&s, &len, SU_VERSION_MAX);
+	(void)ks_get_u64(&s);	/* the requester: none without connections */
+	if (!ks_section_done(&s))
+		upgrade_in_fail(in, "hand-off: %s", s.why);
+	memcpy(oldver, version, len);
+	oldver[len] = '\0';
+	now = kl_clock_read_ms();
+	if (freeze_ms > now)
+		upgrade_in_fail(in, "frozen in the future");
+	if (!ks_section_next(&r, KS_TAG_TABLE, &s) ||
+	    !locktable_state_read(lt, &s, now - freeze_ms, server_adopt_owner,
+	    srv, &next) || !ks_section_done(&s))
+		upgrade_in_fail(in, "lock table: %s", r.bad ? r.why : s.why);
+	if (!ks_section_next(&r, KS_TAG_TOKEN, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	old_next = ks_get_u64(&s);
+	if (!ks_section_done(&s))
+		upgrade_in_fail(in, "token: %s", s.why);
+	if (backend_local_next_token(srv->be) < old_next ||
+	    backend_local_next_token(srv->be) < next)
+		upgrade_in_fail(in, "the token mark in %s is below the running "
+		    "server's (%" PRIu64 " < %" PRIu64 "): not the same "
+		    "state-dir?", srv->cfg->state_dir,
+		    backend_local_next_token(srv->be), old_next);
+	if (!ks_section_next(&r, KS_TAG_STATS, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	server_get_stats(&s, &srv->stats);
+	if (!ks_section_done(&s))
+		upgrade_in_fail(in, "counters: %s", s.why);
+	if (!ks_section_next(&r, KS_TAG_LISTENERS, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	server_adopt_listeners(srv, in, &s, &metrics_fd);
+	if (!ks_section_done(&s))
+		upgrade_in_fail(in, "listeners: %s", s.why);
+	if (!ks_section_next(&r, KS_TAG_SESSIONS, &s) || ks_get_u32(&s) != 0 ||
+	    !ks_section_done(&s))
+		upgrade_in_fail(in, "sessions: this version takes none");
+	if (!ks_section_next(&r, KS_TAG_CONNS, &s) || ks_get_u32(&s) != 0 ||
+	    !ks_section_done(&s))
+		upgrade_in_fail(in, "connections: this version takes none");
+	if (!ks_reader_done(&r))
+		upgrade_in_fail(in, "%s", r.why);
+	if (metrics_fd != -1 && (srv->metrics = metrics_new(srv,
+	    srv->cfg->metrics, metrics_fd, err, sizeof(err))) == NULL)
+		upgrade_in_fail(in, "%s", err);
+	/* Ready: from GO on, the sockets are this process's. */
+	upgrade_in_ready(in);
+	now = kl_clock_read_ms();
+	srv->stats.upgrades = upgrades + 1;
+	srv->stats.upgrade_pause_ms = now - freeze_ms;
+	log_info("upgrade: took over from pid %" PRIu32 " (keylockd %s) after "
+	    "a pause of %" PRIu64 " ms; %" PRIu64 " keys, %" PRIu64 " held",
+	    old_pid, oldver, now - freeze_ms, locktable_counters(lt)->keys,
+	    locktable_counters(lt)->held);
+	if (srv->cfg->port_file != NULL)
+		server_write_port_file(srv, srv->cfg->port_file);
+	if (notify_enabled()) {
+		struct timeval	tv = { STATUS_INTERVAL_S, 0 };
+
+		snprintf(buf, sizeof(buf), "MAINPID=%d\nREADY=1",
+		    (int)getpid());
+		notify_send(buf);	/* MAINPID again: harmless, and said */
+		server_status_cb(-1, 0, srv);
+		event_add(srv->status, &tv);
+	}
+}

@@ -1,0 +1,507 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Live upgrade's processes (upgrade.h). The running server never changes
+ * a flag of a descriptor it keeps: close-on-exec is cleared in the forked
+ * child only, so a failed attempt leaves the server exactly as it was, and
+ * every descriptor made for the attempt is closed whatever happens. The
+ * verdict is two-way (READY, then GO) so that a new process which
+ * reported ready after the old one gave up on it never serves: without
+ * GO it exits without touching a socket.
+ */
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "clock.h"
+#include "kstate.h"
+#include "log.h"
+#include "upgrade.h"
+#include "util.h"
+
+#define UPGRADE_LINE_MAX	512
+
+extern char	**environ;
+
+static char	upgrade_exe[PATH_MAX];
+
+void
+upgrade_note_path(void)
+{
+	ssize_t	n;
+
+	n = readlink("/proc/self/exe", upgrade_exe, sizeof(upgrade_exe) - 1);
+	upgrade_exe[n > 0 ? (size_t)n : 0] = '\0';
+}
+
+const char *
+upgrade_path(void)
+{
+	return upgrade_exe;
+}
+
+/* argv with argv[0] the binary's path and extra (or NULL) at the end; one
+ * allocation. */
+static char **
+upgrade_argv(char **argv, const char *extra)
+{
+	char	**v;
+	size_t	  n = 0;
+
+	while (argv[n] != NULL)
+		n++;
+	if ((v = kl_calloc(n + 2, sizeof(*v))) == NULL)
+		return NULL;
+	v[0] = upgrade_exe;
+	for (size_t i = 1; i < n; i++)
+		v[i] = argv[i];
+	v[n > 0 ? n : 1] = (char *)(uintptr_t)extra;
+	return v;
+}
+
+static void
+upgrade_status_why(int status, char *why, size_t whylen)
+{
+	if (WIFEXITED(status))
+		snprintf(why, whylen, "exited with status %d",
+		    WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(why, whylen, "was killed by signal %d (%s)",
+		    WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else
+		snprintf(why, whylen, "ended with status %d", status);
+}
+
+/* Reaps pid, waiting at most ms, then killing it. */
+static int
+upgrade_reap(pid_t pid, uint64_t ms)
+{
+	uint64_t	until = kl_clock_read_ms() + ms;
+	int		status = 0;
+
+	for (;;) {
+		pid_t	r = waitpid(pid, &status, WNOHANG);
+
+		if (r == pid || (r == -1 && errno != EINTR))
+			return status;
+		if (kl_clock_read_ms() >= until) {
+			kill(pid, SIGKILL);
+			while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+				continue;
+			return status;
+		}
+		usleep(1000);
+	}
+}
+
+/* ---- --check-config ---- */
+
+struct upgrade_check {
+	struct event	*ev;
+	struct event	*timer;
+	pid_t		 pid;
+	int		 fd;
+	void		(*done)(void *, bool, const char *);
+	void		*arg;
+	char		 line[UPGRADE_LINE_MAX];	/* the last one */
+	size_t		 len;
+	bool		 line_done;
+};
+
+static void
+upgrade_check_end(struct upgrade_check *uc, bool timed_out)
+{
+	char	why[UPGRADE_LINE_MAX + 320];
+	int	status;
+	bool	ok;
+
+	event_free(uc->ev);
+	event_free(uc->timer);
+	close(uc->fd);
+	status = upgrade_reap(uc->pid, timed_out ? 0 : 1000);
+	ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (timed_out)
+		snprintf(why, sizeof(why), "%.200s --check-config did not finish "
+		    "within %d ms", upgrade_exe, KL_UPGRADE_DEADLINE_MS);
+	else if (!ok) {
+		char	st[64];
+
+		upgrade_status_why(status, st, sizeof(st));
+		uc->line[uc->len] = '\0';
+		snprintf(why, sizeof(why), "%.200s --check-config %s%s%s",
+		    upgrade_exe, st, uc->len > 0 ? ": " : "", uc->line);
+	} else
+		why[0] = '\0';
+	uc->done(uc->arg, ok, why);
+	kl_free(uc);
+}
+
+void
+upgrade_check_cancel(struct upgrade_check *uc)
+{
+	if (uc == NULL)
+		return;
+	event_free(uc->ev);
+	event_free(uc->timer);
+	close(uc->fd);
+	upgrade_reap(uc->pid, 0);
+	kl_free(uc);
+}
+
+static void
+upgrade_check_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct upgrade_check	*uc = arg;
+	char			 buf[1024];
+	ssize_t			 n;
+
+	if ((n = read(fd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < n; i++) {
+			if (buf[i] == '\n') {
+				uc->line_done = true;
+				continue;
+			}
+			if (uc->line_done) {
+				uc->len = 0;
+				uc->line_done = false;
+			}
+			if (uc->len < sizeof(uc->line) - 1)
+				uc->line[uc->len++] = buf[i];
+		}
+		return;
+	}
+	if (n == -1 && (errno == EAGAIN || errno == EINTR))
+		return;
+	upgrade_check_end(uc, false);
+}
+
+static void
+upgrade_check_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	upgrade_check_end(arg, true);
+}
+
+struct upgrade_check *
+upgrade_check_start(struct event_base *base, char **argv,
+    void (*done)(void *, bool, const char *), void *arg, char *why,
+    size_t whylen)
+{
+	struct upgrade_check	*uc;
+	struct timeval		 tv = { KL_UPGRADE_DEADLINE_MS / 1000,
+				    (KL_UPGRADE_DEADLINE_MS % 1000) * 1000 };
+	char			**v;
+	int			 p[2], null;
+
+	if (upgrade_exe[0] == '\0') {
+		snprintf(why, whylen, "the path of this binary is unknown");
+		return NULL;
+	}
+	if (access(upgrade_exe, X_OK) == -1) {
+		snprintf(why, whylen, "%s: %s", upgrade_exe, strerror(errno));
+		return NULL;
+	}
+	if ((uc = kl_calloc(1, sizeof(*uc))) == NULL ||
+	    (v = upgrade_argv(argv, "--check-config")) == NULL) {
+		kl_free(uc);
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) == -1) {
+		snprintf(why, whylen, "pipe: %s", strerror(errno));
+		kl_free(v);
+		kl_free(uc);
+		return NULL;
+	}
+	if ((uc->pid = fork()) == 0) {
+		null = open("/dev/null", O_RDONLY);
+		if (null != -1)
+			dup2(null, 0);
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execv(upgrade_exe, v);
+		dprintf(p[1], "cannot execute: %s\n", strerror(errno));
+		_exit(127);
+	}
+	kl_free(v);
+	close(p[1]);
+	if (uc->pid == -1) {
+		snprintf(why, whylen, "fork: %s", strerror(errno));
+		close(p[0]);
+		kl_free(uc);
+		return NULL;
+	}
+	uc->fd = p[0];
+	uc->done = done;
+	uc->arg = arg;
+	uc->ev = event_new(base, p[0], EV_READ | EV_PERSIST,
+	    upgrade_check_read_cb, uc);
+	uc->timer = evtimer_new(base, upgrade_check_timer_cb, uc);
+	if (uc->ev == NULL || uc->timer == NULL ||
+	    event_add(uc->ev, NULL) == -1 || evtimer_add(uc->timer, &tv)) {
+		if (uc->ev != NULL)
+			event_free(uc->ev);
+		if (uc->timer != NULL)
+			event_free(uc->timer);
+		close(p[0]);
+		upgrade_reap(uc->pid, 0);
+		kl_free(uc);
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	return uc;
+}
+
+/* ---- the hand-off ---- */
+
+/* environ without KL_UPGRADE_ENV, with KL_UPGRADE_ENV=state,chan. */
+static char **
+upgrade_envp(char *var)
+{
+	size_t	  n = 0, j = 0, len = strlen(KL_UPGRADE_ENV);
+	char	**e;
+
+	while (environ[n] != NULL)
+		n++;
+	if ((e = kl_calloc(n + 2, sizeof(*e))) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], KL_UPGRADE_ENV, len) != 0 ||
+		    environ[i][len] != '=')
+			e[j++] = environ[i];
+	e[j] = var;
+	return e;
+}
+
+static int
+upgrade_memfd(const struct ks_writer *w, char *why, size_t whylen)
+{
+	size_t	off = 0;
+	ssize_t	n;
+	int	fd;
+
+	if ((fd = memfd_create("keylockd-state", MFD_CLOEXEC |
+	    MFD_ALLOW_SEALING)) == -1) {
+		snprintf(why, whylen, "memfd_create: %s", strerror(errno));
+		return -1;
+	}
+	while (off < w->len) {
+		if ((n = write(fd, w->buf + off, w->len - off)) <= 0) {
+			if (n == -1 && errno == EINTR)
+				continue;
+			snprintf(why, whylen, "writing the state: %s",
+			    n == 0 ? "no progress" : strerror(errno));
+			close(fd);
+			return -1;
+		}
+		off += (size_t)n;
+	}
+	/* what the new process maps is what was written, and stays so */
+	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+	    F_SEAL_WRITE | F_SEAL_SEAL);
+	return fd;
+}
+
+/* Reads one line from fd until deadline_ms: 1 a line, 0 end of file,
+ * -1 the deadline. */
+static int
+upgrade_read_line(int fd, char *line, size_t size, uint64_t deadline_ms)
+{
+	struct pollfd	pfd = { fd, POLLIN, 0 };
+	size_t		len = 0;
+	uint64_t	now;
+	ssize_t		n;
+	int		rc;
+
+	for (;;) {
+		if ((now = kl_clock_read_ms()) >= deadline_ms)
+			return -1;
+		rc = poll(&pfd, 1, (int)(deadline_ms - now));
+		if (rc == -1 && errno != EINTR)
+			return 0;
+		if (rc <= 0)
+			continue;
+		n = read(fd, line + len, size - 1 - len);
+		if (n == -1 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0)
+			return 0;
+		len += (size_t)n;
+		line[len] = '\0';
+		if (memchr(line, '\n', len) != NULL || len == size - 1) {
+			line[strcspn(line, "\n")] = '\0';
+			return 1;
+		}
+	}
+}
+
+static void
+upgrade_child(const int *fds, size_t nfds, int state, int chan,
+    char **argv, char **envp)
+{
+	for (size_t i = 0; i < nfds; i++)
+		(void)fcntl(fds[i], F_SETFD, 0);
+	(void)fcntl(state, F_SETFD, 0);
+	(void)fcntl(chan, F_SETFD, 0);
+	execve(upgrade_exe, argv, envp);
+	dprintf(chan, "ERR cannot execute %s: %s\n", upgrade_exe,
+	    strerror(errno));
+	_exit(127);
+}
+
+bool
+upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
+    size_t nfds, uint64_t deadline_ms, void (*ready)(pid_t), pid_t *child,
+    char *why, size_t whylen)
+{
+	char		  var[64], line[UPGRADE_LINE_MAX], st[64];
+	char		**v = NULL, **e = NULL;
+	int		  state, chan[2] = { -1, -1 }, rc, status;
+	pid_t		  pid = -1;
+	bool		  ok = false;
+
+	*child = -1;
+	if ((state = upgrade_memfd(w, why, whylen)) == -1)
+		return false;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) == -1) {
+		snprintf(why, whylen, "socketpair: %s", strerror(errno));
+		goto done;
+	}
+	snprintf(var, sizeof(var), "%s=%d,%d", KL_UPGRADE_ENV, state,
+	    chan[1]);
+	if ((v = upgrade_argv(argv, NULL)) == NULL ||
+	    (e = upgrade_envp(var)) == NULL) {
+		snprintf(why, whylen, "out of memory");
+		goto done;
+	}
+	if ((pid = fork()) == -1) {
+		snprintf(why, whylen, "fork: %s", strerror(errno));
+		goto done;
+	}
+	if (pid == 0)
+		upgrade_child(fds, nfds, state, chan[1], v, e);
+	close(chan[1]);
+	chan[1] = -1;
+	*child = pid;
+	rc = upgrade_read_line(chan[0], line, sizeof(line), deadline_ms);
+	if (rc == 1 && strncmp(line, "READY ", 6) == 0) {
+		ready(pid);
+		if (write(chan[0], "GO\n", 3) == 3) {
+			ok = true;
+			goto done;
+		}
+		snprintf(why, whylen, "the new process (pid %d) went away "
+		    "after it reported ready", (int)pid);
+	} else if (rc == 1 && strncmp(line, "ERR ", 4) == 0) {
+		snprintf(why, whylen, "%s", line + 4);
+	} else if (rc == 1) {
+		snprintf(why, whylen, "the new process said \"%.64s\"", line);
+	} else if (rc == 0) {
+		status = upgrade_reap(pid, 1000);
+		upgrade_status_why(status, st, sizeof(st));
+		snprintf(why, whylen, "the new process (pid %d) %s before it "
+		    "was ready", (int)pid, st);
+		pid = -1;
+	} else {
+		snprintf(why, whylen, "the new process (pid %d) was not ready "
+		    "within %d ms", (int)pid, KL_UPGRADE_DEADLINE_MS);
+		kill(pid, SIGKILL);
+	}
+	if (pid != -1)
+		upgrade_reap(pid, 1000);
+done:
+	kl_free(v);
+	kl_free(e);
+	close(state);
+	if (chan[0] != -1)
+		close(chan[0]);
+	if (chan[1] != -1)
+		close(chan[1]);
+	return ok;
+}
+
+/* ---- the new process ---- */
+
+bool
+upgrade_in_open(struct upgrade_in *in)
+{
+	const char	*s = getenv(KL_UPGRADE_ENV);
+	struct stat	 sb;
+	void		*p;
+	int		 a, b, n = 0;
+
+	memset(in, 0, sizeof(*in));
+	in->state_fd = in->chan_fd = -1;
+	if (s == NULL)
+		return false;
+	if (sscanf(s, "%d,%d%n", &a, &b, &n) != 2 || s[n] != '\0' ||
+	    a < 3 || b < 3 || a == b)
+		fatalx("%s=%s: not two descriptors", KL_UPGRADE_ENV, s);
+	unsetenv(KL_UPGRADE_ENV);
+	in->state_fd = a;
+	in->chan_fd = b;
+	in->start_ms = kl_clock_read_ms();
+	if (fcntl(b, F_SETFD, FD_CLOEXEC) == -1)
+		fatal("%s: channel descriptor %d", KL_UPGRADE_ENV, b);
+	if (fcntl(a, F_SETFD, FD_CLOEXEC) == -1 || fstat(a, &sb) == -1)
+		upgrade_in_fail(in, "the state descriptor %d: %s", a,
+		    strerror(errno));
+	if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX)
+		upgrade_in_fail(in, "a state of %jd bytes",
+		    (intmax_t)sb.st_size);
+	p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, a, 0);
+	if (p == MAP_FAILED)
+		upgrade_in_fail(in, "mmap of the state: %s", strerror(errno));
+	in->state = p;
+	in->len = (size_t)sb.st_size;
+	return true;
+}
+
+void
+upgrade_in_fail(struct upgrade_in *in, const char *fmt, ...)
+{
+	char	why[KL_UPGRADE_WHY_MAX];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	log_warnx("upgrade: refused the state: %s", why);
+	dprintf(in->chan_fd, "ERR %s\n", why);
+	_exit(1);
+}
+
+void
+upgrade_in_ready(struct upgrade_in *in)
+{
+	char	line[16];
+
+	if (in->state != NULL)
+		munmap((void *)(uintptr_t)in->state, in->len);
+	in->state = NULL;
+	close(in->state_fd);
+	dprintf(in->chan_fd, "READY %d\n", (int)getpid());
+	if (upgrade_read_line(in->chan_fd, line, sizeof(line),
+	    kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS) != 1 ||
+	    strcmp(line, "GO") != 0) {
+		log_warnx("upgrade: the old process did not hand over; "
+		    "exiting without serving");
+		_exit(1);
+	}
+	close(in->chan_fd);
+}

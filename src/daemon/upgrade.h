@@ -1,0 +1,89 @@
+/*
+ * keylockd: a lock server. SPDX-License-Identifier: MIT
+ *
+ * Live upgrade's processes (keylockd(8), LIVE UPGRADE; HACKING.md, Live
+ * upgrade): the running server starts the binary installed at the path it
+ * was started from, first with --check-config, then with its state in a
+ * memfd and the descriptors it hands over, and waits for the new process's
+ * verdict on a socket pair: "READY pid", to which it answers "GO" and
+ * exits, or "ERR reason", or nothing (it crashed, or missed the deadline):
+ * then it carries on as if nothing had happened. The new process finds
+ * both descriptors in $KEYLOCKD_UPGRADE. This module knows processes and
+ * descriptors, not what the state says (server.c writes and reads that).
+ */
+#ifndef UPGRADE_H
+#define UPGRADE_H
+
+#include <sys/types.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define KL_UPGRADE_ENV		"KEYLOCKD_UPGRADE"	/* "STATE_FD,CHANNEL_FD" */
+#define KL_UPGRADE_DEADLINE_MS	10000	/* to report ready, and to check */
+#define KL_UPGRADE_WHY_MAX	256
+
+struct event_base;
+struct ks_writer;
+
+/* At start, before anything changes directory: the binary's path. */
+void		 upgrade_note_path(void);
+const char	*upgrade_path(void);
+
+/* ---- the running server's side ---- */
+
+struct upgrade_check;
+/*
+ * Runs `PATH ARGS... --check-config` (args: the server's own argv, minus
+ * argv[0]) and calls done(arg, ok, why) once from the event loop, with the
+ * check's last line of output as why when it failed. NULL (why set) if it
+ * cannot even start.
+ */
+struct upgrade_check *upgrade_check_start(struct event_base *base,
+		    char **argv, void (*done)(void *arg, bool ok,
+		    const char *why), void *arg, char *why, size_t whylen);
+
+/* The server stops during the check: the check is killed and freed. NULL
+ * does nothing. */
+void		 upgrade_check_cancel(struct upgrade_check *uc);
+
+/*
+ * The hand-off, frozen: the state w goes into a memfd; a child clears
+ * close-on-exec on fds[0..nfds) and the two descriptors of its own and
+ * execs the binary with argv; then this waits, blocking, until the child
+ * reports (or deadline_ms of CLOCK_MONOTONIC passes). Once it reported
+ * ready, ready(child) runs (systemd learns the new MAINPID) before it is
+ * told GO. true: the child
+ * took over (it was sent GO): the caller must exit at once without
+ * touching a socket. false: why says what failed, the child is reaped
+ * and every descriptor made here is closed.
+ */
+bool		 upgrade_handoff(const struct ks_writer *w, char **argv,
+		    const int *fds, size_t nfds, uint64_t deadline_ms,
+		    void (*ready)(pid_t child), pid_t *child, char *why,
+		    size_t whylen);
+
+/* ---- the new process's side ---- */
+
+struct upgrade_in {
+	int		 state_fd;
+	int		 chan_fd;
+	const void	*state;		/* mapped */
+	size_t		 len;
+	uint64_t	 start_ms;	/* when this process read it */
+};
+
+/* The state this process was handed, mapped; false when it was started
+ * normally. A malformed $KEYLOCKD_UPGRADE is fatal. */
+bool		 upgrade_in_open(struct upgrade_in *in);
+/* Reports ERR why to the old process and exits 1. */
+void		 upgrade_in_fail(struct upgrade_in *in, const char *fmt, ...)
+		    KL_PRINTF(2, 3) __attribute__((noreturn));
+/* Reports ready and waits for GO; without it (the old process gave up on
+ * this one) exits 1 touching nothing. Unmaps the state. */
+void		 upgrade_in_ready(struct upgrade_in *in);
+
+#endif /* UPGRADE_H */
