@@ -290,13 +290,16 @@ size_t		 locktable_hot_keys_filter(const struct locktable *lt,
 
 /*
  * Live upgrade (lt_state.c, kstate.h): the whole table, its owners in
- * order with their holds and waits, and its counters, into w. Only
- * between event-loop turns (nothing left to settle); false on no memory.
+ * order with their holds and waits, and its counters, into w; each (or
+ * NULL) learns each owner's number in that order, by which the caller's
+ * own state names it. Only between event-loop turns (nothing left to
+ * settle); false on no memory.
  */
 struct ks_writer;
 struct ks_reader;
 bool		 locktable_state_write(const struct locktable *lt,
-		    struct ks_writer *w);
+		    struct ks_writer *w, void (*each)(void *arg,
+		    struct lt_owner *o, uint32_t index), void *arg);
 /*
  * Rebuilds what locktable_state_write() wrote into lt, which must be
  * empty. Each owner is created with its id and NULL udata and handed to

@@ -149,7 +149,8 @@ ls_put_key(const struct locktable *lt, struct ks_writer *w,
 }
 
 bool
-locktable_state_write(const struct locktable *lt, struct ks_writer *w)
+locktable_state_write(const struct locktable *lt, struct ks_writer *w,
+    void (*each)(void *, struct lt_owner *, uint32_t), void *arg)
 {
 	const struct lt_owner	*o;
 	const struct lt_hold	*h;
@@ -172,6 +173,8 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w)
 	ks_put_u32(w, n);
 	n = 0;
 	for (o = lt->owners; o != NULL; o = o->next) {
+		if (each != NULL)
+			each(arg, (struct lt_owner *)(uintptr_t)o, n);
 		ls_map_put(&owners, o, n++);
 		ks_put_u64(w, o->id);
 		ks_put_u32(w, (uint32_t)o->nholds);

@@ -10,11 +10,13 @@
  * line is never longer than max-line, unread output never more than
  * max-output, and conn_close() is the only way out.
  */
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/queue.h>
 #include <sys/types.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +32,8 @@
 #include "commands.h"
 #include "config.h"
 #include "conn.h"
+#include "kstate.h"
+#include "locktable.h"
 #include "log.h"
 #include "proto.h"
 #include "session.h"
@@ -161,6 +165,7 @@ struct conn {
 	uint8_t			 plen;		/* of prefix */
 	char			 prefix[16];	/* "@N " before each reply */
 	char			 peer[64];
+	uint32_t		 state_owner;	/* live upgrade: its owner's index */
 };
 
 /* What one read brought. */
@@ -1900,4 +1905,438 @@ conn_channels_walk(struct conn *c, bool (*fn)(void *, struct conn *),
 			if (!fn(arg, ch))
 				return;
 		}
+}
+
+/* ---- live upgrade (keylockd(8), LIVE UPGRADE; server_upgrade.c) ---- */
+
+#define CONN_STATE_ROOT_MIN	60	/* bytes of the smallest records */
+#define CONN_STATE_CHAN_MIN	42
+
+struct conn_state_check {
+	uint64_t	 requester;
+	char		*why;
+	size_t		 whylen;
+	bool		 ok;
+};
+
+static bool
+conn_state_check_chan(void *arg, struct conn *ch)
+{
+	struct conn_state_check	*sc = arg;
+
+	if (ch->resume_wait) {
+		snprintf(sc->why, sc->whylen, "client %" PRIu64 " is resuming "
+		    "a session", ch->id);
+		sc->ok = false;
+	} else if (ch->state == CONN_PENDING && !ch->pending_lock &&
+	    (ch != ch->root || ch->id != sc->requester)) {
+		snprintf(sc->why, sc->whylen, "client %" PRIu64 " has a "
+		    "request in flight", ch->id);
+		sc->ok = false;
+	}
+	return sc->ok;
+}
+
+bool
+conns_state_check(struct conns *cs, uint64_t requester, char *why,
+    size_t whylen)
+{
+	struct conn_state_check	 sc = { requester, why, whylen, true };
+	struct conn		*c;
+
+	TAILQ_FOREACH(c, &cs->all, entry) {
+		if (c->tls != NULL)
+			continue;	/* closed before the state is written */
+		if (c->user != NULL) {
+			snprintf(why, whylen, "client %" PRIu64 " is "
+			    "authenticated as a user: users' connections are "
+			    "not handed over yet", c->id);
+			return false;
+		}
+		conn_channels_walk(c, conn_state_check_chan, &sc);
+		if (!sc.ok)
+			return false;
+	}
+	return true;
+}
+
+size_t
+conns_close_tls(struct conns *cs)
+{
+	struct conn	*c, *next;
+	size_t		 n = 0;
+
+	for (c = TAILQ_FIRST(&cs->all); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, entry);
+		if (c->tls == NULL)
+			continue;
+		conn_close(c, "live upgrade: TLS connections are not handed "
+		    "over");
+		n++;
+	}
+	return n;
+}
+
+void
+conn_state_note(struct conn *c, uint32_t owner_index)
+{
+	c->state_owner = owner_index;
+}
+
+static bool
+conn_state_put_chan(void *arg, struct conn *ch)
+{
+	struct ks_writer	*w = arg;
+
+	ks_put_u32(w, ch->h.chan);
+	ks_put_u32(w, ch->state_owner);
+	ks_put_u8(w, (uint8_t)(ch->state == CONN_DEFERRED ? CONN_READY :
+	    ch->state));
+	ks_put_bytes(w, ch->q, ch->qlen);
+	ks_put_u8(w, ch->pending_lock);
+	ks_put_u64(w, ch->deadline_ms);
+	ks_put_u64(w, ch->cancel_scan);
+	ks_put_u64(w, ch->cancel_bits);
+	ks_put_u32(w, ch->ncancels);
+	ks_put_u8(w, ch->cancel_asked);
+	ks_put_u8(w, ch->quit_after);
+	return true;
+}
+
+void
+conns_state_write(struct conns *cs, struct ks_writer *w, int *fds,
+    size_t *nfds)
+{
+	struct conn	*c;
+	uint32_t	 n = 0;
+
+	TAILQ_FOREACH(c, &cs->all, entry)
+		n++;
+	ks_put_u64(w, cs->next_id);
+	ks_put_u32(w, n);
+	TAILQ_FOREACH(c, &cs->all, entry) {
+		ks_put_u64(w, c->id);
+		ks_put_u32(w, (uint32_t)c->fd);
+		ks_put_u8(w, (uint8_t)c->transport);
+		ks_put_u64(w, c->since_ms);
+		ks_put_str(w, c->peer);
+		ks_put_str(w, c->name);
+		ks_put_u8(w, c->authed);
+		ks_put_u8(w, c->admin);
+		ks_put_u8(w, c->admitted);
+		ks_put_u8(w, c->auth_failures);
+		ks_put_u8(w, c->has_cred);
+		ks_put_u64(w, (uint64_t)c->uid);
+		ks_put_u64(w, (uint64_t)c->pid);
+		ks_put_u8(w, c->eof != NULL);
+		ks_put_bytes(w, c->ibuf, c->ilen);
+		ks_put_bytes(w, c->obuf + c->ooff, c->olen - c->ooff);
+		ks_put_u8(w, c->discarding);
+		ks_put_u32(w, c->discard_chan);
+		ks_put_u32(w, c->nchans + 1);
+		conn_channels_walk(c, conn_state_put_chan, w);
+		fds[(*nfds)++] = c->fd;
+	}
+}
+
+/* A string of the state into a fixed buffer; false (bad) if too long. */
+static bool
+conn_state_str(struct ks_reader *r, char *buf, size_t size, bool *null)
+{
+	const void	*p;
+	size_t		 n;
+	uint32_t	 len;
+	size_t		 save = r->off;
+
+	len = ks_get_u32(r);
+	if (null != NULL && !r->bad && len == UINT32_MAX) {
+		*null = true;
+		return true;
+	}
+	r->off = save;
+	if (null != NULL)
+		*null = false;
+	if ((p = ks_get_bytes(r, &n, size - 1)) == NULL)
+		return false;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return true;
+}
+
+static bool
+conn_state_bytes(struct ks_reader *r, char **buf, size_t *len, size_t *cap,
+    size_t max)
+{
+	const void	*p;
+	size_t		 n;
+
+	if ((p = ks_get_bytes(r, &n, max)) == NULL)
+		return false;
+	*len = n;
+	if (n == 0)
+		return true;
+	if ((*buf = kl_malloc(n)) == NULL)
+		return ks_fail(r, "out of memory");
+	memcpy(*buf, p, n);
+	*cap = n;
+	return true;
+}
+
+/* A descriptor handed over for a connection: a connected stream socket
+ * of its transport's family, not seen before. */
+static bool
+conn_state_fd_ok(int fd, enum conn_transport transport, uint8_t *seen,
+    size_t nseen)
+{
+	int		v = 0;
+	socklen_t	sl = sizeof(v);
+
+	if (fd < 3 || (size_t)fd / 8 >= nseen || (seen[fd / 8] &
+	    (1u << (fd % 8))) != 0)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &sl) == -1 ||
+	    v != SOCK_STREAM)
+		return false;
+	sl = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &sl) == -1 ||
+	    v != 0)
+		return false;
+	sl = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl) == -1 ||
+	    (v == AF_UNIX) != (transport == CONN_UNIX))
+		return false;
+	seen[fd / 8] |= (uint8_t)(1u << (fd % 8));
+	return true;
+}
+
+/* One channel's record into ch (the root itself for channel 0). */
+static bool
+conn_state_get_chan(struct conns *cs, struct ks_reader *r, struct conn *ch)
+{
+	struct timeval	tv;
+	uint64_t	now = kl_now_ms(), left;
+	uint8_t		state;
+
+	state = ks_get_u8(r);
+	if (!conn_state_bytes(r, &ch->q, &ch->qlen, &ch->qcap,
+	    (size_t)cs->cfg->max_line + CONN_SCRATCH_SIZE))
+		return false;
+	ch->pending_lock = ks_get_bool(r);
+	ch->deadline_ms = ks_get_u64(r);
+	ch->cancel_scan = (size_t)ks_get_u64(r);
+	ch->cancel_bits = ks_get_u64(r);
+	ch->ncancels = ks_get_u32(r);
+	ch->cancel_asked = ks_get_bool(r);
+	ch->quit_after = ks_get_bool(r);
+	if (r->bad)
+		return false;
+	if (state != CONN_READY && state != CONN_PENDING &&
+	    state != CONN_DRAINING)
+		return ks_fail(r, "client %" PRIu64 ": state %u", ch->id,
+		    state);
+	if (ch->cancel_scan > ch->qlen || ch->ncancels > CONN_CANCELS_MAX)
+		return ks_fail(r, "client %" PRIu64 ": CANCEL read ahead "
+		    "beyond its queue", ch->id);
+	if (ch->qlen > 0 && ch->q[ch->qlen - 1] != '\n')
+		return ks_fail(r, "client %" PRIu64 ": a queue that does not "
+		    "end a line", ch->id);
+	if (locktable_owner_is_waiting(ch->h.owner) !=
+	    (state == CONN_PENDING && ch->pending_lock))
+		return ks_fail(r, "client %" PRIu64 ": its channel %u and "
+		    "the table disagree on its waiting LOCK", ch->id,
+		    ch->h.chan);
+	if (state == CONN_PENDING && !ch->pending_lock && ch != ch->root)
+		return ks_fail(r, "client %" PRIu64 ": channel %u waits for "
+		    "a reply that is not a LOCK's", ch->id, ch->h.chan);
+	ch->root->nqueued += ch->qlen;
+	ch->state = (enum conn_state)state;
+	if (state == CONN_PENDING && ch->deadline_ms != 0) {
+		if ((ch->timer = evtimer_new(cs->base, conn_timer_cb, ch)) ==
+		    NULL)
+			return ks_fail(r, "out of memory");
+		left = ch->deadline_ms > now ? ch->deadline_ms - now : 0;
+		tv.tv_sec = (time_t)(left / 1000);
+		tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+		evtimer_add(ch->timer, &tv);
+	}
+	if (state != CONN_PENDING)
+		conn_schedule(ch);
+	return true;
+}
+
+/* The owner at index i, once. */
+static struct lt_owner *
+conn_state_owner(struct ks_reader *r, struct lt_owner **owners,
+    bool *claimed, size_t nowners)
+{
+	uint32_t	i = ks_get_u32(r);
+
+	if (r->bad)
+		return NULL;
+	if (i >= nowners || claimed[i]) {
+		ks_fail(r, "a channel names owner %u, which is not free", i);
+		return NULL;
+	}
+	claimed[i] = true;
+	return owners[i];
+}
+
+static bool
+conn_state_get_root(struct conns *cs, struct ks_reader *r,
+    struct lt_owner **owners, bool *claimed, size_t nowners,
+    uint8_t *seen, size_t nseen, uint64_t *max_id)
+{
+	struct conn	*c, *ch;
+	char		 name[KL_NAME_MAX + 1];
+	uint32_t	 fd, nch, num;
+	uint8_t		 transport;
+	bool		 noname, eof;
+
+	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
+		return ks_fail(r, "out of memory");
+	c->cs = cs;
+	c->root = c;
+	c->fd = -1;
+	c->id = ks_get_u64(r);
+	fd = ks_get_u32(r);
+	transport = ks_get_u8(r);
+	c->since_ms = ks_get_u64(r);
+	c->transport = (enum conn_transport)transport;
+	if (!conn_state_str(r, c->peer, sizeof(c->peer), NULL) ||
+	    !conn_state_str(r, name, sizeof(name), &noname)) {
+		kl_free(c);
+		return false;
+	}
+	c->authed = ks_get_bool(r);
+	c->admin = ks_get_bool(r);
+	c->admitted = ks_get_bool(r);
+	c->auth_failures = ks_get_u8(r);
+	c->has_cred = ks_get_bool(r);
+	c->uid = (int64_t)ks_get_u64(r);
+	c->pid = (int64_t)ks_get_u64(r);
+	eof = ks_get_bool(r);
+	if (r->bad || transport > CONN_UNIX || fd > INT32_MAX ||
+	    c->id == 0 || !conn_state_fd_ok((int)fd,
+	    (enum conn_transport)transport, seen, nseen)) {
+		kl_free(c);
+		return ks_fail(r, "client %" PRIu64 ": descriptor %u is not "
+		    "a connection of its kind", c->id, fd);
+	}
+	c->fd = (int)fd;
+	(void)fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+	if (!noname && (c->name = kl_strndup(name, strlen(name))) == NULL) {
+		kl_free(c);
+		return ks_fail(r, "out of memory");
+	}
+	if (eof)
+		c->eof = "end of input";
+	c->rev = event_new(cs->base, c->fd, EV_READ | EV_PERSIST,
+	    conn_read_cb, c);
+	c->wev = event_new(cs->base, c->fd, EV_WRITE | EV_PERSIST,
+	    conn_write_cb, c);
+	TAILQ_INSERT_TAIL(&cs->all, c, entry);
+	cs->st->clients++;
+	if (!c->admitted) {
+		TAILQ_INSERT_TAIL(&cs->unadmitted, c, aentry);
+		if (TAILQ_FIRST(&cs->unadmitted) == c)
+			conns_arm_admit(cs);
+	}
+	if (c->rev == NULL || c->wev == NULL ||
+	    (!eof && event_add(c->rev, NULL) == -1))
+		return ks_fail(r, "out of memory");
+	if (c->id > *max_id)
+		*max_id = c->id;
+	if (!conn_state_bytes(r, &c->ibuf, &c->ilen, &c->icap,
+	    conn_input_cap(c)) || !conn_state_bytes(r, &c->obuf, &c->olen,
+	    &c->ocap, (size_t)cs->cfg->max_output + CONN_TURN_OUTPUT))
+		return false;
+	c->discarding = ks_get_bool(r);
+	c->discard_chan = ks_get_u32(r);
+	nch = ks_get_count(r, CONN_STATE_CHAN_MIN);
+	if (!r->bad && (nch == 0 || nch - 1 > (uint32_t)cs->cfg->max_channels))
+		return ks_fail(r, "client %" PRIu64 ": %u channels", c->id,
+		    nch);
+	for (uint32_t i = 0; i < nch && !r->bad; i++) {
+		struct lt_owner	*o;
+
+		num = ks_get_u32(r);
+		if ((o = conn_state_owner(r, owners, claimed, nowners)) ==
+		    NULL)
+			return false;
+		if ((i == 0) != (num == 0) || (num != 0 &&
+		    conn_chan_find(c, num) != NULL))
+			return ks_fail(r, "client %" PRIu64 ": channel %u out "
+			    "of place", c->id, num);
+		if (i == 0) {
+			ch = c;
+			c->h.owner = o;
+			locktable_owner_set_udata(o, c);
+		} else if ((ch = conn_chan_new(c, num, o)) == NULL)
+			return ks_fail(r, "out of memory");
+		if (!conn_state_get_chan(cs, r, ch))
+			return false;
+	}
+	if (r->bad)
+		return false;
+	if (c->olen > 0 || c->ilen > 0 || c->state == CONN_DRAINING)
+		conn_schedule(c);
+	if (!eof)
+		conn_pause_reading(c, c->ilen + c->nqueued >=
+		    conn_input_cap(c));
+	return true;
+}
+
+bool
+conns_state_read(struct conns *cs, struct ks_reader *r,
+    struct lt_owner **owners, size_t nowners, struct conn **requester,
+    uint64_t requester_id)
+{
+	struct rlimit	 rl;
+	uint8_t		*seen;
+	bool		*claimed;
+	size_t		 nseen;
+	uint64_t	 next_id, max_id = 0;
+	uint32_t	 n;
+	struct conn	*c;
+
+	*requester = NULL;
+	next_id = ks_get_u64(r);
+	n = ks_get_count(r, CONN_STATE_ROOT_MIN);
+	if (r->bad)
+		return false;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == -1 || rl.rlim_cur == RLIM_INFINITY)
+		rl.rlim_cur = 1 << 20;
+	nseen = (size_t)rl.rlim_cur / 8 + 1;
+	seen = kl_calloc(nseen, 1);
+	claimed = kl_calloc(nowners + 1, sizeof(*claimed));
+	if (seen == NULL || claimed == NULL) {
+		kl_free(seen);
+		kl_free(claimed);
+		return ks_fail(r, "out of memory");
+	}
+	for (uint32_t i = 0; i < n && !r->bad; i++)
+		conn_state_get_root(cs, r, owners, claimed, nowners, seen,
+		    nseen, &max_id);
+	for (size_t i = 0; i < nowners && !r->bad; i++)
+		if (!claimed[i])
+			ks_fail(r, "owner %zu of the table belongs to no "
+			    "connection", i);
+	kl_free(seen);
+	kl_free(claimed);
+	if (r->bad)
+		return false;
+	TAILQ_FOREACH(c, &cs->all, entry)
+		if (c->state == CONN_PENDING && !c->pending_lock &&
+		    c->id != requester_id)
+			return ks_fail(r, "client %" PRIu64 " waits for a reply "
+			    "that is not a LOCK's", c->id);
+	cs->next_id = next_id > max_id ? next_id : max_id;
+	if (requester_id != 0 &&
+	    ((c = conns_find(cs, requester_id)) == NULL ||
+	    c->state != CONN_PENDING || c->pending_lock))
+		return ks_fail(r, "the client that asked for UPGRADE (%" PRIu64
+		    ") is not waiting for its reply", requester_id);
+	if (requester_id != 0)
+		*requester = conns_find(cs, requester_id);
+	return true;
 }

@@ -180,4 +180,32 @@ void		 conn_admit(struct conn *c);
 /* The settings changed: auth-timeout is read again. */
 void		 conns_reload(struct conns *cs);
 
+/*
+ * Live upgrade (keylockd(8), LIVE UPGRADE; server_upgrade.c). Whether
+ * every connection can be handed over (TLS ones aside, which
+ * conns_close_tls() closes first); requester is the client whose UPGRADE
+ * is open. false with why.
+ */
+struct ks_writer;
+struct ks_reader;
+bool		 conns_state_check(struct conns *cs, uint64_t requester,
+		    char *why, size_t whylen);
+/* Closes every TLS connection; returns how many. */
+size_t		 conns_close_tls(struct conns *cs);
+/* c's owner is the table's owner number owner_index in the state. */
+void		 conn_state_note(struct conn *c, uint32_t owner_index);
+/* Every connection with its channels, buffers and open requests, after
+ * conn_state_note() for each channel; its descriptors are added to fds. */
+void		 conns_state_write(struct conns *cs, struct ks_writer *w,
+		    int *fds, size_t *nfds);
+/*
+ * The new process: the connections of the state, each channel taking its
+ * owner from owners[] (the table's, in order; each exactly once). The
+ * connection whose UPGRADE is open, if requester_id is not 0, goes to
+ * *requester, pending. false with the reason in r->why.
+ */
+bool		 conns_state_read(struct conns *cs, struct ks_reader *r,
+		    struct lt_owner **owners, size_t nowners,
+		    struct conn **requester, uint64_t requester_id);
+
 #endif /* CONN_H */

@@ -63,16 +63,13 @@ server_upgrade_possible(const struct server *srv, uint64_t requester,
 		    backend_name(srv->be));
 		return false;
 	}
-	if (srv->stats.clients > 0 || srv->stats.sessions > 0) {
-		snprintf(why, whylen, "this version hands over no open "
-		    "connection or session yet (%" PRIu64 " connections, %"
-		    PRIu64 " sessions); only a server without them can be "
-		    "upgraded live", srv->stats.clients,
-		    srv->stats.sessions);
+	if (srv->stats.sessions > 0) {
+		snprintf(why, whylen, "this version hands over no session yet "
+		    "(%" PRIu64 " open); only a server without sessions can be "
+		    "upgraded live", srv->stats.sessions);
 		return false;
 	}
-	(void)requester;
-	return true;
+	return conns_state_check(srv->conns, requester, why, whylen);
 }
 
 static bool
@@ -132,6 +129,12 @@ server_upgrade_request(void *arg, struct conn *c, char *why, size_t whylen)
 
 	log_info("UPGRADE by client %" PRIu64 " (%s): live upgrade to %s",
 	    conn_id(c), conn_peer(c), upgrade_path());
+	if (conn_transport(c) == CONN_TLS) {
+		snprintf(why, whylen, "TLS connections are closed by a live "
+		    "upgrade, so this one could not hear the reply: ask over "
+		    "the unix socket or plain TCP, or send SIGUSR2");
+		return false;
+	}
 	return server_upgrade_start(srv, conn_id(c), why, whylen);
 }
 
@@ -171,13 +174,24 @@ server_get_stats(struct ks_reader *r, struct stats *st)
 	st->upgrade_failures = ks_get_u64(r);
 }
 
+/* Each owner's number in the state, noted in its connection. */
+static void
+server_note_owner(void *arg, struct lt_owner *o, uint32_t index)
+{
+	struct conn	*c = owner_conn(o);
+
+	(void)arg;
+	if (c != NULL)
+		conn_state_note(c, index);
+}
+
 /*
  * The whole state, and in fds every descriptor it names. false on no
  * memory.
  */
 static bool
 server_write_state(struct server *srv, struct ks_writer *w,
-    uint64_t freeze_ms, int *fds, size_t *nfds)
+    uint64_t freeze_ms, uint64_t tls_closed, int *fds, size_t *nfds)
 {
 	struct locktable	*lt = backend_local_table(srv->be);
 
@@ -187,9 +201,13 @@ server_write_state(struct server *srv, struct ks_writer *w,
 	ks_put_u64(w, freeze_ms);
 	ks_put_u64(w, srv->stats.upgrades);
 	ks_put_str(w, PACKAGE_VERSION);
-	ks_put_u64(w, srv->upgrade_requester);
+	/* the client that asked may have gone meanwhile */
+	ks_put_u64(w, srv->upgrade_requester != 0 &&
+	    conns_find(srv->conns, srv->upgrade_requester) != NULL ?
+	    srv->upgrade_requester : 0);
+	ks_put_u64(w, tls_closed);
 	ks_section_begin(w, KS_TAG_TABLE);
-	if (!locktable_state_write(lt, w))
+	if (!locktable_state_write(lt, w, server_note_owner, srv))
 		return false;
 	ks_section_begin(w, KS_TAG_TOKEN);
 	ks_put_u64(w, backend_local_next_token(srv->be));
@@ -215,7 +233,7 @@ server_write_state(struct server *srv, struct ks_writer *w,
 	ks_section_begin(w, KS_TAG_SESSIONS);
 	ks_put_u32(w, 0);
 	ks_section_begin(w, KS_TAG_CONNS);
-	ks_put_u32(w, 0);
+	conns_state_write(srv->conns, w, fds, nfds);
 	return ks_writer_finish(w);
 }
 
@@ -241,9 +259,9 @@ static void
 server_upgrade_handoff(struct server *srv)
 {
 	struct ks_writer	 w;
-	int			 fds[KL_LISTENERS_MAX + 1];
-	size_t			 nfds = 0;
-	uint64_t		 freeze_ms = kl_clock_read_ms(), done_ms;
+	int			*fds;
+	size_t			 nfds = 0, tls_closed;
+	uint64_t		 freeze_ms, done_ms;
 	char			 why[KL_UPGRADE_WHY_MAX];
 	pid_t			 child;
 
@@ -252,7 +270,20 @@ server_upgrade_handoff(struct server *srv)
 		server_upgrade_failed(srv, why);
 		return;
 	}
-	if (!server_write_state(srv, &w, freeze_ms, fds, &nfds)) {
+	/* TLS cannot move: those clients go now, their locks released at
+	 * the end of this turn, which ends here. */
+	if ((tls_closed = conns_close_tls(srv->conns)) > 0) {
+		log_info("upgrade: closed %zu TLS connections", tls_closed);
+		server_end_turn(srv);
+	}
+	freeze_ms = kl_clock_read_ms();
+	if ((fds = kl_calloc((size_t)srv->nlisteners + 1 +
+	    (size_t)srv->stats.clients, sizeof(*fds))) == NULL) {
+		server_upgrade_failed(srv, "out of memory for the state");
+		return;
+	}
+	if (!server_write_state(srv, &w, freeze_ms, tls_closed, fds, &nfds)) {
+		kl_free(fds);
 		ks_writer_cleanup(&w);
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
@@ -260,6 +291,7 @@ server_upgrade_handoff(struct server *srv)
 	if (!upgrade_handoff(&w, srv->cfg->argv, fds, nfds,
 	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
 	    why, sizeof(why))) {
+		kl_free(fds);
 		ks_writer_cleanup(&w);
 		server_upgrade_failed(srv, why);
 		return;
@@ -288,13 +320,26 @@ server_upgrade_checked(void *arg, bool ok, const char *why)
 
 /* ---- the new process ---- */
 
-/* Owners in the table: none without connections or sessions. */
+/* The table's owners, in order, for the connections to claim. */
+struct server_owners {
+	struct lt_owner	**o;
+	size_t		  n, cap;
+};
+
 static bool
 server_adopt_owner(void *arg, struct lt_owner *o)
 {
-	(void)arg;
-	(void)o;
-	return false;
+	struct server_owners	*so = arg;
+	struct lt_owner		**p;
+
+	if (so->n == so->cap) {
+		so->cap = so->cap == 0 ? 64 : so->cap * 2;
+		if ((p = kl_realloc(so->o, so->cap * sizeof(*p))) == NULL)
+			return false;
+		so->o = p;
+	}
+	so->o[so->n++] = o;
+	return true;
 }
 
 static bool
@@ -390,7 +435,10 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 {
 	struct ks_reader	 r, s;
 	struct locktable	*lt = backend_local_table(srv->be);
+	struct server_owners	 so = { NULL, 0, 0 };
+	struct conn		*requester = NULL;
 	uint64_t		 freeze_ms, next = 0, old_next, upgrades, now;
+	uint64_t		 requester_id, tls_closed;
 	uint32_t		 old_pid;
 	const char		*version;
 	char			 oldver[SU_VERSION_MAX + 1], err[512], buf[64];
@@ -408,7 +456,8 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	freeze_ms = ks_get_u64(&s);
 	upgrades = ks_get_u64(&s);
 	version = ks_get_bytes(&s, &len, SU_VERSION_MAX);
-	(void)ks_get_u64(&s);	/* the requester: none without connections */
+	requester_id = ks_get_u64(&s);
+	tls_closed = ks_get_u64(&s);
 	if (!ks_section_done(&s))
 		upgrade_in_fail(in, "hand-off: %s", s.why);
 	memcpy(oldver, version, len);
@@ -418,7 +467,7 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		upgrade_in_fail(in, "frozen in the future");
 	if (!ks_section_next(&r, KS_TAG_TABLE, &s) ||
 	    !locktable_state_read(lt, &s, now - freeze_ms, server_adopt_owner,
-	    srv, &next) || !ks_section_done(&s))
+	    &so, &next) || !ks_section_done(&s))
 		upgrade_in_fail(in, "lock table: %s", r.bad ? r.why : s.why);
 	if (!ks_section_next(&r, KS_TAG_TOKEN, &s))
 		upgrade_in_fail(in, "%s", r.why);
@@ -444,9 +493,12 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	if (!ks_section_next(&r, KS_TAG_SESSIONS, &s) || ks_get_u32(&s) != 0 ||
 	    !ks_section_done(&s))
 		upgrade_in_fail(in, "sessions: this version takes none");
-	if (!ks_section_next(&r, KS_TAG_CONNS, &s) || ks_get_u32(&s) != 0 ||
-	    !ks_section_done(&s))
-		upgrade_in_fail(in, "connections: this version takes none");
+	if (!ks_section_next(&r, KS_TAG_CONNS, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	if (!conns_state_read(srv->conns, &s, so.o, so.n, &requester,
+	    requester_id) || !ks_section_done(&s))
+		upgrade_in_fail(in, "connections: %s", s.why);
+	kl_free(so.o);
 	if (!ks_reader_done(&r))
 		upgrade_in_fail(in, "%s", r.why);
 	if (metrics_fd != -1 && (srv->metrics = metrics_new(srv,
@@ -461,6 +513,14 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	    "a pause of %" PRIu64 " ms; %" PRIu64 " keys, %" PRIu64 " held",
 	    old_pid, oldver, now - freeze_ms, locktable_counters(lt)->keys,
 	    locktable_counters(lt)->held);
+	if (requester != NULL) {
+		conn_reply_ok(requester, "{\"pid\":%d,\"version\":\"%s\","
+		    "\"pause_ms\":%" PRIu64 ",\"connections\":%" PRIu64 ","
+		    "\"tls_closed\":%" PRIu64 "}", (int)getpid(),
+		    PACKAGE_VERSION, now - freeze_ms, srv->stats.clients,
+		    tls_closed);
+		conn_complete(requester, KL_OK);
+	}
 	if (srv->cfg->port_file != NULL)
 		server_write_port_file(srv, srv->cfg->port_file);
 	if (notify_enabled()) {
@@ -472,4 +532,7 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		server_status_cb(-1, 0, srv);
 		event_add(srv->status, &tv);
 	}
+	/* the first turn: replies the old process had not sent, lines it
+	 * had not handled */
+	server_end_turn(srv);
 }

@@ -3,15 +3,18 @@
 # the binary in $TMP/bin, which each case replaces: a new binary that is
 # missing, fails --check-config, exits 1, crashes, hangs past the deadline
 # or is handed a state of a future version leaves the running daemon
-# serving, with the same pid, its locks' tokens going on and not one
-# descriptor more; a good one takes over on SIGUSR2 with the listeners,
-# the counters and the token mark. UPGRADE is an operator command and
-# answers ERR UPGRADE with the reason while it cannot hand everything over.
+# serving, with the same pid, not one descriptor more, and a holder still
+# holding its lock on its connection. A good one takes over on UPGRADE
+# with every connection: INFO, CLIENTS and STATS read the same, a line
+# half sent before is served after, a ttl runs out on time, a waiter is
+# granted on its old connection with a larger token; then once more on
+# SIGUSR2. A session cannot move yet: UPGRADE says so with ERR UPGRADE.
 . "$(dirname "$0")/lib.sh"
 need nc
 REAL=$KEYLOCKD
 BIN=$TMP/bin
 NEWPID=
+HOLDER_N=0
 
 cleanup_suite() {
 	for s in $SESSIONS; do
@@ -47,16 +50,19 @@ fds() {
 	ls "/proc/$1/fd" | wc -l
 }
 
-# upgrade_fails WHAT REASON_REGEX: SIGUSR2 with the binary in place fails
-# with that reason; the daemon serves on, same pid, same descriptors.
 verdicts() {
 	grep -Ec 'upgrade (failed|refused): ' "$TMP/daemon.log"
 }
 
+holder_ping() {
+	HOLDER_N=$((HOLDER_N + 1))
+	session_send holder "PING"
+	session_expect holder "$HOLDER_N" '^OK PONG$' "$1: the holder"
+}
+
 # upgrade_fails WHAT REASON_REGEX: SIGUSR2 with the binary in place fails
-# with that reason; the daemon serves on, same pid, same descriptors. No
-# connection is opened while the attempt runs: this version refuses to
-# hand one over, which would be another verdict.
+# with that reason; the daemon serves on, same pid, same descriptors, and
+# the holder still holds its lock on its connection.
 upgrade_fails() {
 	_before=$(json_int "$(stats)" upgrade_failures)
 	_n=$(verdicts)
@@ -70,9 +76,11 @@ upgrade_fails() {
 	expect_eq "$((_before + 1))" "$(json_int "$_s" upgrade_failures)" \
 	    "$1: upgrade_failures"
 	expect_eq "$_fds" "$(fds "$DPID")" "$1: descriptors after"
-	ask_tcp "LOCK after" "UNLOCK after" QUIT >"$TMP/out"
+	ask_tcp "LOCK after" "UNLOCK after" "TRYLOCK kept" QUIT >"$TMP/out"
 	expect_grep '^OK [0-9]+$' "$TMP/out" "$1: LOCK after"
-	pass "$1: the daemon carries on"
+	expect_grep '^ERR LOCKED' "$TMP/out" "$1: the holder's lock"
+	holder_ping "$1"
+	pass "$1: the daemon carries on, the holder holds"
 }
 
 # A lock held across every failure below, on a connection that stays.
@@ -80,31 +88,30 @@ session_open holder 3 127.0.0.1 "$PORT"
 session_send holder "NAME holder"
 session_send holder "LOCK kept"
 session_expect holder 2 '^OK [0-9]+$' "the holder's LOCK"
+HOLDER_N=2
 TOK1=$(sed -n '2s/^OK //p' "$TMP/holder.out")
 
 ask_tcp UPGRADE QUIT >"$TMP/out"
 expect_grep '^ERR AUTH UPGRADE is an operator command' "$TMP/out" \
     "UPGRADE over TCP without the operator's secret"
-ask -U "$TMP/sock" -- UPGRADE QUIT >"$TMP/out"
-expect_grep '^ERR UPGRADE .*hands over no open connection' "$TMP/out" \
-    "UPGRADE with connections open"
-pass "UPGRADE is the operator's, and says why it cannot run"
+pass "UPGRADE is the operator's"
 
-# SIGUSR2 with connections open: refused, counted, nothing changes.
+# A session cannot move yet: refused with the reason, nothing changes.
+session_open sess 4 -U "$TMP/sock"
+session_send sess "SESSION"
+session_expect sess 1 '^OK ' "SESSION"
 _fds=$(fds "$DPID")
-kill -USR2 "$DPID"
-wait_log 'upgrade refused: this version hands over no open connection' \
-    "SIGUSR2 with connections open"
+ask -U "$TMP/sock" -- UPGRADE QUIT >"$TMP/out"
+expect_grep '^ERR UPGRADE .*hands over no session' "$TMP/out" \
+    "UPGRADE with a session open"
 expect_eq "$_fds" "$(fds "$DPID")" "descriptors after a refusal"
-session_send holder "PING"
-session_expect holder 3 '^OK' "the holder after a refusal"
-session_send holder "QUIT"
-session_expect holder 4 '^OK' "the holder's QUIT"
-wait_for "[ \"\$(json_int \"\$(stats)\" clients)\" = 1 ]" "$REPLY_S" ||
-    fail "the holder did not leave"
+session_send sess "QUIT"
+session_expect sess 2 '^OK' "the session's QUIT"
+wait_for "[ \"\$(json_int \"\$(stats)\" sessions)\" = 0 ]" "$REPLY_S" ||
+    fail "the session did not end"
+pass "UPGRADE with a session open: ERR UPGRADE with the reason"
 
-# Each broken binary in turn (with no connection open, so that the
-# attempt goes as far as it can).
+# Each broken binary in turn.
 rm "$BIN/keylockd"
 upgrade_fails "a missing binary" ".*keylockd: No such file or directory"
 
@@ -149,39 +156,98 @@ EOF
 upgrade_fails "a state of a future version" \
     "state version 2, this binary reads version 1 only"
 
-# The good binary takes over.
-ask_tcp "LOCK before" "UNLOCK before" QUIT >"$TMP/out"
-TOK2=$(sed -n '1s/^OK //p' "$TMP/out")
-[ "$TOK2" -gt "$TOK1" ] || fail "tokens went back: $TOK1 then $TOK2"
-S0=$(stats)
+# The good binary takes over everything: the holder (with a ttl lock too
+# and half a line sent), a waiter queued behind it, the counters.
 cp "$REAL" "$BIN/keylockd"
+HOLDER_N=$((HOLDER_N + 1))
+session_send holder "LOCK brief ttl=1500"
+session_expect holder "$HOLDER_N" '^OK [0-9]+$' "the ttl LOCK"
+session_open waiter 5 127.0.0.1 "$PORT"
+session_send waiter "NAME waiter"
+session_send waiter "LOCK kept timeout=60000"
+session_expect waiter 1 '^OK$' "the waiter's NAME"
+wait_for "ask_tcp 'INFO kept' | grep -q '\"waiters\":\[{'" "$REPLY_S" ||
+    fail "the waiter is not queued"
+printf 'PI' >&"$(session_fd holder)"
+ask_tcp "INFO kept" QUIT | sed -n 1p >"$TMP/info0"
+S0=$(stats)
 OLD=$DPID
-kill -USR2 "$OLD"
+T0=$(now_ms)
+session_open op 6 -U "$TMP/sock"
+session_send op UPGRADE
+session_expect op 1 '^OK' "UPGRADE's reply"
+sed -n 1p "$TMP/op.out" >"$TMP/out"
+expect_grep '^OK \{"pid":[0-9]+,"version":"[^"]+","pause_ms":[0-9]+,"connections":[0-9]+,"tls_closed":0\}$' \
+    "$TMP/out" "UPGRADE's reply"
 wait "$OLD"
 expect_status 0 $? "the old process's exit"
 DPID=
-NEWPID=$(json_int "$(stats)" pid)
-[ -n "$NEWPID" ] && [ "$NEWPID" != "$OLD" ] ||
-    fail "no new pid after the upgrade: $(stats)"
+NEWPID=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$TMP/out")
+[ "$NEWPID" != "$OLD" ] || fail "the same pid after UPGRADE"
+kill -0 "$NEWPID" || fail "the new process $NEWPID is not running"
+expect_eq "$NEWPID" "$(json_int "$(stats)" pid)" "STATS pid"
+pass "UPGRADE: pid $NEWPID took over from $OLD: $(cat "$TMP/out")"
+
+# The same lock table, seen through INFO (the times aside, which run on).
+ask_tcp "INFO kept" QUIT | sed -n 1p >"$TMP/info1"
+expect_eq "$(sed 's/"[a-z]*_ms":[0-9]*//g' "$TMP/info0")" \
+    "$(sed 's/"[a-z]*_ms":[0-9]*//g' "$TMP/info1")" \
+    "INFO kept across the upgrade"
+ask -U "$TMP/sock" -- CLIENTS QUIT | sed -n 1p >"$TMP/clients"
+expect_grep '"name":"holder"' "$TMP/clients" "CLIENTS: the holder"
+expect_grep '"name":"waiter"' "$TMP/clients" "CLIENTS: the waiter"
 S1=$(stats)
 expect_eq 1 "$(json_int "$S1" upgrades)" "upgrades"
-for c in grants releases upgrade_failures; do
+for c in grants releases upgrade_failures waiting; do
 	expect_eq "$(json_int "$S0" $c)" "$(json_int "$S1" $c)" \
 	    "STATS $c across the upgrade"
 done
-# S0's QUIT, the STATS and QUIT that found the new pid, S1's STATS
-expect_eq "$(($(json_int "$S0" requests) + 4))" \
-    "$(json_int "$S1" requests)" "STATS requests across the upgrade"
-# the one that found the new pid, and S1's
-expect_eq "$(($(json_int "$S0" connections) + 2))" \
-    "$(json_int "$S1" connections)" "STATS connections across the upgrade"
-ask -U "$TMP/sock" -- "LOCK after" QUIT >"$TMP/out"
-TOK3=$(sed -n '1s/^OK //p' "$TMP/out")
-[ "$TOK3" -gt "$TOK2" ] || fail "tokens went back: $TOK2 then $TOK3"
-expect_grep "upgrade: took over from pid $OLD" "$TMP/daemon.log" \
-    "the new process's log"
-pass "SIGUSR2: pid $NEWPID took over from $OLD with the listeners, the \
-counters and the token mark"
+# brief's ttl may run out meanwhile: held moves to expired, nothing else
+expect_eq "$(($(json_int "$S0" held) + $(json_int "$S0" expired)))" \
+    "$(($(json_int "$S1" held) + $(json_int "$S1" expired)))" \
+    "STATS held + expired across the upgrade"
+pass "INFO, CLIENTS and STATS are the same after the upgrade"
+
+# The half line, completed now, is served by the new process.
+printf 'NG\n' >&"$(session_fd holder)"
+HOLDER_N=$((HOLDER_N + 1))
+session_expect holder "$HOLDER_N" '^OK PONG$' "the half-sent PING"
+pass "a line half sent before the upgrade is served after it"
+
+# The ttl runs out when it should (extended by the pause at most).
+wait_for "ask_tcp 'INFO brief' QUIT | grep -q '\"holders\":\[\]'" 10 ||
+    fail "the ttl of brief never ran out"
+T1=$(now_ms)
+[ $((T1 - T0)) -lt 5000 ] || fail "the ttl ran out after $((T1 - T0)) ms"
+pass "a ttl set before the upgrade runs out after it"
+
+# The waiter is granted on its old connection, with a larger token.
+HOLDER_N=$((HOLDER_N + 1))
+session_send holder "UNLOCK kept"
+session_expect holder "$HOLDER_N" '^OK 1$' "the holder's UNLOCK"
+session_expect waiter 2 '^OK [0-9]+$' "the waiter's grant"
+TOK2=$(sed -n '2s/^OK //p' "$TMP/waiter.out")
+[ "$TOK2" -gt "$TOK1" ] || fail "tokens went back: $TOK1 then $TOK2"
+pass "the waiter is granted on its old connection, token $TOK2 > $TOK1"
+
+# Once more by signal, back to back: upgrades counts 2, and the
+# descriptors are the same as after the first.
+_fds=$(fds "$NEWPID")
+kill -USR2 "$NEWPID"
+wait_for "[ \"\$(json_int \"\$(stats)\" upgrades)\" = 2 ]" 30 ||
+    fail "no second upgrade"
+OLD=$NEWPID
+NEWPID=$(json_int "$(stats)" pid)
+wait_for "! kill -0 $OLD 2>/dev/null" 10 || fail "pid $OLD still runs"
+expect_eq "$_fds" "$(fds "$NEWPID")" "descriptors after a second upgrade"
+session_send waiter "UNLOCK kept"
+session_expect waiter 3 '^OK 1$' "the waiter's UNLOCK after two upgrades"
+session_send holder "QUIT"
+session_send waiter "QUIT"
+wait_for "[ \"\$(json_int \"\$(stats)\" keys)\" = 0 ]" "$REPLY_S" ||
+    fail "keys left: $(stats)"
+pass "SIGUSR2: a second upgrade, then every lock released"
+
 _m=$(grep -n "^MAINPID=$NEWPID\$" "$TMP/notify.out" | head -n 1 | cut -d: -f1)
 [ -n "$_m" ] || fail "no MAINPID=$NEWPID: $(cat "$TMP/notify.out")"
 sed -n "$((_m + 1)),\$p" "$TMP/notify.out" | grep -q '^READY=1$' ||

@@ -249,7 +249,7 @@ write_state(struct side *s, struct ks_writer *w)
 	ks_section_begin(w, KS_TAG_HANDOFF);
 	ks_put_u64(w, 42);
 	ks_section_begin(w, KS_TAG_TABLE);
-	ck_assert(locktable_state_write(s->lt, w));
+	ck_assert(locktable_state_write(s->lt, w, NULL, NULL));
 	ck_assert(ks_writer_finish(w));
 }
 
@@ -460,7 +460,7 @@ START_TEST(trailing_bytes_are_refused)
 	ks_section_begin(&w, KS_TAG_HANDOFF);
 	ks_put_u64(&w, 42);
 	ks_section_begin(&w, KS_TAG_TABLE);
-	ck_assert(locktable_state_write(s.lt, &w));
+	ck_assert(locktable_state_write(s.lt, &w, NULL, NULL));
 	ks_put_u8(&w, 0);
 	ck_assert(ks_writer_finish(&w));
 	ck_assert(!read_state(&d, w.buf, w.len, 0, why, sizeof(why)));
