@@ -157,18 +157,25 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 	const struct lt_key	*k;
 	struct ls_map		 owners, places;
 	uint32_t		 n = 0, pos;
+	uint64_t		 next = lt->tok_next > 0 ? lt->tok_next : 1;
 	size_t			 i;
 
 	if (lt->dirty != NULL)
 		return false;	/* only between turns: nothing to settle */
-	for (o = lt->owners; o != NULL; o = o->next)
+	/* The next token: above every one held, also when the table has
+	 * no range reserved (a table rebuilt and not granted since). */
+	for (o = lt->owners; o != NULL; o = o->next) {
 		n++;
+		for (h = o->holds; h != NULL; h = h->onext)
+			if (h->token >= next)
+				next = h->token + 1;
+	}
 	if (!ls_map_init(&owners, n) || !ls_map_init(&places, lt->c.held)) {
 		ls_map_cleanup(&owners);
 		ls_map_cleanup(&places);
 		return false;
 	}
-	ks_put_u64(w, lt->tok_next > 0 ? lt->tok_next : 1);
+	ks_put_u64(w, next);
 	ls_put_counters(w, &lt->c);
 	ks_put_u32(w, n);
 	n = 0;

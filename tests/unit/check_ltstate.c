@@ -376,6 +376,35 @@ START_TEST(shift_extends_ttls_only)
 }
 END_TEST
 
+/* A rebuilt table that has granted nothing since has no token range of
+ * its own: it hands over again all the same (twice in a row). */
+START_TEST(rebuilt_table_hands_over_again)
+{
+	struct side		 s, d, e;
+	struct ks_writer	 w, w2;
+	struct pic		 a, b;
+	char			 why[KS_WHY_MAX];
+
+	side_init(&s, 1);
+	populate(&s);
+	write_state(&s, &w);
+	ck_assert_msg(read_state(&d, w.buf, w.len, 0, why, sizeof(why)),
+	    "%s", why);
+	write_state(&d, &w2);
+	ck_assert_msg(read_state(&e, w2.buf, w2.len, 0, why, sizeof(why)),
+	    "%s", why);
+	picture(&s, &a, NOW + 100);
+	picture(&e, &b, NOW + 100);
+	ck_assert_msg(strcmp(a.buf, b.buf) == 0, "%s\n----%s", a.buf, b.buf);
+	ck_assert_uint_gt(e.tok, 105);	/* above every token held */
+	ks_writer_cleanup(&w);
+	ks_writer_cleanup(&w2);
+	side_free(&s);
+	side_free(&d);
+	side_free(&e);
+}
+END_TEST
+
 START_TEST(empty_table_round_trips)
 {
 	struct side		 s, d;
@@ -505,6 +534,7 @@ ltstate_suite(void)
 	tc = tcase_create("round_trip");
 	tcase_add_test(tc, round_trip_is_exact);
 	tcase_add_test(tc, shift_extends_ttls_only);
+	tcase_add_test(tc, rebuilt_table_hands_over_again);
 	tcase_add_test(tc, empty_table_round_trips);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("refusals");
