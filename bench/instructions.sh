@@ -30,7 +30,11 @@
 # (or SESSION=MS, a grace) makes every keylock-bench connection open a
 # session first (keylock-bench --session) and measures keylockd alone
 # (the echo floor has no sessions); its name in SUMMARY is
-# keylockd+session.
+# keylockd+session. CONNS and PIPELINE change the load's c and P, WORK
+# its workload (keylock-bench -w: lock-unlock, contended, ...);
+# CHANNELS=N runs its clients as channels of N connections
+# (keylock-bench --channels N) and measures keylockd alone (the echo floor
+# speaks no channels); its name in SUMMARY is keylockd+channels.
 set -euo pipefail
 
 build=$(cd "${1:-.}" && pwd)
@@ -39,8 +43,10 @@ KEYLOCK_BENCH=${KEYLOCK_BENCH:-$build/tools/keylock-bench}
 ECHO_SERVER=${ECHO_SERVER:-$build/bench/echo_server}
 VALGRIND=${VALGRIND:-valgrind}
 REQUESTS=${REQUESTS:-200000}
-CONNS=50
-PIPELINE=16
+CONNS=${CONNS:-50}
+PIPELINE=${PIPELINE:-16}
+CHANNELS=${CHANNELS:-0}
+WORK=${WORK:-lock-unlock}
 SEED=${SEED:-1}
 TOP=${TOP:-15}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -165,11 +171,15 @@ measure() {
 	if [ "$name" = keylockd ] && [ -n "$SESSION_OPT" ]; then
 		opt=$SESSION_OPT
 	fi
+	if [ "$name" = keylockd ] && [ "$CHANNELS" != 0 ]; then
+		opt="$opt --channels $CHANNELS"
+	fi
 	start "$name"
 	json="$TMP/$name.json"
 	# shellcheck disable=SC2086 # opt is one option or nothing
 	if ! $PIN_CLIENT "$KEYLOCK_BENCH" -S "127.0.0.1:$SRV_PORT" \
-	    -c "$CONNS" -P "$PIPELINE" -n "$REQUESTS" --seed "$SEED" $opt \
+	    -w "$WORK" -c "$CONNS" -P "$PIPELINE" -n "$REQUESTS" \
+	    --seed "$SEED" $opt \
 	    --no-progress --json >"$json" 2>"$TMP/$name.err"; then
 		say "keylock-bench against $name failed:" \
 		    "$(tail -n 1 "$TMP/$name.err")"
@@ -186,7 +196,10 @@ measure() {
 	stop
 	idle=$SRV_DIR/callgrind.out
 
-	[ -z "$opt" ] || name=$name+session
+	[ -z "$SESSION_OPT" ] || [ "$name" != keylockd ] ||
+	    name=$name+session
+	[ "$CHANNELS" = 0 ] || [ "${name%%+*}" != keylockd ] ||
+	    name=$name+channels
 	awk -v name="$name" -v t="$(total "$loaded")" -v i="$(total "$idle")" \
 	    -v n="$requests" 'BEGIN {
 	    printf "%s %.1f %.1f\n", name, t / n, (t - i) / n }' \
@@ -272,11 +285,13 @@ folders() {
 	    }' | sort -k1,1gr
 }
 
-say "c=$CONNS P=$PIPELINE lock-unlock, $(num "$REQUESTS" 0) requests," \
-    "seed $SEED${SESSION_OPT:+, $SESSION_OPT}; under callgrind (a minute" \
-    "or two)"
+CHANNELS_NOTE=
+[ "$CHANNELS" = 0 ] || CHANNELS_NOTE=", channels of $CHANNELS connections"
+say "c=$CONNS P=$PIPELINE $WORK, $(num "$REQUESTS" 0) requests," \
+    "seed $SEED${SESSION_OPT:+, $SESSION_OPT}$CHANNELS_NOTE; under" \
+    "callgrind (a minute or two)"
 measure keylockd
-[ -n "$SESSION_OPT" ] || measure echo
+[ -n "$SESSION_OPT" ] || [ "$CHANNELS" != 0 ] || measure echo
 if [ -n "${SUMMARY:-}" ]; then
 	cp "$TMP/summary" "$SUMMARY"
 fi

@@ -26,5 +26,5 @@ bench_session_storm_SOURCES = bench/session_storm.c
 
 TESTS += bench/smoke.sh
 EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/instructions.sh \
-	bench/seed.sh bench/sessions.sh \
+	bench/seed.sh bench/sessions.sh bench/channels.sh \
 	bench/RESULTS.md
