@@ -130,6 +130,8 @@ class Link(asyncio.Protocol):
         self.reason = ""
         self._buf = b""
         self._out: List[bytes] = []
+        # the send time of a request matters to the client's rule only
+        self._timed = conn.core.session_ms is not None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -191,7 +193,8 @@ class Link(asyncio.Protocol):
     def write(self, pending: Pending, n: int = 0) -> None:
         """Queues ``pending`` on channel ``n``; the request leaves with
         every other one written in this turn of the loop."""
-        pending.sent = self.conn.loop.time()
+        if self._timed:
+            pending.sent = self.conn.loop.time()
         fifo = self.fifos.get(n)
         if fifo is None:
             fifo = self.fifos[n] = deque()
@@ -1037,8 +1040,12 @@ class Core:
         given out, opened if need be (one opening at a time, whoever
         asks); None when the server speaks no channels."""
         while True:
+            now = loop.time()
             for mux in self.muxes:
-                if mux.busy < room and not mux.closed:
+                # (one being resumed past its window is not lent out:
+                # its resume may still fail)
+                if mux.busy < room and not mux.closed and not (
+                        mux.suspended and now >= mux.window_end()):
                     return mux
             opening = self._opening
             if opening is None:
@@ -1242,7 +1249,12 @@ class Core:
                                f"locks is gone ({conn.reason}); leave "
                                "their blocks first (no silent reconnect)")
         else:
-            conn = await self._checkout(loop)
+            muxes = self.muxes
+            if muxes and muxes[0].busy < CHANNELS_PER_CONN and \
+                    not muxes[0].closed and not muxes[0].suspended:
+                conn = muxes[0].take_chan()     # the common case
+            else:
+                conn = await self._checkout(loop)
             for _ in range(2):
                 if not conn.closed:
                     break

@@ -7,6 +7,7 @@ contract (its KEYS, OPTIONS, REPLIES and COMMANDS sections).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -290,10 +291,25 @@ def prepare(keys: Sequence[Key], timeout: Optional[float],
             ttl: Optional[float], shared: bool, limit: Optional[int],
             max_waiters: Optional[int]) -> Request:
     """Checks a lock call's arguments; everything is refused before any
-    byte is sent."""
+    byte is sent. A call of plain ``str`` keys is remembered (a service
+    takes the same few shapes of lock again and again)."""
+    if all(type(k) is str for k in keys):
+        return _prepare_plain(tuple(keys), timeout, ttl, shared, limit,
+                              max_waiters)
+    return _prepare(keys, timeout, ttl, shared, limit, max_waiters)
+
+
+def _prepare(keys: Sequence[Key], timeout: Optional[float],
+             ttl: Optional[float], shared: bool, limit: Optional[int],
+             max_waiters: Optional[int]) -> Request:
     if not keys:
         raise TypeError("lock() needs at least one key")
     names = [encode_key(k) for k in keys]
     line = lock_line(names, timeout, ttl, shared, limit, max_waiters)
     ttl_ms = seconds_to_ms("ttl", ttl, 1) if ttl is not None else None
     return Request(names, line, ttl_ms)
+
+
+# Calls with str keys only; typed, so that True is never taken for 1 (a
+# bool is refused where a number is wanted). A Request is never changed.
+_prepare_plain = functools.lru_cache(maxsize=4096, typed=True)(_prepare)
