@@ -27,6 +27,7 @@ one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import math
 import os
@@ -1149,9 +1150,17 @@ class Core:
         if addr.unix:
             targets: List[Tuple[int, Any]] = [(socket.AF_UNIX, addr.host)]
         else:
-            infos = await loop.getaddrinfo(addr.host, addr.port,
-                                           type=socket.SOCK_STREAM)
-            targets = [(info[0], info[4]) for info in infos]
+            try:
+                # an address needs no resolver (whose thread, on a busy
+                # machine, is most of a first connection's time)
+                ip = ipaddress.ip_address(addr.host)
+                targets = [(socket.AF_INET6, (addr.host, addr.port, 0, 0))
+                           if ip.version == 6 else
+                           (socket.AF_INET, (addr.host, addr.port))]
+            except ValueError:
+                infos = await loop.getaddrinfo(addr.host, addr.port,
+                                               type=socket.SOCK_STREAM)
+                targets = [(info[0], info[4]) for info in infos]
         error: Optional[OSError] = None
         for family, target in targets:
             sock = socket.socket(family, socket.SOCK_STREAM)
