@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
-"""keylock.aio against redis-py's asyncio Lock, side by side in one run.
+"""keylock.aio against asyncio.Lock and redis-py's asyncio Lock, side by
+side in one run.
 
     bench/python_compare.py BUILDDIR [--write]
 
@@ -16,7 +17,17 @@ alternating over ROUNDS rounds (default 5) of DURATION seconds (default
   ``async with lock(key): pass``; lock + unlock cycles per second;
 - contended: C tasks on one key, the same loop: grants per second,
   hand-offs per second (a grant to another task than the previous
-  holder's) and the wait for a grant, p50 and p99.
+  holder's) and the wait for a grant, p50 and p99;
+- the seed's workload against the in-process lock it replaces: SEED_N
+  tasks (default 1,000) started at once on SEED_KEYS keys (default 50),
+  each ``async with lock(key): await asyncio.sleep(0.001)``, the wall
+  time until all are done; a dict of ``asyncio.Lock`` against
+  keylock.aio, as a new user runs it (a new KeyedLock, its connection
+  opened inside the clock) and with its connection already open,
+  SEED_REPEAT times (default 5) each round.
+
+keylock.aio runs as it does by default: its tasks are channels of one
+connection (CHANNELS=0: ``channels=False``, a connection per task).
 
 redis-py's Lock is used as documented: ``async with r.lock(key,
 timeout=60)`` (a 60 s lease, as keylockd's lock dies with its connection
@@ -34,6 +45,7 @@ import asyncio
 import os
 import pathlib
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -54,6 +66,7 @@ BEGIN = "<!-- bench/python_compare.py: begin -->"
 END = "<!-- bench/python_compare.py: end -->"
 Result = Dict[str, float]
 LockFactory = Callable[[str], Any]
+CHANNELS = os.environ.get("CHANNELS", "1") != "0"
 
 
 def free_port() -> int:
@@ -166,9 +179,66 @@ async def contended(make: LockFactory, c: int, duration: float,
             "p50": pct(0.50), "p99": pct(0.99)}
 
 
+async def seed_asyncio(n: int, keys: int, seed: int) -> float:
+    """The seed's workload over a dict of asyncio.Lock: the wall time."""
+    rng = random.Random(seed)
+    locks: Dict[str, asyncio.Lock] = {}
+
+    async def op(key: str) -> None:
+        lock = locks.get(key)
+        if lock is None:
+            lock = locks[key] = asyncio.Lock()
+        async with lock:
+            await asyncio.sleep(0.001)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(op(f"seed:{rng.randrange(keys)}")
+                           for _ in range(n)))
+    return time.perf_counter() - t0
+
+
+async def seed_keylock(port: int, n: int, keys: int, seed: int,
+                       warm: bool) -> float:
+    """The seed's workload through keylock.aio: the wall time, from a new
+    KeyedLock (``warm``: its connection open before the clock)."""
+    rng = random.Random(seed)
+    locks = keylock.aio.KeyedLock(f"127.0.0.1:{port}", max_idle=n,
+                                  channels=CHANNELS)
+    if warm:
+        async with locks.lock("seed:warm"):
+            pass
+
+    async def op(key: str) -> None:
+        async with locks.lock(key):
+            await asyncio.sleep(0.001)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(op(f"seed:{rng.randrange(keys)}")
+                           for _ in range(n)))
+    wall = time.perf_counter() - t0
+    assert await locks.key_count() == 0
+    await locks.aclose()
+    return wall
+
+
+async def run_seed(port: int, n: int, keys: int, repeat: int,
+                   rnd: int) -> Dict[str, List[float]]:
+    out: Dict[str, List[float]] = {"asyncio": [], "cold": [], "warm": []}
+    for i in range(repeat):
+        seed = rnd * 1000 + i
+        order = ["asyncio", "cold", "warm"]
+        if (rnd + i) % 2:
+            order.reverse()
+        for name in order:
+            if name == "asyncio":
+                out[name].append(await seed_asyncio(n, keys, seed))
+            else:
+                out[name].append(await seed_keylock(port, n, keys, seed,
+                                                    name == "warm"))
+    return out
+
+
 async def run_keylockd(port: int, c: int, duration: float) -> Result:
-    async with keylock.aio.KeyedLock(f"127.0.0.1:{port}",
-                                     max_idle=c) as locks:
+    async with keylock.aio.KeyedLock(f"127.0.0.1:{port}", max_idle=c,
+                                     channels=CHANNELS) as locks:
         async def warm() -> None:
             async def one(i: int) -> None:
                 async with locks.lock(f"bench:warm:{i}"):
@@ -222,14 +292,16 @@ def ratio(a: List[float], b: List[float]) -> str:
     return f"**{med:.2f}** (paired {paired:.2f})"
 
 
-def report(res: Dict[str, List[Result]], meta: Dict[str, str]) -> str:
+def report(res: Dict[str, List[Result]], seeds: Dict[str, List[float]],
+           meta: Dict[str, str]) -> str:
     k, r = res["keylockd"], res["redis"]
 
     def col(rows: List[Result], name: str) -> List[float]:
         return [row[name] for row in rows]
     lines = [
         BEGIN,
-        "## Python clients: keylock.aio against redis-py's asyncio Lock",
+        "## Python clients: keylock.aio against asyncio.Lock and "
+        "redis-py's asyncio Lock",
         "",
         *textwrap.wrap(
             f"Written by `{meta['command']}` on {meta['date']}. One "
@@ -237,7 +309,8 @@ def report(res: Dict[str, List[Result]], meta: Dict[str, str]) -> str:
             f"keys against keylockd and redis-server{meta['pin_servers']}, "
             f"alternating, {meta['rounds']} rounds of {meta['duration']} s "
             "per run; a figure is the median of the rounds (min–max). "
-            "keylock.aio: `async with locks.lock(key): pass`. redis-py: "
+            f"keylock.aio ({meta['mode']}): `async with locks.lock(key): "
+            "pass`. redis-py: "
             "`async with r.lock(key, timeout=60): pass` (`SET NX PX`, a "
             "poll every 0.1 s while taken, a Lua compare-and-delete). A "
             "hand-off is a grant to another task than the previous "
@@ -268,17 +341,46 @@ def report(res: Dict[str, List[Result]], meta: Dict[str, str]) -> str:
         f"| one key: wait p99, ms | {fmt(col(k, 'p99'), 2)} | "
         f"{fmt(col(r, 'p99'), 2)} | |",
         "",
+        *textwrap.wrap(
+            f"The seed's workload, in the same run: {meta['seed_n']} tasks "
+            f"started at once on {meta['seed_keys']} keys, each `async with "
+            "lock(key): await asyncio.sleep(0.001)`, the wall time until "
+            "all are done; a dict of `asyncio.Lock` (the in-process lock "
+            "keylock.aio replaces) against keylock.aio from a new "
+            "KeyedLock (its connection opened inside the clock, as a new "
+            "user runs it) and with its connection open; "
+            f"{meta['seed_runs']} runs of each, interleaved, median "
+            "(min–max); the ratio is of the medians, and the median of "
+            "each run's ratio to the asyncio.Lock run next to it.", 72,
+            break_long_words=False, break_on_hyphens=False),
+        "",
+        "| seed workload | wall time, s | ratio to asyncio.Lock |",
+        "|---|---:|---:|",
+        f"| dict of asyncio.Lock | {fmt(seeds['asyncio'], 3)} | 1 |",
+        f"| keylock.aio, new KeyedLock | {fmt(seeds['cold'], 3)} | "
+        f"{ratio(seeds['cold'], seeds['asyncio'])} |",
+        f"| keylock.aio, connection open | {fmt(seeds['warm'], 3)} | "
+        f"{ratio(seeds['warm'], seeds['asyncio'])} |",
+        "",
     ]
     unc = statistics.median(col(k, "cycles")) / statistics.median(
         col(r, "cycles"))
     ho_r = statistics.median(col(r, "handoffs"))
     ho = statistics.median(col(k, "handoffs")) / ho_r if ho_r else \
         float("inf")
+    cold = statistics.median(seeds["cold"]) / statistics.median(
+        seeds["asyncio"])
+    warm = statistics.median(seeds["warm"]) / statistics.median(
+        seeds["asyncio"])
     lines += [
-        "| target (issue 12) | measured | verdict |",
+        "| target (issue 25) | measured | verdict |",
         "|---|---:|---|",
-        f"| uncontended cycles/s ≥ 1× redis-py | {unc:.2f}× | "
-        f"{'met' if unc >= 1 else 'not met'} |",
+        f"| seed workload ≤ 1.5× asyncio.Lock, new KeyedLock | "
+        f"{cold:.2f}× | {'met' if cold <= 1.5 else 'not met'} |",
+        f"| seed workload ≤ 1.5× asyncio.Lock, connection open | "
+        f"{warm:.2f}× | {'met' if warm <= 1.5 else 'not met'} |",
+        f"| uncontended cycles/s ≥ 10× redis-py | {unc:.2f}× | "
+        f"{'met' if unc >= 10 else 'not met'} |",
         f"| contended hand-offs/s ≥ 10× redis-py | {ho:.1f}× | "
         f"{'met' if ho >= 10 else 'not met'} |",
         END,
@@ -310,11 +412,19 @@ def main(argv: List[str]) -> None:
     rounds = int(os.environ.get("ROUNDS", "5"))
     duration = float(os.environ.get("DURATION", "2"))
     c = int(os.environ.get("C", "50"))
+    seed_n = int(os.environ.get("SEED_N", "1000"))
+    seed_keys = int(os.environ.get("SEED_KEYS", "50"))
+    seed_repeat = int(os.environ.get("SEED_REPEAT", "5"))
     pin(1)()
     pinned = os.environ.get("PIN", "0") == "1"
     meta = {
-        "command": f"{'PIN=1 ' if pinned else ''}ROUNDS={rounds} "
+        "command": f"{'PIN=1 ' if pinned else ''}"
+        f"{'' if CHANNELS else 'CHANNELS=0 '}ROUNDS={rounds} "
         f"DURATION={duration:g} bench/python_compare.py BUILDDIR --write",
+        "mode": "its tasks as channels of one connection" if CHANNELS
+        else "channels=False: a connection per task",
+        "seed_n": f"{seed_n:,}", "seed_keys": str(seed_keys),
+        "seed_runs": str(rounds * seed_repeat),
         "pin_client": " (on CPU 1)" if pinned else "",
         "pin_servers": " (both on CPU 0)" if pinned else
         " (no CPU pinning)",
@@ -336,6 +446,7 @@ def main(argv: List[str]) -> None:
         [os.environ.get("REDIS_SERVER", "redis-server"), "--version"],
         capture_output=True, text=True).stdout.split(" sha=")[0].strip()
     res: Dict[str, List[Result]] = {"keylockd": [], "redis": []}
+    seeds: Dict[str, List[float]] = {"asyncio": [], "cold": [], "warm": []}
     with tempfile.TemporaryDirectory() as tmp:
         kproc, kport = start_keylockd(daemon, tmp)
         rproc, rport = start_redis(tmp)
@@ -353,12 +464,19 @@ def main(argv: List[str]) -> None:
                     print(f"round {rnd + 1} {name}: " + ", ".join(
                         f"{k} {v:,.2f}" for k, v in out.items()),
                         file=sys.stderr, flush=True)
+                seed = asyncio.run(run_seed(kport, seed_n, seed_keys,
+                                            seed_repeat, rnd))
+                for name, walls in seed.items():
+                    seeds[name] += walls
+                print(f"round {rnd + 1} seed: " + ", ".join(
+                    f"{k} {statistics.median(v):.3f} s"
+                    for k, v in seed.items()), file=sys.stderr, flush=True)
         finally:
             for proc in (kproc, rproc):
                 proc.terminate()
                 proc.wait()
     meta["load1"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    section = report(res, meta)
+    section = report(res, seeds, meta)
     print(section, end="")
     if "--write" in argv:
         write_results(section)
