@@ -116,6 +116,20 @@ if [ -x "$KEYLOCK" ]; then
 	# shellcheck disable=SC2016 # wait_for evaluates it
 	wait_for '[ "$(left)" = "0 0 0" ]' 10 ||
 	    fail "after --session: sessions, detached, keys: $(left)"
+	# With channels: a session per connection, on its channel 0, and
+	# its QUIT ends every channel's locks with it (a grace of a minute:
+	# only the QUIT can end them within the wait below).
+	"$BENCH" -S "127.0.0.1:$PORT" -c 8 -P 2 --channels 2 -t 1 \
+	    --session=60000 --no-progress --json >"$TMP/bench.json" \
+	    2>"$TMP/bench.err" ||
+	    fail "keylock-bench --session --channels 2 exited with status $?"
+	v=$(json_get sessions <"$TMP/bench.json") ||
+	    fail "--session --channels 2: the output has no sessions"
+	[ "$v" = 2 ] || fail "--session --channels 2: sessions is '$v', not 2"
+	# shellcheck disable=SC2016 # wait_for evaluates it
+	wait_for '[ "$(left)" = "0 0 0" ]' 10 ||
+	    fail "after --session --channels 2: sessions, detached, keys:" \
+	    "$(left)"
 fi
 
 # Holding keys: the table's own bytes per key come from STATS table_bytes.
@@ -143,6 +157,19 @@ for m in operations:200 overlaps:0 token_errors:0; do
 	    fail "the seed output has no seed.${m%%:*}"
 	[ "$v" = "${m#*:}" ] || fail "seed.${m%%:*} is '$v', not ${m#*:}"
 done
+# The seed on channels: 200 clients as channels of 3 connections, each
+# hold's end (a timer per client) queued on its connection and sent with
+# the others of its turn: all done, no overlap, tokens growing.
+"$BENCH" -S "127.0.0.1:$PORT" -w seed -c 200 -r 10 --hold-ms 1 --channels 3 \
+    --no-progress --json >"$TMP/seed.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench -w seed --channels 3 exited with status $?"
+for m in operations:200 overlaps:0 token_errors:0; do
+	v=$(json_get seed "${m%%:*}" <"$TMP/seed.json") ||
+	    fail "--channels: the seed output has no seed.${m%%:*}"
+	[ "$v" = "${m#*:}" ] ||
+	    fail "--channels: seed.${m%%:*} is '$v', not ${m#*:}"
+done
 pass "$cycles lock-unlock cycles in about a second ($scycles with" \
     "sessions; with channels $ccycles);" \
-    "$per table bytes per held key; the seed's 200 holds without overlap"
+    "$per table bytes per held key; the seed's 200 holds without overlap" \
+    "on connections and on channels"
