@@ -70,6 +70,18 @@ ks_writer_init(struct ks_writer *w)
 }
 
 void
+ks_writer_reserve(struct ks_writer *w, size_t n)
+{
+	unsigned char	*buf;
+
+	if (w->nomem || n <= w->cap - w->len ||
+	    (buf = kl_realloc(w->buf, w->len + n)) == NULL)
+		return;		/* appends grow it then, or fail */
+	w->buf = buf;
+	w->cap = w->len + n;
+}
+
+void
 ks_writer_cleanup(struct ks_writer *w)
 {
 	kl_free(w->buf);

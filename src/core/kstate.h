@@ -48,6 +48,9 @@ struct ks_writer {
 /* Starts a state (its header); ks_writer_finish() completes it. */
 void		 ks_writer_init(struct ks_writer *w);
 void		 ks_writer_cleanup(struct ks_writer *w);
+/* Room for n more bytes at once, so that a large state is not copied as
+ * it grows; a hint (appends still grow it). */
+void		 ks_writer_reserve(struct ks_writer *w, size_t n);
 void		 ks_section_begin(struct ks_writer *w, enum ks_tag tag);
 void		 ks_section_end(struct ks_writer *w);
 /* Fills in the header; false if memory ran out at any point. */

@@ -175,6 +175,9 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 		ls_map_cleanup(&places);
 		return false;
 	}
+	/* a key of 16 bytes with one holder takes about 64 */
+	ks_writer_reserve(w, (size_t)n * 32 + (size_t)lt->c.keys * 64 +
+	    (size_t)lt->c.held * 32);
 	ks_put_u64(w, next);
 	ls_put_counters(w, &lt->c);
 	ks_put_u32(w, n);
