@@ -285,6 +285,18 @@ commands_reauth(struct commands *cmds, struct conns *cs)
 	cmds->client_changed = cmds->admin_changed = false;
 }
 
+const struct users *
+commands_users(const struct commands *cmds)
+{
+	return cmds->users;
+}
+
+bool
+commands_has_secret(const struct commands *cmds, bool operator)
+{
+	return (operator ? cmds->admin.s : cmds->client.s) != NULL;
+}
+
 bool
 commands_need_auth(const struct commands *cmds)
 {

@@ -39,6 +39,12 @@ bool		 commands_reload(struct commands *cmds,
  * its user or secret changed or is gone, must AUTH again. */
 struct conns;
 void		 commands_reauth(struct commands *cmds, struct conns *cs);
+/* The users of the running configuration (users.h). */
+struct users;
+const struct users *commands_users(const struct commands *cmds);
+/* Whether the client secret (auth-file), or the operator's, is set. */
+bool		 commands_has_secret(const struct commands *cmds,
+		    bool operator);
 /* A client secret or a user is configured: AUTH comes first. */
 bool		 commands_need_auth(const struct commands *cmds);
 

@@ -39,6 +39,7 @@
 #include "session.h"
 #include "stats.h"
 #include "tls.h"
+#include "users.h"
 #include "util.h"
 
 #define CONN_IBUF_MIN		256
@@ -1947,12 +1948,6 @@ conns_state_check(struct conns *cs, uint64_t requester, char *why,
 	TAILQ_FOREACH(c, &cs->all, entry) {
 		if (c->tls != NULL)
 			continue;	/* closed before the state is written */
-		if (c->user != NULL) {
-			snprintf(why, whylen, "client %" PRIu64 " is "
-			    "authenticated as a user: users' connections are "
-			    "not handed over yet", c->id);
-			return false;
-		}
 		conn_channels_walk(c, conn_state_check_chan, &sc);
 		if (!sc.ok)
 			return false;
@@ -2028,6 +2023,9 @@ conns_state_write(struct conns *cs, struct ks_writer *w, int *fds,
 		ks_put_u8(w, c->has_cred);
 		ks_put_u64(w, (uint64_t)c->uid);
 		ks_put_u64(w, (uint64_t)c->pid);
+		/* who AUTH made it: by name (users.h) */
+		ks_put_u8(w, (uint8_t)users_state_tag(c->user));
+		ks_put_str(w, c->user != NULL ? user_name(c->user) : NULL);
 		ks_put_u8(w, c->eof != NULL);
 		ks_put_bytes(w, c->ibuf, c->ilen);
 		ks_put_bytes(w, c->obuf + c->ooff, c->olen - c->ooff);
@@ -2040,6 +2038,32 @@ conns_state_write(struct conns *cs, struct ks_writer *w, int *fds,
 }
 
 /* A string of the state into a fixed buffer; false (bad) if too long. */
+/* The new process's view of who c is: its user by name in this
+ * configuration; a user it no longer has must AUTH again, as after a
+ * reload (keylockd-protocol(7), ACCESS CONTROL). */
+static void
+conn_state_user(struct conns *cs, struct conn *c, unsigned tag,
+    const char *name)
+{
+	const struct user	*u;
+
+	u = users_from_state(commands_users(cs->cmds), tag, name);
+	if (u == NULL || !commands_need_auth(cs->cmds)) {
+		c->user = NULL;
+		return;
+	}
+	if ((u == users_client_secret && !commands_has_secret(cs->cmds,
+	    false)) || (u == users_operator_secret &&
+	    !commands_has_secret(cs->cmds, true)))
+		u = users_revoked;
+	c->user = u;
+	if (u == users_revoked) {
+		c->authed = c->admin = false;
+	} else if (user_name(u) != NULL) {
+		c->admin = user_is_operator(u);
+	}
+}
+
 static bool
 conn_state_str(struct ks_reader *r, char *buf, size_t size, bool *null)
 {
@@ -2187,10 +2211,10 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
     uint8_t *seen, size_t nseen, uint64_t *max_id)
 {
 	struct conn	*c, *ch;
-	char		 name[KL_NAME_MAX + 1];
+	char		 name[KL_NAME_MAX + 1], uname[KL_NAME_MAX + 1];
 	uint32_t	 fd, nch, num;
-	uint8_t		 transport;
-	bool		 noname, eof;
+	uint8_t		 transport, utag;
+	bool		 noname, eof, nouser;
 
 	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
 		return ks_fail(r, "out of memory");
@@ -2214,6 +2238,12 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	c->has_cred = ks_get_bool(r);
 	c->uid = (int64_t)ks_get_u64(r);
 	c->pid = (int64_t)ks_get_u64(r);
+	utag = ks_get_u8(r);
+	if (!conn_state_str(r, uname, sizeof(uname), &nouser)) {
+		kl_free(c);
+		return false;
+	}
+	conn_state_user(cs, c, utag, nouser ? NULL : uname);
 	eof = ks_get_bool(r);
 	if (r->bad || transport > CONN_UNIX || fd > INT32_MAX ||
 	    c->id == 0 || !conn_state_fd_ok((int)fd,

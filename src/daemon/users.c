@@ -493,6 +493,48 @@ users_uid_is_operator(const struct users *us, uid_t uid)
 	return false;
 }
 
+enum {
+	USER_TAG_NONE = 0,
+	USER_TAG_CLIENT,	/* auth-file */
+	USER_TAG_OPERATOR,	/* admin-auth-file */
+	USER_TAG_REVOKED,
+	USER_TAG_NAMED
+};
+
+unsigned
+users_state_tag(const struct user *u)
+{
+	if (u == NULL)
+		return USER_TAG_NONE;
+	if (u == users_client_secret)
+		return USER_TAG_CLIENT;
+	if (u == users_operator_secret)
+		return USER_TAG_OPERATOR;
+	if (u == users_revoked || u->name == NULL)
+		return USER_TAG_REVOKED;
+	return USER_TAG_NAMED;
+}
+
+const struct user *
+users_from_state(const struct users *us, unsigned tag, const char *name)
+{
+	switch (tag) {
+	case USER_TAG_NONE:
+		return NULL;
+	case USER_TAG_CLIENT:
+		return users_client_secret;
+	case USER_TAG_OPERATOR:
+		return users_operator_secret;
+	case USER_TAG_NAMED:
+		for (size_t i = 0; name != NULL && i < us->n; i++)
+			if (strcmp(us->v[i].name, name) == 0)
+				return &us->v[i];
+		return users_revoked;
+	default:
+		return users_revoked;
+	}
+}
+
 const char *
 user_name(const struct user *u)
 {

@@ -56,6 +56,16 @@ const struct user *users_successor(const struct users *next,
  * user, or one of operator-uids. */
 bool		 users_uid_is_operator(const struct users *us, uid_t uid);
 
+/*
+ * Live upgrade: who a connection is, as a tag (users_state_tag) and its
+ * user's name, and back in the new process, by name against the users of
+ * its configuration: a user it no longer has is users_revoked, as after a
+ * reload (keylockd-protocol(7), ACCESS CONTROL). NULL for NULL.
+ */
+unsigned	 users_state_tag(const struct user *u);
+const struct user *users_from_state(const struct users *us, unsigned tag,
+		    const char *name);
+
 /* NULL for the version 1 secrets. */
 const char	*user_name(const struct user *u);
 bool		 user_is_operator(const struct user *u);

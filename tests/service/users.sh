@@ -2,9 +2,10 @@
 # The user setting (keylockd.conf(5)): a user's secret file must be as
 # private as ssh wants a key (the start and --check-config refuse a file
 # group or others may read or write, or that another uid owns, naming it
-# and its mode); bad user lines are FILE:LINE errors; and a client
-# certificate whose CN a user names (tls-cn=) authenticates as that user
-# over mutual TLS, with that user's keys, checked with openssl s_client.
+# and its mode); bad user lines are FILE:LINE errors; a live upgrade keeps
+# each connection's user by name; and a client certificate whose CN a user
+# names (tls-cn=) authenticates as that user over mutual TLS, with that
+# user's keys, checked with openssl s_client.
 . "$(dirname "$0")/lib.sh"
 cd "$TMP" || exit 1
 
@@ -55,6 +56,53 @@ run_keylockd --check-config --config twice.conf >out 2>&1
 expect_status 78 $? "a user defined twice"
 expect_grep "user alice: defined twice" out "the message"
 pass "bad user lines: FILE:LINE errors, exit 78"
+
+# A live upgrade keeps who each connection is, by name: alice is still
+# alice (her keys only), and bob, whom the new process's configuration no
+# longer has, must AUTH again, as after a reload; their locks stay.
+need nc
+NEWPID=
+cleanup_suite() {
+	for s in $SESSIONS; do
+		eval "exec $(session_fd "$s")>&-"
+	done
+	[ -z "$NEWPID" ] || kill -TERM "$NEWPID" 2>/dev/null
+}
+printf 'bob-Secret\n' >bob
+chmod 600 bob
+printf 'user alice secret-file=%s keys=a:*\nuser bob secret-file=%s keys=b:*\n' \
+    "$TMP/alice" "$TMP/bob" >up.conf
+daemon_start --config "$TMP/up.conf"
+session_open al 5 127.0.0.1 "$PORT"
+session_send al "AUTH alice alice-Secret"
+session_send al "LOCK a:1"
+session_expect al 2 '^OK [0-9]+$' "alice before the upgrade"
+session_open bo 6 127.0.0.1 "$PORT"
+session_send bo "AUTH bob bob-Secret"
+session_send bo "LOCK b:1"
+session_expect bo 2 '^OK [0-9]+$' "bob before the upgrade"
+printf 'user alice secret-file=%s keys=a:*\n' "$TMP/alice" >up.conf
+OLD=$DPID
+session_open op 7 -U "$TMP/sock"
+session_send op "AUTH alice alice-Secret"
+session_send op UPGRADE
+session_expect op 2 '^OK \{"pid":' "UPGRADE"
+wait "$OLD"
+DPID=
+NEWPID=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' op.out)
+session_send al "LOCK b:2"
+session_expect al 3 '^ERR NOPERM ' "alice after the upgrade, bob's key"
+session_send al "LOCK a:2"
+session_expect al 4 '^OK [0-9]+$' "alice after the upgrade, her key"
+session_send bo "LOCK b:2"
+session_expect bo 3 '^ERR AUTH .*changed or is gone' "bob after the upgrade"
+out=$(ask_tcp "AUTH alice alice-Secret" "INFO a:1" "INFO b:2") || true
+echo "$out" | sed -n 2p | grep -q '"holders":\[{' ||
+    fail "alice's lock after the upgrade: $out"
+kill -TERM "$NEWPID"
+wait_for "! kill -0 $NEWPID 2>/dev/null" 10 || fail "the new process stays"
+NEWPID=
+pass "a live upgrade: alice keeps her user and keys, bob (gone) must AUTH again"
 
 # tls-cn=: the certificate of CN "client" is user tls-alice.
 command -v openssl >/dev/null || skip "openssl not installed"
