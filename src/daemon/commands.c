@@ -306,8 +306,11 @@ commands_need_auth(const struct commands *cmds)
 /* ---- the texts ---- */
 
 static const char *
-cmd_owner_name(const struct lt_owner *o, int64_t *detached_ms)
+cmd_owner_name(const struct lt_owner *o, int64_t *detached_ms,
+    uint64_t *client, uint32_t *channel)
 {
+	*client = owner_client(o);
+	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());
 	return owner_name(o);
 }
@@ -467,6 +470,15 @@ cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
 	return false;
 }
 
+static void __attribute__((noinline))
+cmd_table_full(struct commands *cmds, struct conn *c)
+{
+	conn_reply_err(c, KL_ERR_LIMIT, "the lock table uses %" PRIu64
+	    " bytes, max-table-bytes is %" PRId64 ": no LOCK until "
+	    "releases free some", locktable_counters(backend_table(
+	    cmds->be))->bytes, cmds->cfg->max_table_bytes);
+}
+
 static void
 cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
@@ -487,6 +499,15 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	a.try = timeout == 0;
 	a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
 	    (int64_t)req->max_waiters : cfg->default_max_waiters;
+	/* max-waiters is a ceiling no request raises (review M9). */
+	if (cfg->max_waiters != KL_NONE && (a.max_waiters == KL_NONE ||
+	    a.max_waiters > cfg->max_waiters))
+		a.max_waiters = cfg->max_waiters;
+	if (cfg->max_table_bytes != KL_NONE && locktable_counters(
+	    backend_table(be))->bytes >= (uint64_t)cfg->max_table_bytes) {
+		cmd_table_full(cmds, c);
+		return;
+	}
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
 	now = kl_now_ms();
@@ -537,14 +558,23 @@ cmd_cancel(struct commands *cmds, struct conn *c, const struct request *req)
 
 /* ---- other handlers ---- */
 
+/* A JSON reply, or ERR LIMIT if it alone would pass max-output: a
+ * client is never closed for one reply it asked for (security review
+ * M5). */
 static void
-cmd_json_reply(struct conn *c, char *json)
+cmd_json_reply(struct commands *cmds, struct conn *c, char *json)
 {
+	size_t	n;
+
 	if (json == NULL) {
 		conn_close_nomem(c, "JSON");
 		return;
 	}
-	conn_reply_ok_str(c, json);
+	if ((n = strlen(json) + 4) > (size_t)cmds->cfg->max_output)
+		conn_reply_err(c, KL_ERR_LIMIT, "reply too large: %zu bytes, "
+		    "max-output is %" PRId64, n, cmds->cfg->max_output);
+	else
+		conn_reply_ok_str(c, json);
 	free(json);
 }
 
@@ -568,7 +598,7 @@ cmd_stats(struct commands *cmds, struct conn *c, const struct request *req)
 	struct cmd_keys_of	 k = { conn_user(c) };
 	bool			 all = k.u == NULL || user_has_all_keys(k.u);
 
-	cmd_json_reply(c, stats_to_json_keys(cmds->st,
+	cmd_json_reply(cmds, c, stats_to_json_keys(cmds->st,
 	    backend_table(cmds->be), kl_now_ms(), PACKAGE_VERSION,
 	    backend_name(cmds->be), all ? NULL : cmd_user_may_use, &k));
 }
@@ -576,7 +606,7 @@ cmd_stats(struct commands *cmds, struct conn *c, const struct request *req)
 static void
 cmd_info(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	cmd_json_reply(c, stats_info_json(backend_table(cmds->be),
+	cmd_json_reply(cmds, c, stats_info_json(backend_table(cmds->be),
 	    req->args[0], req->arglens[0], kl_now_ms(), cmd_owner_name,
 	    KL_INFO_LIST_MAX));
 }
@@ -740,14 +770,15 @@ cmd_clients(struct commands *cmds, struct conn *c, const struct request *req)
 	struct cmd_clients	cl;
 
 	cl.now = kl_now_ms();
-	if ((cl.list = stats_clients_new(KL_INFO_LIST_MAX)) == NULL) {
+	if ((cl.list = stats_clients_new(KL_INFO_LIST_MAX,
+	    (size_t)cmds->cfg->max_output / 2)) == NULL) {
 		conn_close_nomem(c, "CLIENTS");
 		return;
 	}
 	conns_walk(conn_set(c), cmd_clients_add, &cl);
 	sessions_walk_detached(conns_sessions(conn_set(c)),
 	    cmd_clients_add_detached, &cl, cl.now);
-	cmd_json_reply(c, stats_clients_json(cl.list));
+	cmd_json_reply(cmds, c, stats_clients_json(cl.list));
 }
 
 static void
@@ -931,7 +962,7 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 	json = stats_resume_json(backend_table(cmds->be), o, req->args[0],
 	    req->arglens[0], session_grace(s), kl_now_ms(), cc.list, cc.n);
 	kl_free(cc.list);
-	cmd_json_reply(c, json);
+	cmd_json_reply(cmds, c, json);
 	conn_resume_wait(c);
 }
 

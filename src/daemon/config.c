@@ -88,13 +88,21 @@ static const struct setting settings[] = {
 	{ "max-line", "BYTES", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
 	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
 	{ "max-output", "BYTES", SET_INT, OFF(max_output), 4096, 1073741824,
-	    "unread reply bytes per client", true },
+	    "unread reply bytes per client (16384 before AUTH)", true },
+	{ "write-timeout", "MS", SET_INT, OFF(write_timeout), 0,
+	    (int64_t)KL_MS_MAX, "ms a client's unsent replies may stay "
+	    "unread before it is closed (0: no limit)", true },
 	{ "default-timeout", "MS|none", SET_INT_NONE, OFF(default_timeout), 0,
 	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)", true },
 	{ "max-timeout", "MS|none", SET_INT_NONE, OFF(max_timeout), 0,
 	    (int64_t)KL_MS_MAX, "largest timeout= accepted (ms)", true },
 	{ "default-max-waiters", "N|none", SET_INT_NONE, OFF(default_max_waiters), 0,
 	    KL_LIMIT_MAX, "max_waiters when none is given", true },
+	{ "max-waiters", "N|none", SET_INT_NONE, OFF(max_waiters), 0,
+	    KL_LIMIT_MAX, "waiters per key, whatever max_waiters= says", true },
+	{ "max-table-bytes", "BYTES|none", SET_INT_NONE, OFF(max_table_bytes),
+	    65536, (int64_t)1 << 50, "lock table memory past which a LOCK "
+	    "that needs more is refused", true },
 	{ "tcp-keepalive-idle", "S", SET_INT, OFF(keepalive_idle), 0, 32767,
 	    "s before probing an idle peer (0: off)", true },
 	{ "tcp-keepalive-interval", "S", SET_INT, OFF(keepalive_interval), 1,
@@ -195,6 +203,9 @@ config_defaults(struct config *cfg)
 	cfg->max_keys = KL_MAX_KEYS_DEFAULT;
 	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
 	cfg->max_channels = KL_MAX_CHANNELS_DEFAULT;
+	cfg->write_timeout = KL_WRITE_TIMEOUT_DEFAULT;
+	cfg->max_waiters = KL_NONE;
+	cfg->max_table_bytes = KL_MAX_TABLE_BYTES_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;
 	cfg->max_output = KL_MAX_OUTPUT_DEFAULT;
 	cfg->default_timeout = KL_NONE;

@@ -48,6 +48,7 @@
 #define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
 #define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
 #define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
+#define CONN_PREAUTH_OUTPUT	16384	/* unread reply bytes before AUTH */
 
 /*
  * A connection's life, in the manner of memcached's conn_states: one state
@@ -87,6 +88,8 @@ struct conns {
 	struct conn_list	 deferred;	/* turn used up: next turn */
 	struct conn_list	 unadmitted;	/* by age: see conn_admit() */
 	struct event		*admit_timer;	/* the oldest's auth-timeout */
+	struct conn_list	 stalled;	/* by stall: see conn_stall() */
+	struct event		*stall_timer;	/* the oldest's write-timeout */
 	struct event		*resume;	/* runs them after the poll */
 	struct sessions		*sessions;	/* keylockd-protocol(7), SESSIONS */
 	bool			 closing;	/* shutdown: sessions end too */
@@ -113,6 +116,8 @@ struct conn {
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
 	TAILQ_ENTRY(conn)	 aentry;	/* cs->unadmitted */
+	TAILQ_ENTRY(conn)	 sentry;	/* cs->stalled */
+	uint64_t		 stall_ms;	/* output stuck since; 0: not */
 	struct conns		*cs;
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
@@ -190,6 +195,8 @@ static bool	conns_release_closed(struct conns *cs);
 
 static void	conns_admit_cb(evutil_socket_t, short, void *);
 static void	conns_arm_admit(struct conns *);
+static void	conns_stall_cb(evutil_socket_t, short, void *);
+static void	conn_stall(struct conn *, bool, bool);
 static void	conn_undefer(struct conn *);
 static void	conn_chans_close(struct conn *);
 static void	conn_pause_reading(struct conn *, bool);
@@ -231,11 +238,15 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
 	TAILQ_INIT(&cs->unadmitted);
+	TAILQ_INIT(&cs->stalled);
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
 	    (cs->sessions = sessions_new(cs, base, cfg, st, be)) == NULL ||
 	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL ||
 	    (cs->admit_timer = evtimer_new(base, conns_admit_cb, cs)) ==
-	    NULL) {
+	    NULL || (cs->stall_timer = evtimer_new(base, conns_stall_cb,
+	    cs)) == NULL) {
+		if (cs->admit_timer != NULL)
+			event_free(cs->admit_timer);
 		if (cs->resume != NULL)
 			event_free(cs->resume);
 		sessions_free(cs->sessions);
@@ -359,6 +370,7 @@ conns_free(struct conns *cs)
 	sessions_free(cs->sessions);
 	event_free(cs->resume);
 	event_free(cs->admit_timer);
+	event_free(cs->stall_timer);
 	kl_free(cs->scratch);
 	kl_free(cs);
 }
@@ -528,6 +540,7 @@ conn_close(struct conn *c, const char *reason)
 	    c->name != NULL ? c->name : "-", reason);
 	conn_chans_close(c);	/* before c: see conns_release_closed() */
 	conn_admit(c);	/* leaves cs->unadmitted */
+	conn_stall(c, false, false);	/* leaves cs->stalled */
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
 	event_free(c->wev);
@@ -599,6 +612,7 @@ conn_send(struct conn *c, const char *p, size_t n)
 static bool
 conn_flush(struct conn *c)
 {
+	size_t	from = c->ooff;
 	ssize_t	n;
 
 	if (c->ooff == c->olen && c->state != CONN_DRAINING)
@@ -613,12 +627,15 @@ conn_flush(struct conn *c)
 			continue;
 		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			conn_arm_write(c, true);
+			conn_stall(c, true, c->ooff != from);
 			return true;
 		}
 		conn_close(c, n == -1 ? strerror(errno) : "send failed");
 		return false;
 	}
 	c->ooff = c->olen = 0;
+	if (c->stall_ms != 0)
+		conn_stall(c, false, false);
 	if (c->ocap > CONN_OBUF_MIN) {
 		kl_free(c->obuf);
 		c->obuf = NULL;
@@ -642,6 +659,10 @@ conn_reserve(struct conn *c, size_t n)
 
 	if (c->state == CONN_CLOSED)
 		return false;
+	/* Before AUTH a client's replies are refusals: it gets a small
+	 * share of memory for them (keylockd.conf(5), max-output). */
+	if (!c->admitted && max > CONN_PREAUTH_OUTPUT)
+		max = CONN_PREAUTH_OUTPUT;
 	if (c->olen + n <= c->ocap)
 		return true;
 	if (c->ooff > 0) {
@@ -654,7 +675,8 @@ conn_reserve(struct conn *c, size_t n)
 	need = c->olen - c->ooff + n;
 	if (need > max) {
 		c->cs->st->output_closes++;
-		conn_close(c, "unread replies over max-output");
+		conn_close(c, c->admitted ? "unread replies over max-output" :
+		    "unread replies over 16 KiB before AUTH");
 		return false;
 	}
 	if (c->ooff > 0) {
@@ -1754,10 +1776,84 @@ conns_admit_cb(evutil_socket_t fd, short what, void *arg)
 	conns_end_turn(cs);
 }
 
+/* ---- write-timeout (keylockd.conf(5)) ---- */
+
+static void
+conns_arm_stall(struct conns *cs)
+{
+	struct conn	*c = TAILQ_FIRST(&cs->stalled);
+	uint64_t	 limit = (uint64_t)cs->cfg->write_timeout, now, at;
+	struct timeval	 tv;
+
+	if (c == NULL || limit == 0) {
+		evtimer_del(cs->stall_timer);
+		return;
+	}
+	now = kl_now_ms();
+	at = c->stall_ms + limit;
+	at = at > now ? at - now : 0;
+	tv.tv_sec = (time_t)(at / 1000);
+	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
+	evtimer_add(cs->stall_timer, &tv);
+}
+
+/*
+ * c's output is stuck (the kernel took no more of it) or flowing again.
+ * A connection whose unsent replies have not moved for write-timeout is
+ * closed (conns_stall_cb): a peer that stopped reading cannot pin its
+ * output for ever. The list is in stall order, so one timer serves it; a
+ * connection joins it only when a send(2) would block, and goes to its
+ * end whenever some of its bytes went out.
+ */
+static void
+conn_stall(struct conn *c, bool stuck, bool moved)
+{
+	struct conns	*cs = c->cs;
+	bool		 first = false;
+
+	if (c->stall_ms != 0 && (!stuck || moved)) {
+		first = TAILQ_FIRST(&cs->stalled) == c;
+		TAILQ_REMOVE(&cs->stalled, c, sentry);
+		c->stall_ms = 0;
+	}
+	if (stuck && c->stall_ms == 0) {
+		c->stall_ms = kl_now_ms();
+		TAILQ_INSERT_TAIL(&cs->stalled, c, sentry);
+		first = first || TAILQ_FIRST(&cs->stalled) == c;
+	}
+	/* Only when the head changed: re-adding a timer that is due would
+	 * take it off libevent's active queue, and a busy loop would never
+	 * run it. */
+	if (first)
+		conns_arm_stall(cs);
+}
+
+static void
+conns_stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conns	*cs = arg;
+	struct conn	*c;
+	uint64_t	 limit = (uint64_t)cs->cfg->write_timeout;
+	uint64_t	 now = kl_now_ms();
+
+	while (limit > 0 && (c = TAILQ_FIRST(&cs->stalled)) != NULL &&
+	    now - c->stall_ms >= limit) {
+		log_info("client %" PRIu64 " (%s) from %s: %zu reply bytes "
+		    "unread for write-timeout %" PRIu64 " ms: closing it",
+		    c->id, c->name != NULL ? c->name : "-", c->peer,
+		    c->olen - c->ooff, limit);
+		cs->st->write_timeouts++;
+		conn_close(c, "write-timeout");	/* leaves the list */
+	}
+	conns_arm_stall(cs);
+	conns_end_turn(cs);
+}
+
 void
 conns_reload(struct conns *cs)
 {
 	conns_arm_admit(cs);
+	conns_arm_stall(cs);
 	commands_reauth(cs->cmds, cs);
 }
 

@@ -107,11 +107,13 @@ static json_t *
 stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
 {
 	int64_t		 detached = -1;
-	const char	*n = name(owner, &detached);
+	uint64_t	 client = locktable_owner_id(owner);
+	uint32_t	 channel = 0;
+	const char	*n = name(owner, &detached, &client, &channel);
 
-	SET_U(o, "client", owner_client(owner));
-	if (owner_channel(owner) != 0)
-		SET_U(o, "channel", owner_channel(owner));
+	SET_U(o, "client", client);
+	if (channel != 0)
+		SET_U(o, "channel", channel);
 	json_object_set_new(o, "name", n != NULL ? json_string(n) :
 	    json_null());
 	if (detached >= 0)
@@ -204,11 +206,36 @@ struct stats_clients {
 	json_t	*list;
 	size_t	 max;
 	size_t	 total;
+	size_t	 bytes;		/* listed so far, about */
+	size_t	 budget;
+	bool	 full;		/* the budget ended the list */
 	bool	 failed;
 };
 
+/* About the bytes s takes in JSON: keys and names have no control
+ * bytes, so only '"' and '\\' grow. */
+static size_t
+stats_json_len(const char *s, size_t n)
+{
+	size_t	len = n + 3;
+
+	for (size_t i = 0; i < n; i++)
+		len += s[i] == '"' || s[i] == '\\';
+	return len;
+}
+
+static bool
+stats_wait_len(void *arg, const char *key, size_t keylen)
+{
+	size_t	*w = arg;
+
+	if (w[1]++ < KL_CLIENTS_WAIT_KEYS)
+		w[0] += stats_json_len(key, keylen);
+	return true;
+}
+
 struct stats_clients *
-stats_clients_new(size_t max)
+stats_clients_new(size_t max, size_t budget)
 {
 	struct stats_clients	*l;
 
@@ -219,6 +246,7 @@ stats_clients_new(size_t max)
 		return NULL;
 	}
 	l->max = max;
+	l->budget = budget;
 	return l;
 }
 
@@ -228,17 +256,47 @@ stats_wait_key(void *arg, const char *key, size_t keylen)
 	return json_array_append_new(arg, json_stringn(key, keylen)) == 0;
 }
 
+/* CLIENTS lists the first few keys a client waits for and counts them
+ * all, so that one entry stays small (security review M5). */
+struct wait_keys {
+	json_t	*keys;
+	size_t	 n;
+};
+
+static bool
+stats_wait_key_capped(void *arg, const char *key, size_t keylen)
+{
+	struct wait_keys	*w = arg;
+
+	if (w->n++ < KL_CLIENTS_WAIT_KEYS)
+		return stats_wait_key(w->keys, key, keylen);
+	return true;
+}
+
 void
 stats_clients_add(struct stats_clients *l, const struct stats_client *c,
     uint64_t now_ms)
 {
+	struct wait_keys	 wk;
 	json_t		*o, *keys;
 	uint64_t	 since;
 
+	size_t			 w[2] = { 0, 0 }, est;
+
 	if (l == NULL)
 		return;
-	if (l->total++ >= l->max || l->failed)
+	if (l->total++ >= l->max || l->failed || l->full)
 		return;
+	/* The entry's size, about, before it is made: the list stops where
+	 * the budget would be passed, and "total" still counts every one. */
+	locktable_owner_wait_walk(c->owner, stats_wait_len, w, NULL);
+	est = 256 + w[0] + stats_json_len(c->peer, strlen(c->peer)) +
+	    (c->name != NULL ? stats_json_len(c->name, strlen(c->name)) : 0);
+	if (l->bytes + est > l->budget) {
+		l->full = true;
+		return;
+	}
+	l->bytes += est;
 	if ((o = json_object()) == NULL || (keys = json_array()) == NULL) {
 		json_decref(o);
 		l->failed = true;
@@ -260,9 +318,14 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 		SET_U(o, "detached_ms", (uint64_t)c->detached_ms);
 	SET_U(o, "channels", c->channels);
 	SET_U(o, "held", locktable_owner_nholds(c->owner));
-	if (locktable_owner_wait_walk(c->owner, stats_wait_key, keys,
-	    &since))
+	wk.keys = keys;
+	wk.n = 0;
+	if (locktable_owner_wait_walk(c->owner, stats_wait_key_capped, &wk,
+	    &since)) {
 		SET_U(o, "waited_ms", now_ms - since);
+		if (wk.n > KL_CLIENTS_WAIT_KEYS)
+			SET_U(o, "waiting_keys", wk.n);
+	}
 	json_object_set_new(o, "waiting_for", keys);
 	if (json_array_append_new(l->list, o) != 0)
 		l->failed = true;

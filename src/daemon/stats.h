@@ -19,6 +19,7 @@
 
 #define KL_HOT_KEYS	10
 #define KL_INFO_LIST_MAX 1000	/* holders and waiters INFO lists */
+#define KL_CLIENTS_WAIT_KEYS 8	/* keys CLIENTS lists per waiting client */
 
 struct stats {
 	uint64_t	start_ms;
@@ -31,6 +32,7 @@ struct stats {
 	uint64_t	output_closes;		/* closed at max-output */
 	uint64_t	nomem_closes;		/* closed: out of memory */
 	uint64_t	auth_timeouts;		/* closed at auth-timeout */
+	uint64_t	write_timeouts;		/* closed at write-timeout */
 	struct be_counters be;			/* the backend's */
 	/* keylockd-protocol(7), SESSIONS; session.c writes them. */
 	uint64_t	sessions;		/* open now, detached or not */
@@ -82,6 +84,8 @@ struct stats {
 	X(errors, counter, st->errors, "ERR replies sent.")		\
 	X(auth_timeouts, counter, st->auth_timeouts,			\
 	    "Connections closed for no AUTH within auth-timeout.")	\
+	X(write_timeouts, counter, st->write_timeouts,			\
+	    "Connections closed for replies unread for write-timeout.")	\
 	X(auth_failures, counter, st->auth_failures,			\
 	    "Failed AUTH attempts.")					\
 	X(output_closes, counter, st->output_closes,			\
@@ -114,9 +118,11 @@ struct stats {
 	    "backend etcd: lease lost, its clients dropped.")
 
 /* Names a lock-table owner (its connection's NAME) or NULL, and says
- * how long its session has been detached (-1: it has a connection). */
+ * how long its session has been detached (-1: it has a connection); may
+ * set the client id to show (the table's owner id unless set) and its
+ * channel (0 unless set). */
 typedef const char *(*stats_name_fn)(const struct lt_owner *o,
-    int64_t *detached_ms);
+    int64_t *detached_ms, uint64_t *client, uint32_t *channel);
 
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,
@@ -154,9 +160,9 @@ struct stats_client {
 struct stats_clients;
 
 /* A CLIENTS reply listing at most max connections of all those added,
- * whose total it counts exactly. NULL on no memory; every later call
- * takes a NULL list and gives NULL. */
-struct stats_clients *stats_clients_new(size_t max);
+ * in about budget bytes, whose total it counts exactly. NULL on no
+ * memory; every later call takes a NULL list and gives NULL. */
+struct stats_clients *stats_clients_new(size_t max, size_t budget);
 void	 stats_clients_add(struct stats_clients *l,
 	    const struct stats_client *c, uint64_t now_ms);
 /* The JSON line (free with free()), or NULL on no memory; frees l. */

@@ -27,8 +27,11 @@
 
 /* A table without connections (a test's) names nobody. */
 static const char *
-status_owner_name(const struct lt_owner *o, int64_t *detached_ms)
+status_owner_name(const struct lt_owner *o, int64_t *detached_ms,
+    uint64_t *client, uint32_t *channel)
 {
+	*client = owner_client(o);
+	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());
 	return owner_name(o);
 }
@@ -36,8 +39,11 @@ status_owner_name(const struct lt_owner *o, int64_t *detached_ms)
 /* status-names no: the page is unauthenticated, and a NAME is a label its
  * client chose (a host, a job, a user); the client id is shown instead. */
 static const char *
-status_owner_noname(const struct lt_owner *o, int64_t *detached_ms)
+status_owner_noname(const struct lt_owner *o, int64_t *detached_ms,
+    uint64_t *client, uint32_t *channel)
 {
+	*client = owner_client(o);
+	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());
 	return NULL;
 }

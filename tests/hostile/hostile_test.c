@@ -71,6 +71,7 @@ hostile_suite(void)
 	ht_add_input(s);
 	ht_add_flood(s);
 	ht_add_resources(s);
+	ht_add_budgets(s);
 	return s;
 }
 

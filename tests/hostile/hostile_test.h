@@ -33,5 +33,8 @@ void		 ht_add_input(Suite *s);
 void		 ht_add_flood(Suite *s);
 /* descriptor exhaustion, a stopped holder (hostile_resources.c) */
 void		 ht_add_resources(Suite *s);
+/* hostile_budgets.c: write-timeout, output before AUTH, reply too large,
+ * CLIENTS' cut, max-waiters, max-table-bytes */
+void		 ht_add_budgets(Suite *s);
 
 #endif /* HOSTILE_TEST_H */

@@ -60,8 +60,12 @@ hook_granted(void *arg, struct lt_owner *o, uint64_t token,
 }
 
 static const char *
-owner_name(const struct lt_owner *o)
+owner_name(const struct lt_owner *o, int64_t *detached_ms, uint64_t *client,
+    uint32_t *channel)
 {
+	(void)detached_ms;	/* the stats module's defaults stay */
+	(void)client;
+	(void)channel;
 	const struct owner_info	*i = locktable_owner_udata(o);
 
 	return i->name;
