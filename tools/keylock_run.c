@@ -400,6 +400,13 @@ run_keepalive(struct run *r)
 {
 	enum keylock_status	st;
 
+	/* A drop not yet read (the ping falls due as the connection ends)
+	 * shows as suspended here, so -v tells of it and of the RESUME. */
+	if (r->cli->verbose && !keylock_suspended(r->kl) &&
+	    keylock_check(r->kl) != KEYLOCK_OK) {
+		run_lose(r, keylock_message(r->kl));
+		return;
+	}
 	if (r->cli->verbose && !r->suspended && keylock_suspended(r->kl)) {
 		r->suspended = 1;
 		cli_warnx("connection to keylockd lost; the session keeps %s "
