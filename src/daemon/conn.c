@@ -927,6 +927,24 @@ conn_chans_grow(struct conn *r)
 	return true;
 }
 
+/* "@N " into p (16 bytes at least); returns its length. */
+static uint8_t
+conn_chan_prefix(char *p, uint32_t n)
+{
+	char	digits[10];
+	uint8_t	k = 0, len = 0;
+
+	do {
+		digits[k++] = (char)('0' + n % 10);
+		n /= 10;
+	} while (n > 0);
+	p[len++] = '@';
+	while (k > 0)
+		p[len++] = digits[--k];
+	p[len++] = ' ';
+	return len;
+}
+
 /* Channel n of r, with owner o, or a new owner if o is NULL; NULL on no
  * memory. */
 static struct conn *
@@ -956,8 +974,7 @@ conn_chan_new(struct conn *r, uint32_t n, struct lt_owner *o)
 	ch->since_ms = r->since_ms;
 	ch->fd = -1;
 	ch->admitted = true;
-	ch->plen = (uint8_t)snprintf(ch->prefix, sizeof(ch->prefix),
-	    "@%" PRIu32 " ", n);
+	ch->plen = conn_chan_prefix(ch->prefix, n);
 	b = conn_chan_bucket(r, n);
 	ch->chnext = r->chans[b];
 	r->chans[b] = ch;
@@ -1066,7 +1083,7 @@ conn_line_channel(struct conn *r, const char *line, size_t len,
     const char **rest, size_t *restlen, bool answer)
 {
 	size_t		 i = 0, j;
-	uint64_t	 n;
+	uint64_t	 n = 0;
 
 	*rest = line;
 	*restlen = len;
@@ -1074,9 +1091,14 @@ conn_line_channel(struct conn *r, const char *line, size_t len,
 		i++;
 	if (i == len || line[i] != '@')
 		return 0;
-	for (j = i + 1; j < len && line[j] != ' ' && line[j] != '\t'; j++)
-		;
-	if (!kl_parse_u64(line + i + 1, j - i - 1, 1, UINT32_MAX, &n)) {
+	/* One pass over the digits; a number ends at a blank or the end. */
+	for (j = i + 1; j < len && line[j] >= '0' && line[j] <= '9' &&
+	    n <= UINT32_MAX; j++)
+		n = n * 10 + (uint64_t)(line[j] - '0');
+	if (j == i + 1 || n == 0 || n > UINT32_MAX ||
+	    (j < len && line[j] != ' ' && line[j] != '\t')) {
+		while (j < len && line[j] != ' ' && line[j] != '\t')
+			j++;
 		bool	echo = j - i <= 16;
 
 		/* The token is echoed only when short and printable. */
@@ -1089,6 +1111,10 @@ conn_line_channel(struct conn *r, const char *line, size_t len,
 			    "the @ word ", UINT32_MAX);
 		return -1;
 	}
+	/* The request starts at its command word, so that the parser's
+	 * one-pass short form takes "@N LOCK k" as it takes "LOCK k". */
+	while (j < len && (line[j] == ' ' || line[j] == '\t'))
+		j++;
 	*rest = line + j;
 	*restlen = len - j;
 	return (int64_t)n;
