@@ -16,6 +16,7 @@ SERVICE_TESTS = \
 	tests/service/notify.sh \
 	tests/service/reload.sh \
 	tests/service/upgrade.sh \
+	tests/service/upgrade_load.sh \
 	tests/service/auth.sh \
 	tests/service/users.sh \
 	tests/service/tls.sh \
@@ -26,7 +27,8 @@ SERVICE_TESTS = \
 	tests/service/install.sh
 TESTS += $(SERVICE_TESTS)
 EXTRA_DIST += $(SERVICE_TESTS) tests/service/lib.sh \
-	tests/service/prom-good tests/service/prom-bad
+	tests/service/prom-good tests/service/prom-bad \
+	tests/service/upgrade_load.py
 
 # contrib/: the Grafana dashboard and the Prometheus alerts (issue 13).
 # alerts.sh runs promtool on the rules and their unit tests; queries.sh
