@@ -53,9 +53,20 @@ tv_ms(struct timeval *tv, uint64_t ms)
 	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
 }
 
+/* STATS backend_ready, /healthz: the front end can answer requests now
+ * (the table is built and the lease is renewed in time). Read without
+ * ebe_lease_safe()'s side effect; noted at the end of every turn. */
+static void
+ebe_note_ready(struct ebe *e)
+{
+	e->count->ready = e->state == EBE_READY && e->fe != 0 &&
+	    kl_now_ms() + e->margin_ms < e->lease_until;
+}
+
 void
 ebe_end_turn(struct ebe *e)
 {
+	ebe_note_ready(e);
 	commit_flush(e);
 	/* in backend_etcd_new() the caller's side is not built yet; in
 	 * ebe_free() it is gone */
@@ -751,6 +762,7 @@ ebe_freeze(struct backend *be)
 static void
 ebe_op_end_turn(struct backend *be)
 {
+	ebe_note_ready(ebe_of(be));
 	commit_flush(ebe_of(be));
 }
 

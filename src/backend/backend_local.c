@@ -252,6 +252,8 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 		return NULL;
 	}
 	bl->be.ops = &bl_ops;
+	if (hooks->counters != NULL)
+		hooks->counters->ready = 1;	/* always serving */
 	bl->hooks = *hooks;
 	bl->expiry_at = UINT64_MAX;
 	if ((bl->tokens = token_open(cfg->state_dir, err, errlen)) == NULL) {

@@ -108,6 +108,9 @@ struct stats {
 	    "The last live upgrade's pause, in milliseconds.")		\
 	X(upgrade_failures, counter, st->upgrade_failures,		\
 	    "Live upgrades that failed; the server carried on.")	\
+	X(backend_ready, gauge, st->be.ready, "1 while the backend "	\
+	    "serves (backend etcd: its table built, its lease renewed "	\
+	    "in time), else 0.")					\
 	X(etcd_txns, counter, st->be.txns,				\
 	    "backend etcd: transactions sent to etcd.")		\
 	X(etcd_txn_failures, counter, st->be.txn_failures,		\

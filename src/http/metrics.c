@@ -344,7 +344,13 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 			metrics_send(req, 200, "OK", "application/json", body);
 		free(body);
 	} else if (path != NULL && strcmp(path, "/healthz") == 0) {
-		metrics_send(req, 200, "OK", "text/plain", "ok\n");
+		/* A front end cut off from etcd says so to whatever routes
+		 * clients to it (keylockd(8), MONITORING). */
+		if (server_stats(srv)->be.ready)
+			metrics_send(req, 200, "OK", "text/plain", "ok\n");
+		else
+			metrics_send(req, 503, "Service Unavailable",
+			    "text/plain", "backend not ready\n");
 		return;
 	} else {
 		metrics_send(req, 404, "Not Found", "text/plain",

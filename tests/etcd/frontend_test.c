@@ -566,9 +566,18 @@ START_TEST(a_lost_majority_fails_writes_in_time_and_drops_holders)
 	ck_assert_uint_lt(kt_now_ms() - t0, (uint64_t)kt_ms(900 + 1500));
 	/* the holder goes before its lease could expire */
 	kt_expect_eof(h, FE_TTL_MS);
+	/* and the front end says it is cut off (STATS, /metrics,
+	 * /healthz: backend_ready) while it still accepts connections */
+	{
+		struct kt_conn	*s = kt_connect_to(a, KT_TCP);
+
+		kt_wait_stat(s, "backend_ready", 0);
+		kt_conn_close(s);
+	}
 	member("cont", 2);
 	member("cont", 3);
 	c2 = fe_wait_serving(a, "z", 15000);
+	kt_wait_stat(c2, "backend_ready", 1);
 	kt_req(c2, "OK 1", "UNLOCK z");
 }
 END_TEST
