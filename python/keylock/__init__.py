@@ -17,8 +17,8 @@ asyncio one (``async with locks.lock(key) as h``). Errors are
 
 from ._errors import (AuthError, Backend, BadKey, BadRequest, Busy,
                       Cancelled, Conflict, ConnectionFailed, Deadlock, Error,
-                      Held, Limit, Locked, LockLost, NotHeld, ProtocolError,
-                      Shutdown, Timeout)
+                      Held, Limit, Locked, LockLost, NoPermission, NotHeld,
+                      ProtocolError, Shutdown, Timeout)
 from ._sync import Handle, Hold, KeyedLock
 from ._wire import Key, KeyPart, decode_key, encode_key
 
@@ -27,7 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "KeyedLock", "Hold", "Handle", "Key", "KeyPart", "encode_key",
     "decode_key", "Error", "Timeout", "Locked", "Busy", "Deadlock", "Held",
-    "NotHeld", "Conflict", "Limit", "AuthError", "Shutdown", "Backend",
+    "NotHeld", "Conflict", "Limit", "AuthError", "NoPermission",
+    "Shutdown", "Backend",
     "Cancelled", "LockLost", "BadRequest", "BadKey", "ConnectionFailed",
     "ProtocolError",
 ]

@@ -95,6 +95,14 @@ class AuthError(Error):
     CODE = "AUTH"
 
 
+class NoPermission(Error, PermissionError):
+    """``NOPERM``: the user the connection authenticated as may not use
+    one of the keys (keylockd-protocol(7), ACCESS CONTROL); nothing was
+    changed. A user authenticates with ``secret="user secret"``."""
+
+    CODE = "NOPERM"
+
+
 class Shutdown(Error):
     """``SHUTDOWN``: the server is stopping; nothing was granted."""
 
@@ -148,7 +156,7 @@ class ProtocolError(Error):
 _BY_CODE: Dict[str, Type[Error]] = {
     cls.CODE: cls for cls in (
         Timeout, Locked, Busy, Deadlock, Held, NotHeld, Conflict, Limit,
-        AuthError, Shutdown, Backend, Cancelled, BadKey)
+        AuthError, NoPermission, Shutdown, Backend, Cancelled, BadKey)
     if cls.CODE is not None
 }
 _BY_CODE["SYNTAX"] = BadRequest

@@ -139,3 +139,33 @@ def test_a_drop_while_holding_is_lost_not_reconnected(
         await locks.aclose()
     asyncio.run(main())
     assert d2.stats()["grants"] == 1
+
+
+def test_a_user_gets_noperm_outside_its_keys(tmp_path: pathlib.Path) -> None:
+    """keylockd-protocol(7), ACCESS CONTROL: a secret of two words is
+    AUTH user secret; a key outside the user's patterns is NoPermission,
+    and nothing changed."""
+    secret = tmp_path / "alice.secret"
+    secret.write_text("alice-pw\n")
+    secret.chmod(0o600)
+    conf = tmp_path / "keylockd.conf"
+    conf.write_text(f"user alice secret-file={secret} keys=a:*\n")
+    (tmp_path / "d").mkdir()
+    d = Daemon(tmp_path / "d", "--config", str(conf))
+    try:
+        with keylock.KeyedLock(d.addr, secret="alice alice-pw") as locks:
+            with locks.lock("a:1"):
+                with pytest.raises(keylock.NoPermission) as e:
+                    with locks.lock("b:1"):
+                        pass
+                assert e.value.code == "NOPERM"
+                assert isinstance(e.value, PermissionError)
+                st = locks.stats()
+                assert st["held"] == 1 and st["waiting"] == 0, st
+        with keylock.KeyedLock(d.addr, secret="alice wrong") as locks:
+            with pytest.raises(keylock.AuthError):
+                locks.stats()
+        with keylock.KeyedLock(d.addr, secret="alice alice-pw") as locks:
+            assert locks.stats()["keys"] == 0
+    finally:
+        d.stop()
