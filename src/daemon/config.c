@@ -77,6 +77,9 @@ static const struct setting settings[] = {
 	{ "auth-timeout", "MS", SET_INT, OFF(auth_timeout), 0,
 	    (int64_t)KL_MS_MAX, "ms a connection has for AUTH, or for a "
 	    "first line with no secret (0: no limit)", true },
+	{ "max-clients-per-address", "N", SET_INT,
+	    OFF(max_clients_per_address), 0, 10000000, "TCP and TLS "
+	    "connections from one address (0: no limit)", true },
 	{ "reserved-slots", "N", SET_INT, OFF(reserved_slots), 0, 1000,
 	    "connections the unix socket may open past max-clients", true },
 	{ "max-keys", "N", SET_INT, OFF(max_keys), 1, KL_KEYS_HARD_MAX,

@@ -76,6 +76,15 @@ enum conn_state {
 
 TAILQ_HEAD(conn_list, conn);
 
+/* The TCP and TLS connections from one address (max-clients-per-address). */
+struct conn_addr {
+	struct conn_addr	*next;		/* bucket chain */
+	uint32_t		 n;
+	char			 host[48];	/* the peer without its port */
+};
+
+#define CONN_ADDR_BUCKETS	1024
+
 struct conns {
 	struct event_base	*base;
 	const struct config	*cfg;
@@ -92,6 +101,7 @@ struct conns {
 	struct event		*stall_timer;	/* the oldest's write-timeout */
 	struct event		*resume;	/* runs them after the poll */
 	struct sessions		*sessions;	/* keylockd-protocol(7), SESSIONS */
+	struct conn_addr	**addrs;	/* CONN_ADDR_BUCKETS, or NULL */
 	bool			 closing;	/* shutdown: sessions end too */
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
@@ -133,6 +143,7 @@ struct conn {
 	size_t			 produced;	/* reply bytes this turn */
 	char			*name;
 	struct tls_conn		*tls;		/* NULL: plain */
+	struct conn_addr	*addr;		/* TCP, TLS: its address's count */
 	const char		*eof;		/* why input ended, or NULL */
 	/* The root's channels in use, by number: chained buckets. */
 	struct conn		**chans;
@@ -368,6 +379,7 @@ conns_free(struct conns *cs)
 	conns_close_all(cs, "server shutdown");
 	conns_free_dead(cs);
 	sessions_free(cs->sessions);
+	kl_free(cs->addrs);	/* every connection has let go of its own */
 	event_free(cs->resume);
 	event_free(cs->admit_timer);
 	event_free(cs->stall_timer);
@@ -485,6 +497,91 @@ conn_get_cred(struct conn *c)
 	}
 }
 
+/* ---- connections per address (keylockd.conf(5),
+ * max-clients-per-address) ---- */
+
+/* peer ("192.0.2.1:4711", "[2001:db8::1]:4711") without its port. */
+static void
+conn_addr_host(const char *peer, char *host, size_t len)
+{
+	const char	*colon = strrchr(peer, ':');
+	size_t		 n = colon != NULL ? (size_t)(colon - peer) :
+	    strlen(peer);
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(host, peer, n);
+	host[n] = '\0';
+}
+
+static struct conn_addr **
+conn_addr_slot(struct conns *cs, const char *host)
+{
+	uint32_t		 h = 2166136261u;
+	struct conn_addr	**pp;
+
+	for (const char *p = host; *p != '\0'; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	for (pp = &cs->addrs[h % CONN_ADDR_BUCKETS]; *pp != NULL;
+	    pp = &(*pp)->next)
+		if (strcmp((*pp)->host, host) == 0)
+			break;
+	return pp;
+}
+
+uint64_t
+conns_clients_from(struct conns *cs, const char *peer)
+{
+	char			 host[48];
+	struct conn_addr	**pp;
+
+	if (cs->addrs == NULL)
+		return 0;
+	conn_addr_host(peer, host, sizeof(host));
+	pp = conn_addr_slot(cs, host);
+	return *pp != NULL ? (*pp)->n : 0;
+}
+
+/* c, over TCP or TLS, counts for its address; false on no memory. */
+static bool
+conn_addr_hold(struct conn *c)
+{
+	struct conns		*cs = c->cs;
+	struct conn_addr	**pp, *a;
+	char			  host[48];
+
+	if (c->transport == CONN_UNIX)
+		return true;
+	if (cs->addrs == NULL && (cs->addrs = kl_calloc(CONN_ADDR_BUCKETS,
+	    sizeof(*cs->addrs))) == NULL)
+		return false;
+	conn_addr_host(c->peer, host, sizeof(host));
+	if ((a = *(pp = conn_addr_slot(cs, host))) == NULL) {
+		if ((a = kl_calloc(1, sizeof(*a))) == NULL)
+			return false;
+		snprintf(a->host, sizeof(a->host), "%s", host);
+		*pp = a;
+	}
+	a->n++;
+	c->addr = a;
+	return true;
+}
+
+static void
+conn_addr_release(struct conn *c)
+{
+	struct conn_addr	**pp, *a = c->addr;
+
+	if (a == NULL)
+		return;
+	c->addr = NULL;
+	if (--a->n > 0)
+		return;
+	pp = conn_addr_slot(c->cs, a->host);
+	*pp = a->next;
+	kl_free(a);
+}
+
 struct conn *
 conn_new(struct conns *cs, int fd, const char *peer,
     enum conn_transport transport)
@@ -508,7 +605,8 @@ conn_new(struct conns *cs, int fd, const char *peer,
 	    conn_write_cb, c);
 	c->h.owner = cs->be->ops->owner_new(cs->be, c->id, c);
 	if (c->rev == NULL || c->wev == NULL || c->h.owner == NULL ||
-	    event_add(c->rev, NULL) == -1) {
+	    !conn_addr_hold(c) || event_add(c->rev, NULL) == -1) {
+		conn_addr_release(c);
 		if (c->rev != NULL)
 			event_free(c->rev);
 		if (c->wev != NULL)
@@ -541,6 +639,7 @@ conn_close(struct conn *c, const char *reason)
 	conn_chans_close(c);	/* before c: see conns_release_closed() */
 	conn_admit(c);	/* leaves cs->unadmitted */
 	conn_stall(c, false, false);	/* leaves cs->stalled */
+	conn_addr_release(c);
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
 	event_free(c->wev);
@@ -2388,6 +2487,8 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	    conn_write_cb, c);
 	TAILQ_INSERT_TAIL(&cs->all, c, entry);
 	cs->st->clients++;
+	if (!conn_addr_hold(c))
+		return ks_fail(r, "out of memory");
 	if (!c->admitted) {
 		TAILQ_INSERT_TAIL(&cs->unadmitted, c, aentry);
 		if (TAILQ_FIRST(&cs->unadmitted) == c)

@@ -54,6 +54,9 @@ void		 conns_end_turn(struct conns *cs);
  * closed after one last attempt to send its replies. */
 void		 conns_close_all(struct conns *cs, const char *reason);
 struct conn	*conns_find(struct conns *cs, uint64_t id);
+/* The open TCP and TLS connections from peer's address (its port is
+ * left out): keylockd.conf(5), max-clients-per-address. */
+uint64_t	 conns_clients_from(struct conns *cs, const char *peer);
 /* Calls fn for each open connection, oldest first, until it returns
  * false. */
 void		 conns_walk(struct conns *cs,

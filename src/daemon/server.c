@@ -125,12 +125,10 @@ server_pause_accept(struct server *srv)
 }
 
 static void
-server_refuse(struct server *srv, int fd)
+server_refuse(struct server *srv, int fd, const char *msg)
 {
-	static const char	msg[] = "ERR LIMIT too many connections\n";
-
 	srv->stats.rejected_connections++;
-	(void)send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)send(fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
 	close(fd);
 }
 
@@ -167,7 +165,23 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			log_debug("refused a connection on %s: max-clients "
 			    "%" PRId64 " reached", l->name,
 			    srv->cfg->max_clients);
-			server_refuse(srv, fd);
+			server_refuse(srv, fd, "ERR LIMIT too many "
+			    "connections\n");
+			continue;
+		}
+		server_peer_name(&ss, peer, sizeof(peer));
+		/* One address cannot take every slot (security review H1;
+		 * keylockd.conf(5), max-clients-per-address). */
+		if (l->transport != CONN_UNIX &&
+		    srv->cfg->max_clients_per_address > 0 &&
+		    conns_clients_from(srv->conns, peer) >=
+		    (uint64_t)srv->cfg->max_clients_per_address) {
+			log_debug("refused a connection from %s: "
+			    "max-clients-per-address %" PRId64 " reached",
+			    peer, srv->cfg->max_clients_per_address);
+			server_refuse(srv, fd, "ERR LIMIT too many "
+			    "connections from this address "
+			    "(max-clients-per-address)\n");
 			continue;
 		}
 		if (l->transport != CONN_UNIX) {
@@ -175,7 +189,6 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			    sizeof(on));
 			server_set_keepalive(srv->cfg, fd);
 		}
-		server_peer_name(&ss, peer, sizeof(peer));
 		if ((c = conn_new(srv->conns, fd, peer, l->transport)) ==
 		    NULL) {
 			log_warnx("out of memory for a connection from %s",

@@ -7,7 +7,8 @@
  * bounded at 16 KiB; one reply too large for max-output is ERR LIMIT, not
  * a closed connection; CLIENTS lists the first keys of a wait and counts
  * the rest; max-waiters is a ceiling max_waiters= cannot raise; and
- * max-table-bytes refuses LOCK while the table is full, and only then.
+ * max-table-bytes refuses LOCK while the table is full, and only then;
+ * max-clients-per-address keeps one address from taking every slot.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -270,6 +271,41 @@ START_TEST(max_table_bytes_refuses_lock_while_the_table_is_full)
 }
 END_TEST
 
+START_TEST(max_clients_per_address_leaves_slots_for_others)
+{
+	struct kt_conn	*c[3], *u;
+	int		 fd;
+	char		 buf[256];
+	ssize_t		 n;
+	struct pollfd	 pfd;
+
+	kt_start("--max-clients-per-address", "3");
+	for (int i = 0; i < 3; i++) {
+		c[i] = kt_connect();
+		kt_req(c[i], "OK PONG", "PING");
+	}
+	/* the fourth from 127.0.0.1 is told and closed */
+	fd = hu_socket(kt_d, KT_TCP, 0);
+	ck_assert(fd != -1 && hu_connected(fd, kt_ms(3000)));
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	ck_assert_int_eq(poll(&pfd, 1, (int)kt_ms(3000)), 1);
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	ck_assert(n > 0);
+	buf[n] = '\0';
+	ck_assert_msg(strncmp(buf, "ERR LIMIT too many connections from this "
+	    "address", 47) == 0, "%s", buf);
+	close(fd);
+	/* the unix socket does not count; one closed frees its slot */
+	u = kt_connect_unix();
+	ck_assert_int_eq(kt_stat(u, "rejected_connections"), 1);
+	kt_conn_close(c[0]);
+	kt_wait_stat(u, "clients", 3);
+	c[0] = kt_connect();
+	kt_req(c[0], "OK PONG", "PING");
+}
+END_TEST
+
 void
 ht_add_budgets(Suite *s)
 {
@@ -282,6 +318,7 @@ ht_add_budgets(Suite *s)
 	tcase_add_test(tc, one_reply_over_max_output_is_limit_not_a_close);
 	tcase_add_test(tc, max_waiters_is_a_ceiling_no_request_raises);
 	tcase_add_test(tc, max_table_bytes_refuses_lock_while_the_table_is_full);
+	tcase_add_test(tc, max_clients_per_address_leaves_slots_for_others);
 	tc = kt_tcase(s, "budgets_default", KT_PRIVATE, 60, NULL);
 	tcase_add_test(tc,
 	    clients_lists_eight_keys_of_a_wait_and_counts_them_all);
