@@ -11,6 +11,7 @@ import asyncio
 import collections
 import json
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 import keylock
 import keylock.aio
-from conftest import Daemon, clean_env
+from conftest import SLOW, Daemon, clean_env
 
 needs_timeout_cm = pytest.mark.skipif(
     sys.version_info < (3, 11), reason="asyncio.timeout is Python 3.11+")
@@ -279,6 +280,18 @@ def test_keyboard_interrupt_withdraws_the_wait(server: Daemon) -> None:
     server.wait_idle()
 
 
+def _line_within(proc: "subprocess.Popen[bytes]", seconds: float) -> bytes:
+    """The child's next line, or a failure (never a hang) if it has not
+    written one within seconds: a lost Ctrl-C must fail the test, not
+    stall the suite."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    if not ready:
+        pytest.fail(f"no line from the child within {seconds:g} s: "
+                    f"its Ctrl-C was lost")
+    return proc.stdout.readline()
+
+
 def test_keyboard_interrupt_racing_the_grant_releases_it(
         server: Daemon, report: Any) -> None:
     """Ctrl-C while hold() waits, sent as the holder lets go: the grant
@@ -305,8 +318,10 @@ def test_keyboard_interrupt_racing_the_grant_releases_it(
         for _ in range(20):
             hold = locks.hold("ki:race")
             hold.__enter__()
+            # unbuffered: a line read is all that was taken from the pipe,
+            # so select() sees what is left
             proc = subprocess.Popen([sys.executable, "-c", script],
-                                    stdin=subprocess.PIPE,
+                                    stdin=subprocess.PIPE, bufsize=0,
                                     stdout=subprocess.PIPE, env=clean_env())
             try:
                 assert proc.stdout is not None
@@ -322,9 +337,9 @@ def test_keyboard_interrupt_racing_the_grant_releases_it(
                     proc.send_signal(signal.SIGINT)
                     time.sleep(pause)
                     hold.__exit__(None, None, None)
-                lines = [proc.stdout.readline()]
+                lines = [_line_within(proc, 20 * SLOW)]
                 if lines[0] == b"granted\n":
-                    lines.append(proc.stdout.readline())
+                    lines.append(_line_within(proc, 20 * SLOW))
                 assert lines[-1] == b"interrupted\n", lines
                 outcomes["granted first" if len(lines) == 2 else
                          "interrupted waiting"] += 1
