@@ -2,17 +2,19 @@
 """The threading face: the same engine, run on one private loop thread.
 
 Calls from any thread hand a coroutine to the loop thread and wait for it.
-A KeyboardInterrupt (or any exception a signal handler raises) while a call
-waits cancels the coroutine, which withdraws a waiting LOCK with CANCEL,
-waits for the cleanup (a grant that won the race is released first), and
-then re-raises in the caller. After fork the child starts its own thread
-on first use.
+The loop thread blocks every asynchronous signal, so that none is taken
+there. A KeyboardInterrupt (or any exception a signal handler raises)
+while a call waits cancels the coroutine, which withdraws a waiting LOCK
+with CANCEL, waits for the cleanup (a grant that won the race is released
+first), and then re-raises in the caller. After fork the child starts its
+own thread on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import ssl
 import threading
 from types import TracebackType
@@ -27,6 +29,12 @@ __all__ = ["KeyedLock", "Hold", "Handle"]
 
 T = TypeVar("T")
 
+#: What the loop thread never takes: every signal but those a fault of
+#: its own raises.
+_ASYNC_SIGNALS = signal.valid_signals() - {
+    signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+    signal.SIGKILL, signal.SIGSTOP}
+
 
 class _Runner:
     """The loop thread of this process."""
@@ -37,7 +45,18 @@ class _Runner:
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,),
                                        name="keylock-io", daemon=True)
-        self.thread.start()
+        # The loop thread starts with every signal blocked (a thread
+        # inherits its creator's mask), so the kernel hands the process's
+        # signals to a thread that takes them: Ctrl-C sent while the main
+        # thread sits in a system call (stdin, sleep) must interrupt that
+        # call; taken by this thread it would only set Python's flag, and
+        # the KeyboardInterrupt would wait for the main thread's next
+        # bytecode, perhaps for ever.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+        try:
+            self.thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         ready.wait()
 
     def _run(self, ready: threading.Event) -> None:
