@@ -76,6 +76,32 @@ enum conn_state {
 
 TAILQ_HEAD(conn_list, conn);
 
+/*
+ * The connections with a deadline of one kind, in the order their clocks
+ * started, so that one timer, set for the head, serves them all: a
+ * connection that has not passed AUTH (auth-timeout), one whose output
+ * stopped moving (write-timeout). A connection joins at the tail with the
+ * time its clock starts, which is never before the tail's.
+ */
+enum conn_dl {
+	CONN_DL_AUTH = 0,	/* since: connected */
+	CONN_DL_WRITE,		/* since: output stuck */
+	CONN_DL_N
+};
+
+struct conn_dl_entry {
+	TAILQ_ENTRY(conn)	 e;
+	uint64_t		 since;		/* the clock's start */
+	bool			 on;		/* on the list */
+};
+
+struct conn_deadlines {
+	struct conn_list	 list;
+	struct event		*timer;		/* the head's deadline */
+	struct conns		*cs;
+	enum conn_dl		 kind;
+};
+
 /* The TCP and TLS connections from one address (max-clients-per-address). */
 struct conn_addr {
 	struct conn_addr	*next;		/* bucket chain */
@@ -95,10 +121,7 @@ struct conns {
 	struct conn_list	 runq;		/* work left for this turn */
 	struct conn_list	 dead;		/* closed, freed end of turn */
 	struct conn_list	 deferred;	/* turn used up: next turn */
-	struct conn_list	 unadmitted;	/* by age: see conn_admit() */
-	struct event		*admit_timer;	/* the oldest's auth-timeout */
-	struct conn_list	 stalled;	/* by stall: see conn_stall() */
-	struct event		*stall_timer;	/* the oldest's write-timeout */
+	struct conn_deadlines	 dl[CONN_DL_N];	/* see conn_dl_join() */
 	struct event		*resume;	/* runs them after the poll */
 	struct sessions		*sessions;	/* keylockd-protocol(7), SESSIONS */
 	struct conn_addr	**addrs;	/* CONN_ADDR_BUCKETS, or NULL */
@@ -125,9 +148,7 @@ struct conn {
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
-	TAILQ_ENTRY(conn)	 aentry;	/* cs->unadmitted */
-	TAILQ_ENTRY(conn)	 sentry;	/* cs->stalled */
-	uint64_t		 stall_ms;	/* output stuck since; 0: not */
+	struct conn_dl_entry	 dl[CONN_DL_N];	/* cs->dl[k] */
 	struct conns		*cs;
 	struct event		*rev;		/* readable (or closed) */
 	struct event		*wev;		/* writable, while output waits */
@@ -204,9 +225,10 @@ static bool	conns_release_closed(struct conns *cs);
 
 /* ---- the set and the turn ---- */
 
-static void	conns_admit_cb(evutil_socket_t, short, void *);
-static void	conns_arm_admit(struct conns *);
-static void	conns_stall_cb(evutil_socket_t, short, void *);
+static void	conns_dl_cb(evutil_socket_t, short, void *);
+static void	conns_dl_arm(struct conns *, enum conn_dl);
+static void	conn_dl_join(struct conn *, enum conn_dl, uint64_t);
+static void	conn_dl_leave(struct conn *, enum conn_dl);
 static void	conn_stall(struct conn *, bool, bool);
 static void	conn_undefer(struct conn *);
 static void	conn_chans_close(struct conn *);
@@ -248,24 +270,29 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->runq);
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
-	TAILQ_INIT(&cs->unadmitted);
-	TAILQ_INIT(&cs->stalled);
+	for (int k = 0; k < CONN_DL_N; k++) {
+		TAILQ_INIT(&cs->dl[k].list);
+		cs->dl[k].cs = cs;
+		cs->dl[k].kind = (enum conn_dl)k;
+		cs->dl[k].timer = evtimer_new(base, conns_dl_cb, &cs->dl[k]);
+		if (cs->dl[k].timer == NULL)
+			goto fail;
+	}
 	if ((cs->scratch = kl_malloc(CONN_SCRATCH_SIZE)) == NULL ||
 	    (cs->sessions = sessions_new(cs, base, cfg, st, be)) == NULL ||
-	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL ||
-	    (cs->admit_timer = evtimer_new(base, conns_admit_cb, cs)) ==
-	    NULL || (cs->stall_timer = evtimer_new(base, conns_stall_cb,
-	    cs)) == NULL) {
-		if (cs->admit_timer != NULL)
-			event_free(cs->admit_timer);
-		if (cs->resume != NULL)
-			event_free(cs->resume);
-		sessions_free(cs->sessions);
-		kl_free(cs->scratch);
-		kl_free(cs);
-		return NULL;
-	}
+	    (cs->resume = evtimer_new(base, conns_resume_cb, cs)) == NULL)
+		goto fail;
 	return cs;
+fail:
+	for (int k = 0; k < CONN_DL_N; k++)
+		if (cs->dl[k].timer != NULL)
+			event_free(cs->dl[k].timer);
+	if (cs->resume != NULL)
+		event_free(cs->resume);
+	sessions_free(cs->sessions);
+	kl_free(cs->scratch);
+	kl_free(cs);
+	return NULL;
 }
 
 static void
@@ -381,8 +408,8 @@ conns_free(struct conns *cs)
 	sessions_free(cs->sessions);
 	kl_free(cs->addrs);	/* every connection has let go of its own */
 	event_free(cs->resume);
-	event_free(cs->admit_timer);
-	event_free(cs->stall_timer);
+	for (int k = 0; k < CONN_DL_N; k++)
+		event_free(cs->dl[k].timer);
 	kl_free(cs->scratch);
 	kl_free(cs);
 }
@@ -617,9 +644,7 @@ conn_new(struct conns *cs, int fd, const char *peer,
 		return NULL;
 	}
 	TAILQ_INSERT_TAIL(&cs->all, c, entry);
-	TAILQ_INSERT_TAIL(&cs->unadmitted, c, aentry);
-	if (TAILQ_FIRST(&cs->unadmitted) == c)
-		conns_arm_admit(cs);
+	conn_dl_join(c, CONN_DL_AUTH, c->since_ms);
 	cs->st->clients++;
 	cs->st->connections++;
 	log_debug("client %" PRIu64 ": connected from %s", c->id, c->peer);
@@ -637,8 +662,8 @@ conn_close(struct conn *c, const char *reason)
 	log_debug("client %" PRIu64 " (%s): closed: %s", c->id,
 	    c->name != NULL ? c->name : "-", reason);
 	conn_chans_close(c);	/* before c: see conns_release_closed() */
-	conn_admit(c);	/* leaves cs->unadmitted */
-	conn_stall(c, false, false);	/* leaves cs->stalled */
+	for (int k = 0; k < CONN_DL_N; k++)
+		conn_dl_leave(c, (enum conn_dl)k);
 	conn_addr_release(c);
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
@@ -733,7 +758,7 @@ conn_flush(struct conn *c)
 		return false;
 	}
 	c->ooff = c->olen = 0;
-	if (c->stall_ms != 0)
+	if (c->dl[CONN_DL_WRITE].on)
 		conn_stall(c, false, false);
 	if (c->ocap > CONN_OBUF_MIN) {
 		kl_free(c->obuf);
@@ -1837,148 +1862,162 @@ conn_auth_failed(struct conn *c)
 	return c->auth_failures;
 }
 
-/* ---- auth-timeout (keylockd.conf(5)) ---- */
+/* ---- deadlines: auth-timeout, write-timeout (keylockd.conf(5)) ---- */
+
+static uint64_t
+conns_dl_limit(const struct conns *cs, enum conn_dl k)
+{
+	switch (k) {
+	case CONN_DL_AUTH:
+		return (uint64_t)cs->cfg->auth_timeout;
+	case CONN_DL_WRITE:
+		return (uint64_t)cs->cfg->write_timeout;
+	case CONN_DL_N:
+		break;
+	}
+	return 0;
+}
+
+/* The timer of list k, for its head; off while the list is empty or its
+ * setting is 0. */
+static void
+conns_dl_arm(struct conns *cs, enum conn_dl k)
+{
+	struct conn	*c = TAILQ_FIRST(&cs->dl[k].list);
+	uint64_t	 limit = conns_dl_limit(cs, k), now, at;
+	struct timeval	 tv;
+
+	if (c == NULL || limit == 0) {
+		evtimer_del(cs->dl[k].timer);
+		return;
+	}
+	now = kl_now_ms();
+	at = c->dl[k].since + limit;
+	at = at > now ? at - now : 0;
+	tv.tv_sec = (time_t)(at / 1000);
+	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
+	evtimer_add(cs->dl[k].timer, &tv);
+}
 
 /*
- * A connection is admitted once it passed AUTH or, with no client secret
- * set, sent a complete line. Until then it waits on cs->unadmitted, in
- * the order it came, and one timer for the oldest closes it when
- * auth-timeout runs out: silent connections, half lines and half TLS
- * handshakes cannot hold slots for ever.
+ * c's clock of kind k starts (again) at since: c goes to the tail of list
+ * k. The timer is set again only when the head changed: re-adding a timer
+ * that is due would take it off libevent's active queue, and a busy loop
+ * would never run it.
  */
-void
-conn_admit(struct conn *c)
+static void
+conn_dl_join(struct conn *c, enum conn_dl k, uint64_t since)
+{
+	struct conns	*cs = c->cs;
+	bool		 first = false;
+
+	if (c->dl[k].on) {
+		first = TAILQ_FIRST(&cs->dl[k].list) == c;
+		TAILQ_REMOVE(&cs->dl[k].list, c, dl[k].e);
+	}
+	c->dl[k].since = since;
+	c->dl[k].on = true;
+	TAILQ_INSERT_TAIL(&cs->dl[k].list, c, dl[k].e);
+	if (first || TAILQ_FIRST(&cs->dl[k].list) == c)
+		conns_dl_arm(cs, k);
+}
+
+/* c's clock of kind k stops. */
+static void
+conn_dl_leave(struct conn *c, enum conn_dl k)
 {
 	struct conns	*cs = c->cs;
 	bool		 first;
 
-	if (c->admitted)
+	if (!c->dl[k].on)
 		return;
-	first = TAILQ_FIRST(&cs->unadmitted) == c;
-	TAILQ_REMOVE(&cs->unadmitted, c, aentry);
-	c->admitted = true;
+	first = TAILQ_FIRST(&cs->dl[k].list) == c;
+	TAILQ_REMOVE(&cs->dl[k].list, c, dl[k].e);
+	c->dl[k].on = false;
 	if (first)
-		conns_arm_admit(cs);
+		conns_dl_arm(cs, k);
 }
 
+/* c's deadline of kind k has passed: c leaves list k (closed). */
 static void
-conns_arm_admit(struct conns *cs)
+conn_dl_expire(struct conn *c, enum conn_dl k, uint64_t limit)
 {
-	struct conn	*c = TAILQ_FIRST(&cs->unadmitted);
-	uint64_t	 limit = (uint64_t)cs->cfg->auth_timeout, now, at;
-	struct timeval	 tv;
+	struct conns	*cs = c->cs;
 
-	if (c == NULL || limit == 0) {
-		evtimer_del(cs->admit_timer);
-		return;
-	}
-	now = kl_now_ms();
-	at = c->since_ms + limit;
-	at = at > now ? at - now : 0;
-	tv.tv_sec = (time_t)(at / 1000);
-	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
-	evtimer_add(cs->admit_timer, &tv);
-}
-
-static void
-conns_admit_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct conns	*cs = arg;
-	struct conn	*c;
-	uint64_t	 limit = (uint64_t)cs->cfg->auth_timeout;
-	uint64_t	 now = kl_now_ms();
-
-	while (limit > 0 && (c = TAILQ_FIRST(&cs->unadmitted)) != NULL &&
-	    now - c->since_ms >= limit) {
+	switch (k) {
+	case CONN_DL_AUTH:
 		log_info("client %" PRIu64 " from %s: no %s within "
 		    "auth-timeout %" PRIu64 " ms: closing it", c->id, c->peer,
 		    commands_need_auth(cs->cmds) ? "AUTH" : "complete line",
 		    limit);
 		cs->st->auth_timeouts++;
-		conn_close(c, "auth-timeout");	/* leaves the list */
-	}
-	conns_arm_admit(cs);
-	conns_end_turn(cs);
-}
-
-/* ---- write-timeout (keylockd.conf(5)) ---- */
-
-static void
-conns_arm_stall(struct conns *cs)
-{
-	struct conn	*c = TAILQ_FIRST(&cs->stalled);
-	uint64_t	 limit = (uint64_t)cs->cfg->write_timeout, now, at;
-	struct timeval	 tv;
-
-	if (c == NULL || limit == 0) {
-		evtimer_del(cs->stall_timer);
-		return;
-	}
-	now = kl_now_ms();
-	at = c->stall_ms + limit;
-	at = at > now ? at - now : 0;
-	tv.tv_sec = (time_t)(at / 1000);
-	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
-	evtimer_add(cs->stall_timer, &tv);
-}
-
-/*
- * c's output is stuck (the kernel took no more of it) or flowing again.
- * A connection whose unsent replies have not moved for write-timeout is
- * closed (conns_stall_cb): a peer that stopped reading cannot pin its
- * output for ever. The list is in stall order, so one timer serves it; a
- * connection joins it only when a send(2) would block, and goes to its
- * end whenever some of its bytes went out.
- */
-static void
-conn_stall(struct conn *c, bool stuck, bool moved)
-{
-	struct conns	*cs = c->cs;
-	bool		 first = false;
-
-	if (c->stall_ms != 0 && (!stuck || moved)) {
-		first = TAILQ_FIRST(&cs->stalled) == c;
-		TAILQ_REMOVE(&cs->stalled, c, sentry);
-		c->stall_ms = 0;
-	}
-	if (stuck && c->stall_ms == 0) {
-		c->stall_ms = kl_now_ms();
-		TAILQ_INSERT_TAIL(&cs->stalled, c, sentry);
-		first = first || TAILQ_FIRST(&cs->stalled) == c;
-	}
-	/* Only when the head changed: re-adding a timer that is due would
-	 * take it off libevent's active queue, and a busy loop would never
-	 * run it. */
-	if (first)
-		conns_arm_stall(cs);
-}
-
-static void
-conns_stall_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct conns	*cs = arg;
-	struct conn	*c;
-	uint64_t	 limit = (uint64_t)cs->cfg->write_timeout;
-	uint64_t	 now = kl_now_ms();
-
-	while (limit > 0 && (c = TAILQ_FIRST(&cs->stalled)) != NULL &&
-	    now - c->stall_ms >= limit) {
+		conn_close(c, "auth-timeout");
+		break;
+	case CONN_DL_WRITE:
 		log_info("client %" PRIu64 " (%s) from %s: %zu reply bytes "
 		    "unread for write-timeout %" PRIu64 " ms: closing it",
 		    c->id, c->name != NULL ? c->name : "-", c->peer,
 		    c->olen - c->ooff, limit);
 		cs->st->write_timeouts++;
-		conn_close(c, "write-timeout");	/* leaves the list */
+		conn_close(c, "write-timeout");
+		break;
+	case CONN_DL_N:
+		break;
 	}
-	conns_arm_stall(cs);
+}
+
+static void
+conns_dl_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn_deadlines	*d = arg;
+	struct conns		*cs = d->cs;
+	struct conn		*c;
+	uint64_t		 limit = conns_dl_limit(cs, d->kind);
+	uint64_t		 now = kl_now_ms();
+
+	while (limit > 0 && (c = TAILQ_FIRST(&d->list)) != NULL &&
+	    now - c->dl[d->kind].since >= limit)
+		conn_dl_expire(c, d->kind, limit);	/* leaves the list */
+	conns_dl_arm(cs, d->kind);
 	conns_end_turn(cs);
+}
+
+/*
+ * A connection is admitted once it passed AUTH or, with no client secret
+ * set, sent a complete line. Until then it is on the auth-timeout list,
+ * from the time it came: silent connections, half lines and half TLS
+ * handshakes cannot hold slots for ever.
+ */
+void
+conn_admit(struct conn *c)
+{
+	if (c->admitted)
+		return;
+	c->admitted = true;
+	conn_dl_leave(c, CONN_DL_AUTH);
+}
+
+/*
+ * c's output is stuck (the kernel took no more of it) or flowing again.
+ * A connection whose unsent replies have not moved for write-timeout is
+ * closed: a peer that stopped reading cannot pin its output for ever. A
+ * connection joins the list only when a send(2) would block, and goes to
+ * its end whenever some of its bytes went out.
+ */
+static void
+conn_stall(struct conn *c, bool stuck, bool moved)
+{
+	if (!stuck)
+		conn_dl_leave(c, CONN_DL_WRITE);
+	else if (!c->dl[CONN_DL_WRITE].on || moved)
+		conn_dl_join(c, CONN_DL_WRITE, kl_now_ms());
 }
 
 void
 conns_reload(struct conns *cs)
 {
-	conns_arm_admit(cs);
-	conns_arm_stall(cs);
+	for (int k = 0; k < CONN_DL_N; k++)
+		conns_dl_arm(cs, (enum conn_dl)k);
 	commands_reauth(cs->cmds, cs);
 }
 
@@ -2489,11 +2528,8 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	cs->st->clients++;
 	if (!conn_addr_hold(c))
 		return ks_fail(r, "out of memory");
-	if (!c->admitted) {
-		TAILQ_INSERT_TAIL(&cs->unadmitted, c, aentry);
-		if (TAILQ_FIRST(&cs->unadmitted) == c)
-			conns_arm_admit(cs);
-	}
+	if (!c->admitted)
+		conn_dl_join(c, CONN_DL_AUTH, c->since_ms);
 	if (c->rev == NULL || c->wev == NULL ||
 	    (!eof && event_add(c->rev, NULL) == -1))
 		return ks_fail(r, "out of memory");
