@@ -72,6 +72,8 @@ static const char *const status_texts[] = {
 	    "lock or a wait",
 };
 
+static enum keylock_status	 connect_list(struct keylock *, const char *,
+				    size_t, size_t, const char *, long);
 static enum keylock_status	 connect_one(struct keylock *, const char *,
 				    const char *);
 static int			 connect_moves_on(const struct keylock *,
@@ -162,12 +164,9 @@ keylock_timeout(const struct keylock *kl)
 enum keylock_status
 keylock_connect(struct keylock *kl, const char *server, const char *secret)
 {
-	enum keylock_status	 st, worst = KEYLOCK_OK;
-	const char		*p, *msg;
-	char			 one[KEYLOCK_SERVER_TEXT_MAX];
-	char			 why[KEYLOCK_MSG_MAX];
+	enum keylock_status	 st;
 	char			*list;
-	size_t			 n, len = 0;
+	size_t			 n;
 	long			 grace;
 
 	keylock_close(kl);
@@ -182,18 +181,79 @@ keylock_connect(struct keylock *kl, const char *server, const char *secret)
 		free(list);
 		return st;
 	}
+	kl->list_moves = 0;
+	st = connect_list(kl, list, n, 0, secret, grace);
+	free(list);
+	return st;
+}
+
+/*
+ * Moves to the next server of the list: after ERR BACKEND, that front end
+ * is cut off from its store and another may not be. The servers after the
+ * current one are tried in order, then those before it, then itself, as
+ * keylock_connect() tries a list; once every other server has been moved
+ * to since keylock_connect(), the list is used up.
+ */
+enum keylock_status
+keylock_failover(struct keylock *kl)
+{
+	enum keylock_status	 st;
+	char			*list;
+
+	if (kl->sess_servers == NULL)
+		return kli_fail(kl, KEYLOCK_ERR_CLOSED, "not connected");
+	if (kl->sess_id[0] != '\0')
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a session moves by "
+		    "itself (RESUME through the list)");
+	if (kl->pending)
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, "a LOCK is still "
+		    "waiting for its reply");
+	if (kl->list_moves + 1 >= kl->list_n)
+		return kli_fail(kl, KEYLOCK_ERR_INVAL, kl->list_n == 1 ?
+		    "no other server in the list" : "every server of the "
+		    "list has been tried");
+	if ((list = strdup(kl->sess_servers)) == NULL)
+		return kli_fail(kl, KEYLOCK_ERR_NOMEM, "out of memory");
+	kli_close(kl);
+	kl->list_moves++;
+	st = connect_list(kl, list, kl->list_n, kl->list_at + 1,
+	    kl->sess_secret, 0);
+	free(list);
+	return st;
+}
+
+/*
+ * Tries the n servers of list from the one at start (wrapping round), each
+ * with a deadline of its own, until one answers; the first that answers is
+ * kept, with the list (and a session if grace asks for one).
+ */
+static enum keylock_status
+connect_list(struct keylock *kl, const char *list, size_t n, size_t start,
+    const char *secret, long grace)
+{
+	enum keylock_status	 st, worst = KEYLOCK_OK;
+	const char		*p, *msg;
+	char			 one[KEYLOCK_SERVER_TEXT_MAX];
+	char			 why[KEYLOCK_MSG_MAX];
+	size_t			 len = 0;
+
 	why[0] = '\0';
-	for (p = list; p != NULL; ) {
-		(void)kli_server_cut(&p, one, sizeof(one));
+	for (size_t k = 0; k < n; k++) {
+		size_t	at = (start + k) % n;
+
+		p = list;
+		for (size_t j = 0; j <= at; j++)
+			(void)kli_server_cut(&p, one, sizeof(one));
 		st = connect_one(kl, one, secret);
-		if (st == KEYLOCK_OK)
-			/* kept for a session's reconnects, whenever one is
-			 * opened; then the session itself, if asked for */
+		if (st == KEYLOCK_OK) {
+			kl->list_at = at;
+			kl->list_n = n;
+			/* kept for a session's reconnects and a failover;
+			 * then the session itself, if asked for */
 			st = kli_session_open(kl, list, secret, grace);
-		if (st == KEYLOCK_OK || n == 1 || !connect_moves_on(kl, st)) {
-			free(list);
-			return st;
 		}
+		if (st == KEYLOCK_OK || n == 1 || !connect_moves_on(kl, st))
+			return st;
 		/* Each part names its server, and says why, shortly. */
 		msg = *kl->message != '\0' ? kl->message :
 		    keylock_strstatus(st);
@@ -207,7 +267,6 @@ keylock_connect(struct keylock *kl, const char *server, const char *secret)
 		if (worst != KEYLOCK_ERR_TLS)
 			worst = st;
 	}
-	free(list);
 	return kli_fail(kl, worst, "cannot reach keylockd: %s", why);
 }
 

@@ -125,6 +125,16 @@ void		 keylock_free(struct keylock *kl);
 enum keylock_status keylock_connect(struct keylock *kl, const char *server,
 		    const char *secret);
 /*
+ * Closes the connection (the server releases its locks) and connects to
+ * the next server of keylock_connect()'s list, trying the others in list
+ * order from there: for KEYLOCK_ERR_BACKEND, a front end cut off from the
+ * store that another front end of the list may still reach. Each server
+ * of the list is moved to at most once per keylock_connect(), then
+ * KEYLOCK_ERR_INVAL; so is a handle with a session (it moves by itself)
+ * or a LOCK in flight. libkeylock(3), "Server lists".
+ */
+enum keylock_status keylock_failover(struct keylock *kl);
+/*
  * Loads the TLS settings for the next keylock_connect(), which then always
  * uses TLS; NULL goes back to TLS for "tls://" servers only, with the
  * defaults. KEYLOCK_ERR_TLS when a file cannot be read or used.

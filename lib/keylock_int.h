@@ -62,6 +62,9 @@ struct keylock {
 	long			 sess_grace;	/* ms */
 	char			 sess_id[KEYLOCK_SESSION_ID_MAX + 1];
 	char			*sess_servers;	/* the list to reconnect to */
+	size_t			 list_n;	/* its servers */
+	size_t			 list_at;	/* the one connected, from 0 */
+	size_t			 list_moves;	/* keylock_failover()s */
 	char			*sess_secret;	/* or NULL */
 	int64_t			 sess_until;
 	int64_t			 sess_answered;	/* send time, last answered */

@@ -318,7 +318,6 @@ cli_connect(const struct cli *cli, int name_it)
 {
 	struct keylock		*kl;
 	enum keylock_status	 st;
-	char			 host[CLI_HOST_MAX + 1] = "", name[80];
 
 	if ((kl = keylock_new()) == NULL) {
 		cli_warnx("out of memory");
@@ -347,12 +346,22 @@ cli_connect(const struct cli *cli, int name_it)
 	if (st != KEYLOCK_OK)
 		exit(cli_fail(cli, kl, st));
 	keylock_set_timeout(kl, CLI_REPLY_MS_DEFAULT);
-	if (!name_it)
-		return kl;
+	if (name_it)
+		cli_name(cli, kl);
+	return kl;
+}
+
+/* NAME on a new connection: -N's, else one that says who holds it. */
+void
+cli_name(const struct cli *cli, struct keylock *kl)
+{
+	enum keylock_status	 st;
+	char			 host[CLI_HOST_MAX + 1] = "", name[80];
+
 	if (cli->name != NULL) {
 		if ((st = keylock_name(kl, cli->name)) != KEYLOCK_OK)
 			exit(cli_fail(cli, kl, st));
-		return kl;
+		return;
 	}
 	/* Who holds it? The default name answers, in INFO and in the
 	 * LOCKED text that other clients get. */
@@ -363,7 +372,6 @@ cli_connect(const struct cli *cli, int name_it)
 	if (keylock_name(kl, name) != KEYLOCK_OK &&
 	    !keylock_is_connected(kl))
 		exit(cli_fail(cli, kl, keylock_last_status(kl)));
-	return kl;
 }
 
 int

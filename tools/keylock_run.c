@@ -68,7 +68,7 @@ struct run {
 };
 
 static int			 run_hold(struct run *);
-static enum keylock_status	 run_acquire(struct run *, uint64_t *);
+static enum keylock_status	 run_acquire(struct run *, long, uint64_t *);
 static int			 run_signals_install(sigset_t *);
 static void			 run_signal_cb(int, siginfo_t *, void *);
 static pid_t			 run_spawn(struct run *, const sigset_t *);
@@ -114,11 +114,39 @@ run_hold(struct run *r)
 	sigset_t		 oldmask;
 	uint64_t		 token = 0;
 	int64_t			 start;
-	char			 tok[24];
+	char			 tok[24], why[512];
 
 	r->kl = cli_connect(cli, 1);
 	start = run_now_ms();
-	if ((st = run_acquire(r, &token)) != KEYLOCK_OK) {
+	st = run_acquire(r, cli->wait_ms, &token);
+	/* A front end cut off from its store (or stopping) will not grant:
+	 * the next server of the list may, within what is left of -w. */
+	why[0] = '\0';
+	while ((st == KEYLOCK_ERR_BACKEND || st == KEYLOCK_ERR_SHUTDOWN) &&
+	    (cli->wait_ms < 0 || run_now_ms() - start < cli->wait_ms)) {
+		snprintf(why, sizeof(why), "%s", keylock_message(r->kl));
+		if (keylock_failover(r->kl) != KEYLOCK_OK) {
+			/* no server left to try: the refusal stands */
+			if (keylock_last_status(r->kl) != KEYLOCK_ERR_INVAL) {
+				st = keylock_last_status(r->kl);
+				why[0] = '\0';
+			}
+			break;
+		}
+		if (cli->verbose)
+			cli_warnx("%s %s; trying the next server",
+			    keylock_status_word(st), why);
+		why[0] = '\0';
+		cli_name(cli, r->kl);
+		st = run_acquire(r, cli->wait_ms < 0 ? cli->wait_ms :
+		    cli->wait_ms - (long)(run_now_ms() - start), &token);
+	}
+	if (st != KEYLOCK_OK && why[0] != '\0') {
+		cli_warnx("%s %s", keylock_status_word(st), why);
+		keylock_free(r->kl);
+		return cli_exit_code(cli, st);
+	}
+	if (st != KEYLOCK_OK) {
 		int	code = cli_exit_code(cli, st);
 
 		/* flock(1) is silent about a lock it could not get */
@@ -155,8 +183,10 @@ run_hold(struct run *r)
 	return run_supervise(r);
 }
 
+/* LOCK (or TRYLOCK for -n), waiting at most wait_ms (< 0: as the server
+ * lets it). */
 static enum keylock_status
-run_acquire(struct run *r, uint64_t *token)
+run_acquire(struct run *r, long wait_ms, uint64_t *token)
 {
 	const struct cli	*cli = r->cli;
 	const char *const	*keys = (const char *const *)cli->keys;
@@ -166,15 +196,15 @@ run_acquire(struct run *r, uint64_t *token)
 		return keylock_trylock(r->kl, keys, cli->nkeys, &cli->lock,
 		    token);
 	if ((st = keylock_lock_send(r->kl, keys, cli->nkeys, &cli->lock,
-	    cli->wait_ms)) != KEYLOCK_OK)
+	    wait_ms)) != KEYLOCK_OK)
 		return st;
 	if (cli->verbose) {
 		st = keylock_lock_recv(r->kl, RUN_NOTICE_MS, token);
 		if (st != KEYLOCK_PENDING)
 			return st;
-		if (cli->wait_ms >= 0)
+		if (wait_ms >= 0)
 			cli_warnx("waiting for %s, up to %.3f s", r->keys,
-			    (double)cli->wait_ms / 1000.0);
+			    (double)wait_ms / 1000.0);
 		else
 			cli_warnx("waiting for %s", r->keys);
 	}

@@ -3,7 +3,9 @@
 # cluster: keylock -S fe1,fe2 takes the lock through fe1 (the first that
 # answers); fe1 is SIGKILLed: its holder loses the lock (75) and does not
 # reconnect; the same keylock -S fe1,fe2 then passes over the dead fe1
-# and gets the lock through fe2 once fe1's lease has let go of it.
+# and gets the lock through fe2 once fe1's lease has let go of it. Then a
+# front end cut off from etcd (fe3, whose only member is SIGKILLed) answers
+# ERR BACKEND, and keylock -S fe3,fe2 moves on to fe2 (keylock_failover()).
 . "$(dirname "$0")/lib.sh"
 
 EC_SH=${top_srcdir:-$(dirname "$0")/../..}/tests/etcd/cluster.sh
@@ -57,3 +59,31 @@ expect_grep "got job" "$TMP/err2" "the grant"
     fail "the lock did not come through fe2"
 pass "fe1 SIGKILLed: its holder exits 75; -S fe1,fe2 gets the lock" \
     "through fe2 in $took ms (lease $LEASE_S s)"
+
+# A front end cut off from etcd: fe3 reaches member m1 only, and m1 is
+# SIGKILLed (the other two keep the quorum, so fe2 still serves). fe3
+# still accepts connections, but a LOCK through it is ERR BACKEND: keylock
+# with fe3 alone exits 69 saying so; -S fe3,fe2 moves on to fe2 and gets
+# the lock there, within the same -w.
+M1=$(sh "$EC_SH" "$TMP/etcd" url m1) || fail "no URL for m1"
+# shellcheck disable=SC2086
+daemon_start --backend etcd --etcd-endpoints "$M1" --etcd-prefix "$PREFIX" \
+    --etcd-lease-ttl "$LEASE_S" --etcd-timeout 1000
+FE3=127.0.0.1:$PORT
+"$KEYLOCK" -S "$FE3" -w 20 cut -- true 2>/dev/null
+expect_status 0 $? "keylock -S fe3 with every member up"
+sh "$EC_SH" "$TMP/etcd" kill m1 || fail "cannot kill m1"
+"$KEYLOCK" -S "$FE3" -w 20 cut -- true 2>"$TMP/err3"
+expect_status 69 $? "keylock -S fe3 once m1 is gone"
+expect_grep "BACKEND" "$TMP/err3" "the refusal through fe3"
+c2=$(stat_of connections "$FE2")
+t0=$(now_ms)
+"$KEYLOCK" -S "$FE3,$FE2" -v -w 20 cut -- true 2>"$TMP/err4"
+expect_status 0 $? "keylock -S fe3,fe2 once m1 is gone"
+took=$(($(now_ms) - t0))
+expect_grep "BACKEND .*; trying the next server" "$TMP/err4" "the move"
+expect_grep "got cut" "$TMP/err4" "the grant"
+[ "$(stat_of connections "$FE2")" -gt "$c2" ] ||
+    fail "the lock did not come through fe2"
+pass "fe3 cut off from etcd: alone it exits 69 (ERR BACKEND);" \
+    "-S fe3,fe2 moves to fe2 and gets the lock in $took ms"

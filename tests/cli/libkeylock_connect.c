@@ -210,6 +210,86 @@ START_TEST(connect_list_takes_the_first_that_answers)
 }
 END_TEST
 
+/* The transport ("tcp", "unix") of the connection named name, as the
+ * daemon's CLIENTS (an operator's, over the unix socket) lists it. */
+static char *
+transport_of(const char *name)
+{
+	struct keylock	*op = lk_client_at(kt_d->sock, NULL);
+	const char	*text;
+	json_t		*root, *o;
+	size_t		 i;
+	char		*t = NULL;
+
+	ck_assert_st(op, keylock_request(op, "CLIENTS", &text), KEYLOCK_OK);
+	ck_assert_ptr_nonnull(root = json_loads(text, 0, NULL));
+	json_array_foreach(json_object_get(root, "clients"), i, o) {
+		const char	*n = json_string_value(json_object_get(o,
+				    "name"));
+
+		if (n != NULL && strcmp(n, name) == 0)
+			t = strdup(json_string_value(json_object_get(o,
+			    "transport")));
+	}
+	json_decref(root);
+	keylock_free(op);
+	ck_assert_msg(t != NULL, "no client named %s", name);
+	return t;
+}
+
+/* keylock_failover(): the next server of the list, round its start, each
+ * other one at most once; then INVAL, and the connection stays. */
+START_TEST(failover_moves_through_the_list_once)
+{
+	struct keylock	*kl = keylock_new();
+	const char	*key[] = { "fo" };
+	char		 dead[32], list[1024], *t;
+	int		 lfd = lk_fake_listen(dead, sizeof(dead));
+
+	close(lfd);		/* a closed port */
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_ERR_CLOSED);
+	ck_assert_st(kl, keylock_connect(kl, kt_d->addr, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_ERR_INVAL);
+	ck_assert_str_eq(keylock_message(kl), "no other server in the list");
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+
+	/* the unix socket first; the dead port is passed over */
+	snprintf(list, sizeof(list), "%s,%s,%s", kt_d->sock, dead,
+	    kt_d->addr);
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_name(kl, "fo-1"), KEYLOCK_OK);
+	ck_assert_str_eq(t = transport_of("fo-1"), "unix");
+	free(t);
+	ck_assert_st(kl, keylock_lock(kl, key, 1, NULL, 0, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_name(kl, "fo-2"), KEYLOCK_OK);
+	ck_assert_str_eq(t = transport_of("fo-2"), "tcp");
+	free(t);
+	/* the old connection is gone, and its lock with it */
+	ck_assert_st(kl, keylock_trylock(kl, key, 1, NULL, NULL), KEYLOCK_OK);
+	/* round the start: the unix socket again */
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_name(kl, "fo-3"), KEYLOCK_OK);
+	ck_assert_str_eq(t = transport_of("fo-3"), "unix");
+	free(t);
+	/* every other server moved to: the list is used up */
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_ERR_INVAL);
+	ck_assert_str_eq(keylock_message(kl),
+	    "every server of the list has been tried");
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	/* keylock_connect() starts the count again; a LOCK in flight
+	 * stays where it is */
+	ck_assert_st(kl, keylock_connect(kl, list, NULL), KEYLOCK_OK);
+	ck_assert_st(kl, keylock_lock_send(kl, key, 1, NULL, 1000),
+	    KEYLOCK_OK);
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_ERR_INVAL);
+	ck_assert_st(kl, keylock_lock_recv(kl, KEYLOCK_WAIT_FOREVER, NULL),
+	    KEYLOCK_OK);
+	ck_assert_st(kl, keylock_failover(kl), KEYLOCK_OK);
+	keylock_free(kl);
+}
+END_TEST
+
 START_TEST(connect_list_malformed_is_inval_and_tries_none)
 {
 	struct keylock	*kl = keylock_new();
@@ -404,6 +484,7 @@ lk_add_connect(Suite *s)
 	tcase_add_test(tc, connect_list_takes_the_first_that_answers);
 	tcase_add_test(tc, connect_list_malformed_is_inval_and_tries_none);
 	tcase_add_test(tc, connect_list_auth_moves_on_only_when_silent);
+	tcase_add_test(tc, failover_moves_through_the_list_once);
 	tcase_add_test(tc, new_handle_is_not_connected);
 	tcase_add_test(tc, socket_is_nonblocking_and_close_on_exec);
 }
