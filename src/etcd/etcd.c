@@ -260,7 +260,7 @@ etcd_endpoint_failed(struct etcd *e, int ep, const char *why)
 }
 
 struct evhttp_connection *
-etcd_evcon_new(struct etcd *e, int ep, int timeout_ms)
+etcd_evcon_new(struct etcd *e, int ep, int timeout_ms, size_t max_body)
 {
 	struct evhttp_connection *evcon;
 	struct timeval		  tv;
@@ -273,6 +273,11 @@ etcd_evcon_new(struct etcd *e, int ep, int timeout_ms)
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
 	evhttp_connection_set_timeout_tv(evcon, &tv);
 	evhttp_connection_set_retries(evcon, 0);
+	/* evhttp refuses a longer reply before it reads the body (its
+	 * Content-Length, or a chunk's size line): EVREQ_HTTP_DATA_TOO_LONG */
+	evhttp_connection_set_max_headers_size(evcon, ETCD_MAX_HEADERS);
+	evhttp_connection_set_max_body_size(evcon, max_body > EV_SSIZE_MAX ?
+	    EV_SSIZE_MAX : (ev_ssize_t)max_body);
 	return evcon;
 }
 
@@ -528,7 +533,7 @@ dispatch(struct etcd *e, bool safe)
 		if (conn->evcon == NULL) {
 			conn->ep = e->cur;
 			conn->evcon = etcd_evcon_new(e, e->cur,
-			    e->o.timeout_ms + 1000);
+			    e->o.timeout_ms + 1000, e->o.max_body);
 			if (conn->evcon == NULL) {
 				call_fail_later(TAILQ_FIRST(&e->queue),
 				    ETCD_ERR_NOMEM, "out of memory");

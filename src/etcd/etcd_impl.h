@@ -27,6 +27,9 @@ struct event;
 #define ETCD_URL_MAX	300
 #define ETCD_HOST_MAX	256
 #define ETCD_PATH_MAX	48
+#define ETCD_MAX_HEADERS (64 * 1024)	/* one reply's status line and
+					 * headers: etcd's are a few hundred
+					 * bytes */
 
 struct etcd_endpoint {
 	char	url[ETCD_URL_MAX];	/* as given, normalised */
@@ -123,8 +126,10 @@ struct etcd {
 /* etcd.c */
 uint64_t	 etcd_now_ms(void);
 void		 etcd_endpoint_failed(struct etcd *e, int ep, const char *why);
+/* A connection to endpoint ep whose replies may have max_body bytes of
+ * body (for a chunked stream: so far, see etcd_watch.c). */
 struct evhttp_connection *etcd_evcon_new(struct etcd *e, int ep,
-		    int timeout_ms);
+		    int timeout_ms, size_t max_body);
 struct evhttp_request *etcd_request_new(struct etcd *e, int ep,
 		    void (*cb)(struct evhttp_request *, void *), void *arg,
 		    const char *body, size_t bodylen);

@@ -20,6 +20,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>	/* body_size: see watch_chunk_cb */
 
 #include <jansson.h>
 
@@ -125,7 +126,8 @@ watch_open(struct etcd *e)
 	/* the stream may be idle for ever: no read timeout on it; the
 	 * creation has a deadline of its own (the timer) */
 	if (s == NULL ||
-	    (w->evcon = etcd_evcon_new(e, w->ep, 24 * 3600 * 1000)) == NULL ||
+	    (w->evcon = etcd_evcon_new(e, w->ep, 24 * 3600 * 1000,
+	    e->o.max_line)) == NULL ||
 	    (w->req = etcd_request_new(e, w->ep, watch_done_cb, e, s,
 	    strlen(s))) == NULL) {
 		free(s);
@@ -290,6 +292,19 @@ watch_chunk_cb(struct evhttp_request *req, void *arg)
 		eol = evbuffer_search_eol(w->line, NULL, &eol_len,
 		    EVBUFFER_EOL_LF);
 		if (eol.pos < 0) {
+			/*
+			 * evhttp counts a chunked body whole against the
+			 * connection's max_body (max_line here), and refuses
+			 * a chunk whose size line would take it past that
+			 * before reading the chunk. A stream is endless, so
+			 * what it counts is set back to the part of a reply
+			 * that has no LF yet: a reply, however it is cut in
+			 * chunks, is refused once it is longer than
+			 * max_line, before it is buffered
+			 * (EVREQ_HTTP_DATA_TOO_LONG: the stream is cut and
+			 * opened again).
+			 */
+			req->body_size = evbuffer_get_length(w->line);
 			if (evbuffer_get_length(w->line) > e->o.max_line)
 				watch_cut(e, ETCD_ERR_PROTO,
 				    "watch reply too long");
@@ -300,6 +315,10 @@ watch_chunk_cb(struct evhttp_request *req, void *arg)
 		json_t		*root;
 		bool		 more;
 
+		if ((size_t)eol.pos > e->o.max_line) {
+			watch_cut(e, ETCD_ERR_PROTO, "watch reply too long");
+			return;
+		}
 		root = json_loadb((const char *)evbuffer_pullup(w->line,
 		    eol.pos), (size_t)eol.pos, 0, &jerr);
 		evbuffer_drain(w->line, (size_t)eol.pos + eol_len);

@@ -349,5 +349,5 @@ const struct check_program check_program = {
 	.init = t_init,
 	.done = t_done,
 	.suites = { etcd_pure_suite, etcd_kv_suite, etcd_watch_suite,
-	    etcd_fault_suite, NULL }
+	    etcd_fault_suite, etcd_hostile_suite, NULL }
 };

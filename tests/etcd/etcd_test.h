@@ -92,5 +92,6 @@ Suite		*etcd_pure_suite(void);
 Suite		*etcd_kv_suite(void);
 Suite		*etcd_watch_suite(void);
 Suite		*etcd_fault_suite(void);
+Suite		*etcd_hostile_suite(void);
 
 #endif /* ETCD_TEST_H */

@@ -12,6 +12,7 @@ tests_etcd_etcd_client_test_SOURCES = \
 	tests/etcd/etcd_client_kv.c \
 	tests/etcd/etcd_client_watch.c \
 	tests/etcd/etcd_client_faults.c \
+	tests/etcd/etcd_client_hostile.c \
 	tests/etcd/etcd_test.h
 tests_etcd_etcd_client_test_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	$(CHECK_MAIN_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
