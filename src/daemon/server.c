@@ -442,10 +442,15 @@ server_status_cb(evutil_socket_t fd, short what, void *arg)
 	struct server			*srv = arg;
 	const struct lt_counters	*c = locktable_counters(
 					    backend_table(srv->be));
-	char				 buf[256];
+	char				 buf[320], cut[96] = "";
 
-	snprintf(buf, sizeof(buf), "STATUS=%" PRIu64 " clients, %" PRIu64
-	    " keys, %" PRIu64 " held, %" PRIu64 " waiting",
+	/* what an operator most needs to see first: a front end that
+	 * accepts connections but cannot grant (backend_ready 0) */
+	if (!srv->stats.be.ready)
+		snprintf(cut, sizeof(cut), "cut off from its %s backend, "
+		    "LOCK is ERR BACKEND; ", backend_name(srv->be));
+	snprintf(buf, sizeof(buf), "STATUS=%s%" PRIu64 " clients, %" PRIu64
+	    " keys, %" PRIu64 " held, %" PRIu64 " waiting", cut,
 	    srv->stats.clients, c->keys, c->held, c->waiting);
 	notify_send(buf);
 }

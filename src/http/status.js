@@ -208,8 +208,14 @@
 		names = d.names !== false;
 		$("version").textContent = "version " + s.version +
 		    (s.backend ? ", " + s.backend + " backend" : "");
-		document.title = "keylockd: " + s.held + " held, " + s.waiting +
-		    " waiting";
+		// A front end that cannot reach its store still answers: say
+		// so first, in the header and the tab's title.
+		$("backend").hidden = s.backend_ready !== 0;
+		$("backend").textContent = s.backend_ready === 0 ? "cut off " +
+		    "from the " + s.backend + " backend: LOCK is ERR BACKEND" :
+		    "";
+		document.title = (s.backend_ready === 0 ? "CUT OFF: " : "") +
+		    "keylockd: " + s.held + " held, " + s.waiting + " waiting";
 		remember(s);
 		tiles(s);
 		keys(d);

@@ -65,17 +65,35 @@ pass "fe1 SIGKILLed: its holder exits 75; -S fe1,fe2 gets the lock" \
 # still accepts connections, but a LOCK through it is ERR BACKEND: keylock
 # with fe3 alone exits 69 saying so; -S fe3,fe2 moves on to fe2 and gets
 # the lock there, within the same -w.
+# What an operator reads says so too: /healthz is 503 and systemd's
+# STATUS= text leads with it (fe3 runs under a NOTIFY_SOCKET of the test's).
 M1=$(sh "$EC_SH" "$TMP/etcd" url m1) || fail "no URL for m1"
+RECV=${top_builddir:-$(dirname "$KEYLOCKD")/..}/tests/service/notify_recv
+"$RECV" "$TMP/notify" 120 >"$TMP/notify.out" 2>&1 &
+BGPIDS="$BGPIDS $!"
+wait_for "grep -q '^listening$' '$TMP/notify.out'" 10 ||
+    fail "notify_recv did not bind: $(cat "$TMP/notify.out")"
+NOTIFY_SOCKET=$TMP/notify
+export NOTIFY_SOCKET
 # shellcheck disable=SC2086
 daemon_start --backend etcd --etcd-endpoints "$M1" --etcd-prefix "$PREFIX" \
-    --etcd-lease-ttl "$LEASE_S" --etcd-timeout 1000
+    --etcd-lease-ttl "$LEASE_S" --etcd-timeout 1000 --metrics 127.0.0.1:0
+unset NOTIFY_SOCKET
 FE3=127.0.0.1:$PORT
+MURL=http://127.0.0.1:$(sed -n 's/^metrics //p' "$TMP/port")
+[ "$(curl -sS "$MURL/healthz")" = ok ] || fail "fe3's /healthz before the cut"
 "$KEYLOCK" -S "$FE3" -w 20 cut -- true 2>/dev/null
 expect_status 0 $? "keylock -S fe3 with every member up"
 sh "$EC_SH" "$TMP/etcd" kill m1 || fail "cannot kill m1"
 "$KEYLOCK" -S "$FE3" -w 20 cut -- true 2>"$TMP/err3"
 expect_status 69 $? "keylock -S fe3 once m1 is gone"
 expect_grep "BACKEND" "$TMP/err3" "the refusal through fe3"
+# (not ready once its lease can no longer be renewed in time)
+wait_for "[ \"\$(curl -s -o /dev/null -w '%{http_code}' '$MURL/healthz')\" = 503 ]" \
+    $((LEASE_S + 5)) || fail "fe3's /healthz once cut off:" \
+    "$(curl -s -o /dev/null -w '%{http_code}' "$MURL/healthz"), want 503"
+wait_for "grep -q '^STATUS=cut off from its etcd backend, LOCK is ERR BACKEND; ' '$TMP/notify.out'" 15 ||
+    fail "no STATUS= saying fe3 is cut off: $(grep STATUS= "$TMP/notify.out" | tail -n 2)"
 c2=$(stat_of connections "$FE2")
 t0=$(now_ms)
 "$KEYLOCK" -S "$FE3,$FE2" -v -w 20 cut -- true 2>"$TMP/err4"
@@ -85,5 +103,5 @@ expect_grep "BACKEND .*; trying the next server" "$TMP/err4" "the move"
 expect_grep "got cut" "$TMP/err4" "the grant"
 [ "$(stat_of connections "$FE2")" -gt "$c2" ] ||
     fail "the lock did not come through fe2"
-pass "fe3 cut off from etcd: alone it exits 69 (ERR BACKEND);" \
+pass "fe3 cut off from etcd: /healthz 503, STATUS= says so; alone it exits 69 (ERR BACKEND);" \
     "-S fe3,fe2 moves to fe2 and gets the lock in $took ms"
