@@ -51,6 +51,7 @@ enum kl_err {
 #define KL_MAX_LOCKS_DEFAULT	10000	/* keys held per connection */
 #define KL_MAX_CHANNELS_DEFAULT	65536	/* channels per connection, besides 0 */
 #define KL_WRITE_TIMEOUT_DEFAULT 30000	/* ms unsent replies may stay stuck */
+#define KL_IDLE_TIMEOUT_DEFAULT	0	/* ms an idle connection may stay: off */
 #define KL_MAX_TABLE_BYTES_DEFAULT ((int64_t)1 << 30)	/* lock table memory */
 #define KL_MAX_CLIENTS_DEFAULT	10000
 #define KL_RESERVED_SLOTS_DEFAULT 4	/* unix connections past max-clients */

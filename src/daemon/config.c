@@ -95,6 +95,9 @@ static const struct setting settings[] = {
 	{ "write-timeout", "MS", SET_INT, OFF(write_timeout), 0,
 	    (int64_t)KL_MS_MAX, "ms a client's unsent replies may stay "
 	    "unread before it is closed (0: no limit)", true },
+	{ "idle-timeout", "MS", SET_INT, OFF(idle_timeout), 0,
+	    (int64_t)KL_MS_MAX, "ms a connection that holds, waits for and "
+	    "sends nothing may stay (0: no limit)", true },
 	{ "default-timeout", "MS|none", SET_INT_NONE, OFF(default_timeout), 0,
 	    (int64_t)KL_MS_MAX, "LOCK timeout when none is given (ms)", true },
 	{ "max-timeout", "MS|none", SET_INT_NONE, OFF(max_timeout), 0,
@@ -207,6 +210,7 @@ config_defaults(struct config *cfg)
 	cfg->max_locks = KL_MAX_LOCKS_DEFAULT;
 	cfg->max_channels = KL_MAX_CHANNELS_DEFAULT;
 	cfg->write_timeout = KL_WRITE_TIMEOUT_DEFAULT;
+	cfg->idle_timeout = KL_IDLE_TIMEOUT_DEFAULT;
 	cfg->max_waiters = KL_NONE;
 	cfg->max_table_bytes = KL_MAX_TABLE_BYTES_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;

@@ -50,6 +50,7 @@ struct config {
 	int64_t		 max_channels;	/* in use per connection, besides 0 */
 	int64_t		 max_clients_per_address; /* TCP/TLS; 0: no limit */
 	int64_t		 write_timeout;	/* ms output may stay stuck; 0: off */
+	int64_t		 idle_timeout;	/* ms an idle one may stay; 0: off */
 	int64_t		 max_waiters;	/* per key, a ceiling, or KL_NONE */
 	int64_t		 max_table_bytes; /* or KL_NONE */
 	int64_t		 max_line;

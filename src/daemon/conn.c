@@ -80,12 +80,14 @@ TAILQ_HEAD(conn_list, conn);
  * The connections with a deadline of one kind, in the order their clocks
  * started, so that one timer, set for the head, serves them all: a
  * connection that has not passed AUTH (auth-timeout), one whose output
- * stopped moving (write-timeout). A connection joins at the tail with the
+ * stopped moving (write-timeout), and, while idle-timeout is set, every
+ * connection by the time it last sent something. A connection joins at the tail with the
  * time its clock starts, which is never before the tail's.
  */
 enum conn_dl {
 	CONN_DL_AUTH = 0,	/* since: connected */
 	CONN_DL_WRITE,		/* since: output stuck */
+	CONN_DL_IDLE,		/* since: the last bytes it sent */
 	CONN_DL_N
 };
 
@@ -645,6 +647,8 @@ conn_new(struct conns *cs, int fd, const char *peer,
 	}
 	TAILQ_INSERT_TAIL(&cs->all, c, entry);
 	conn_dl_join(c, CONN_DL_AUTH, c->since_ms);
+	if (cs->cfg->idle_timeout != 0)
+		conn_dl_join(c, CONN_DL_IDLE, c->since_ms);
 	cs->st->clients++;
 	cs->st->connections++;
 	log_debug("client %" PRIu64 ": connected from %s", c->id, c->peer);
@@ -1590,6 +1594,8 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 	} else {
 		switch (conn_recv(c, &buf, &len)) {
 		case CONN_IO_DATA:
+			if (cs->cfg->idle_timeout != 0)
+				conn_dl_join(c, CONN_DL_IDLE, kl_now_ms());
 			if (conn_consume(c, buf, len))
 				conn_flush(c);
 			if (c->tls != NULL)
@@ -1862,7 +1868,8 @@ conn_auth_failed(struct conn *c)
 	return c->auth_failures;
 }
 
-/* ---- deadlines: auth-timeout, write-timeout (keylockd.conf(5)) ---- */
+/* ---- deadlines: auth-timeout, write-timeout, idle-timeout
+ * (keylockd.conf(5)) ---- */
 
 static uint64_t
 conns_dl_limit(const struct conns *cs, enum conn_dl k)
@@ -1872,6 +1879,8 @@ conns_dl_limit(const struct conns *cs, enum conn_dl k)
 		return (uint64_t)cs->cfg->auth_timeout;
 	case CONN_DL_WRITE:
 		return (uint64_t)cs->cfg->write_timeout;
+	case CONN_DL_IDLE:
+		return (uint64_t)cs->cfg->idle_timeout;
 	case CONN_DL_N:
 		break;
 	}
@@ -1938,13 +1947,41 @@ conn_dl_leave(struct conn *c, enum conn_dl k)
 		conns_dl_arm(cs, k);
 }
 
-/* c's deadline of kind k has passed: c leaves list k (closed). */
+/*
+ * idle-timeout closes only a connection that loses nothing by it: it
+ * holds no lock, waits for none, has no request open or queued, no
+ * channel in use (an idle channel is forgotten at once) and no session.
+ * A lock may be held for days over a silent connection.
+ */
+static bool
+conn_is_idle(const struct conn *c)
+{
+	return c->state == CONN_READY && c->qlen == 0 && c->nchans == 0 &&
+	    c->sess == NULL && c->h.owner != NULL &&
+	    locktable_owner_nholds(c->h.owner) == 0 &&
+	    !locktable_owner_is_waiting(c->h.owner);
+}
+
+/* c's deadline of kind k has passed: c leaves list k (closed, or, for
+ * idle-timeout, to its tail if it is not idle). */
 static void
-conn_dl_expire(struct conn *c, enum conn_dl k, uint64_t limit)
+conn_dl_expire(struct conn *c, enum conn_dl k, uint64_t limit, uint64_t now)
 {
 	struct conns	*cs = c->cs;
 
 	switch (k) {
+	case CONN_DL_IDLE:
+		if (!conn_is_idle(c)) {
+			conn_dl_join(c, k, now);	/* look again */
+			break;
+		}
+		log_info("client %" PRIu64 " (%s) from %s: silent for "
+		    "idle-timeout %" PRIu64 " ms, holding and waiting for "
+		    "nothing: closing it", c->id, c->name != NULL ? c->name :
+		    "-", c->peer, limit);
+		cs->st->idle_timeouts++;
+		conn_close(c, "idle-timeout");
+		break;
 	case CONN_DL_AUTH:
 		log_info("client %" PRIu64 " from %s: no %s within "
 		    "auth-timeout %" PRIu64 " ms: closing it", c->id, c->peer,
@@ -1976,8 +2013,8 @@ conns_dl_cb(evutil_socket_t fd, short what, void *arg)
 	uint64_t		 now = kl_now_ms();
 
 	while (limit > 0 && (c = TAILQ_FIRST(&d->list)) != NULL &&
-	    now - c->dl[d->kind].since >= limit)
-		conn_dl_expire(c, d->kind, limit);	/* leaves the list */
+	    c->dl[d->kind].since + limit <= now)
+		conn_dl_expire(c, d->kind, limit, now);	/* leaves the head */
 	conns_dl_arm(cs, d->kind);
 	conns_end_turn(cs);
 }
@@ -2016,6 +2053,16 @@ conn_stall(struct conn *c, bool stuck, bool moved)
 void
 conns_reload(struct conns *cs)
 {
+	struct conn	*c;
+	uint64_t	 now = kl_now_ms();
+
+	/* idle-timeout turned on: every connection's clock starts now;
+	 * turned off: none has one. */
+	TAILQ_FOREACH(c, &cs->all, entry)
+		if (cs->cfg->idle_timeout == 0)
+			conn_dl_leave(c, CONN_DL_IDLE);
+		else if (!c->dl[CONN_DL_IDLE].on)
+			conn_dl_join(c, CONN_DL_IDLE, now);
 	for (int k = 0; k < CONN_DL_N; k++)
 		conns_dl_arm(cs, (enum conn_dl)k);
 	commands_reauth(cs->cmds, cs);
@@ -2530,6 +2577,8 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 		return ks_fail(r, "out of memory");
 	if (!c->admitted)
 		conn_dl_join(c, CONN_DL_AUTH, c->since_ms);
+	if (cs->cfg->idle_timeout != 0)
+		conn_dl_join(c, CONN_DL_IDLE, kl_now_ms());
 	if (c->rev == NULL || c->wev == NULL ||
 	    (!eof && event_add(c->rev, NULL) == -1))
 		return ks_fail(r, "out of memory");

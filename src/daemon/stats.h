@@ -33,6 +33,7 @@ struct stats {
 	uint64_t	nomem_closes;		/* closed: out of memory */
 	uint64_t	auth_timeouts;		/* closed at auth-timeout */
 	uint64_t	write_timeouts;		/* closed at write-timeout */
+	uint64_t	idle_timeouts;		/* closed at idle-timeout */
 	struct be_counters be;			/* the backend's */
 	/* keylockd-protocol(7), SESSIONS; session.c writes them. */
 	uint64_t	sessions;		/* open now, detached or not */
@@ -86,6 +87,8 @@ struct stats {
 	    "Connections closed for no AUTH within auth-timeout.")	\
 	X(write_timeouts, counter, st->write_timeouts,			\
 	    "Connections closed for replies unread for write-timeout.")	\
+	X(idle_timeouts, counter, st->idle_timeouts,			\
+	    "Idle connections closed at idle-timeout.")			\
 	X(auth_failures, counter, st->auth_failures,			\
 	    "Failed AUTH attempts.")					\
 	X(output_closes, counter, st->output_closes,			\

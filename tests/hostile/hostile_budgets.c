@@ -8,7 +8,8 @@
  * a closed connection; CLIENTS lists the first keys of a wait and counts
  * the rest; max-waiters is a ceiling max_waiters= cannot raise; and
  * max-table-bytes refuses LOCK while the table is full, and only then;
- * max-clients-per-address keeps one address from taking every slot.
+ * max-clients-per-address keeps one address from taking every slot;
+ * idle-timeout closes a silent connection only if it has nothing at stake.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -306,6 +308,103 @@ START_TEST(max_clients_per_address_leaves_slots_for_others)
 }
 END_TEST
 
+/* keylockd.conf(5), idle-timeout, both sides: a silent connection with
+ * nothing at stake is closed at the limit and not before; one that holds,
+ * one that waits, one with a session, one with a channel in use and one
+ * that keeps talking stay, however long. */
+START_TEST(idle_timeout_closes_only_what_holds_and_waits_for_nothing)
+{
+	struct kt_conn	*idle, *holder, *waiter, *sess, *chan, *talker;
+	uint64_t	 t0, end;
+	int64_t		 took;
+
+	kt_start("--idle-timeout", "800");
+	idle = kt_connect();
+	kt_req(idle, "OK PONG", "PING");
+	t0 = kt_now_ms();
+	holder = kt_connect();
+	kt_lock(holder, "LOCK idle:k");
+	waiter = kt_connect();
+	kt_send(waiter, "LOCK idle:k");
+	sess = kt_connect();
+	kt_send(sess, "SESSION");
+	kt_expect_prefix(sess, "OK ");
+	chan = kt_connect();
+	kt_send(chan, "@1 LOCK idle:c");
+	kt_expect_prefix(chan, "@1 OK ");
+	talker = kt_connect();
+	json_decref(kt_wait_queue(talker, "idle:k", 1, 1));
+	/* the idle one goes at 800 ms, not before */
+	kt_expect_eof(idle, kt_ms(5000));
+	took = (int64_t)(kt_now_ms() - t0);
+	ck_assert_msg(took >= 700, "closed after %lld ms, idle-timeout is "
+	    "800", (long long)took);
+	/* three more idle-timeouts: the others stay */
+	end = kt_now_ms() + 2400;
+	while (kt_now_ms() < end) {
+		kt_req(talker, "OK PONG", "PING");
+		kt_sleep_ms(100);
+	}
+	ck_assert_int_eq(kt_stat(talker, "idle_timeouts"), 1);
+	ck_assert_int_eq(kt_stat(talker, "clients"), 5);
+	/* holder lets go: the waiter has it, and both still work */
+	kt_req(holder, "OK 1", "UNLOCK idle:k");
+	kt_expect_token(waiter);
+	kt_req(waiter, "OK PONG", "PING");
+	kt_req(sess, "OK PONG", "PING");
+	kt_req(chan, "@1 OK 1", "@1 UNLOCK idle:c");
+	/* now holding nothing, the old holder and the channel's connection
+	 * go too, and so does the talker, silent since */
+	kt_expect_eof(holder, kt_ms(5000));
+	kt_expect_eof(chan, kt_ms(5000));
+	kt_expect_eof(talker, kt_ms(5000));
+	talker = kt_connect_unix();
+	ck_assert_int_eq(kt_stat(talker, "idle_timeouts"), 4);
+	kt_req(waiter, "OK PONG", "PING");	/* it holds idle:k now */
+	kt_req(sess, "OK PONG", "PING");
+}
+END_TEST
+
+/* idle-timeout is off by default, and a reload turns it on (counting
+ * from the reload) and off again. */
+START_TEST(idle_timeout_is_off_by_default_and_live)
+{
+	struct kt_conn	*quiet, *m;
+	char		 conf[256];
+	FILE		*f;
+
+	snprintf(conf, sizeof(conf), "%s/idle.conf", kt_tmpdir());
+	ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+	ck_assert_int_eq(fclose(f), 0);
+	kt_start("--config", conf);
+	quiet = kt_connect();
+	kt_req(quiet, "OK PONG", "PING");
+	m = kt_connect_unix();
+	kt_sleep_ms(1500);
+	kt_req(quiet, "OK PONG", "PING");	/* default: no limit */
+	kt_sleep_ms(1500);
+	ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+	fputs("idle-timeout 500\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	kt_daemon_signal(kt_d, SIGHUP);
+	kt_expect_eof(quiet, kt_ms(5000));
+	kt_expect_eof(m, kt_ms(5000));	/* silent too */
+	m = kt_connect_unix();
+	ck_assert_int_eq(kt_stat(m, "idle_timeouts"), 2);
+	/* off again, a quiet one stays */
+	ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+	ck_assert_int_eq(fclose(f), 0);
+	kt_daemon_signal(kt_d, SIGHUP);
+	kt_sleep_ms(300);
+	quiet = kt_connect();
+	kt_req(quiet, "OK PONG", "PING");
+	kt_sleep_ms(1200);
+	kt_req(quiet, "OK PONG", "PING");
+	kt_req(m, "OK PONG", "PING");
+	ck_assert_int_eq(kt_stat(m, "idle_timeouts"), 2);
+}
+END_TEST
+
 void
 ht_add_budgets(Suite *s)
 {
@@ -319,6 +418,9 @@ ht_add_budgets(Suite *s)
 	tcase_add_test(tc, max_waiters_is_a_ceiling_no_request_raises);
 	tcase_add_test(tc, max_table_bytes_refuses_lock_while_the_table_is_full);
 	tcase_add_test(tc, max_clients_per_address_leaves_slots_for_others);
+	tcase_add_test(tc,
+	    idle_timeout_closes_only_what_holds_and_waits_for_nothing);
+	tcase_add_test(tc, idle_timeout_is_off_by_default_and_live);
 	tc = kt_tcase(s, "budgets_default", KT_PRIVATE, 60, NULL);
 	tcase_add_test(tc,
 	    clients_lists_eight_keys_of_a_wait_and_counts_them_all);
