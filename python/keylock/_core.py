@@ -35,6 +35,7 @@ import random
 import re
 import socket
 import ssl
+import threading
 import weakref
 from collections import deque
 from typing import (Any, Callable, Coroutine, Deque, Dict, List, Optional,
@@ -130,7 +131,7 @@ class Link(asyncio.Protocol):
         self.dead = False
         self.reason = ""
         self._buf = b""
-        self._out: List[bytes] = []
+        self._out: List[str] = []       # this turn's requests
         # the send time of a request matters to the client's rule only
         self._timed = conn.core.session_ms is not None
 
@@ -140,28 +141,30 @@ class Link(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf + data if self._buf else data
-        start = 0
+        if self._buf:
+            data = self._buf + data
+        cut = data.rfind(b"\n") + 1
+        self._buf = data[cut:]      # an incomplete line waits for the rest
         conn = self.conn
         fifos = self.fifos
-        while not self.dead:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            end = nl - 1 if nl > start and buf[nl - 1] == 13 else nl
-            if buf[start] == 64:                # "@N reply"
-                sp = buf.find(b" ", start, end)
-                num = buf[start + 1:sp]
-                if sp < 0 or not num.isdigit():
+        # every complete line of the read in one decode
+        for line in (data[:cut - 1].decode("utf-8", "replace").split("\n")
+                     if cut else ()):
+            if self.dead:
+                return
+            if line[-1:] == "\r":
+                line = line[:-1]
+            if line[:1] == "@":                 # "@N reply"
+                sp = line.find(" ")
+                num = line[1:sp]
+                if sp < 0 or not (num.isdigit() and num.isascii()):
                     conn.abort("a reply with a malformed channel: "
-                               f"{buf[start:end][:60]!r}", self)
+                               f"{line[:60]!r}", self)
                     return
                 n = int(num)
-                line = buf[sp + 1:end].decode("utf-8", "replace")
+                line = line[sp + 1:]
             else:
                 n = 0
-                line = buf[start:end].decode("utf-8", "replace")
-            start = nl + 1
             fifo = fifos.get(n)
             if not fifo:
                 probe = self.probe
@@ -177,11 +180,11 @@ class Link(asyncio.Protocol):
             pending = fifo.popleft()
             if pending is self.probe:
                 self.probe = None
-            if conn.link is self and pending.sent > conn.last_ok:
+            if self._timed and conn.link is self and \
+                    pending.sent > conn.last_ok:
                 conn.last_ok = pending.sent     # the client's rule: T
             pending.answer(line)
-        self._buf = buf[start:]
-        if len(self._buf) > REPLY_MAX:
+        if len(self._buf) > REPLY_MAX and not self.dead:
             conn.abort(f"a reply line over {REPLY_MAX} bytes", self)
 
     def eof_received(self) -> bool:
@@ -200,17 +203,16 @@ class Link(asyncio.Protocol):
         if fifo is None:
             fifo = self.fifos[n] = deque()
         fifo.append(pending)
-        if not self._out:
+        out = self._out
+        if not out:
             self.conn.loop.call_soon(self._flush)
-        if n:
-            self._out.append(b"@%d %s\n" % (n, pending.request.encode()))
-        else:
-            self._out.append(pending.request.encode() + b"\n")
+        out.append(f"@{n} {pending.request}\n" if n else
+                   f"{pending.request}\n")
 
     def _flush(self) -> None:
         out, self._out = self._out, []
         if out and not self.dead and self.transport is not None:
-            self.transport.write(b"".join(out))
+            self.transport.write("".join(out).encode())
 
     def lost(self, reason: str) -> None:
         """The transport is gone (or given up): the connection decides
@@ -238,9 +240,9 @@ class Link(asyncio.Protocol):
         self.dead = True
         if self.transport is not None:
             if quit:
-                out.append(b"QUIT\n")
+                out.append("QUIT\n")
             if out:
-                self.transport.write(b"".join(out))
+                self.transport.write("".join(out).encode())
             self.transport.close()
 
 
@@ -328,10 +330,11 @@ class Chan:
         return self.send(line, kind).fut
 
     def add_grant(self, handle: "HandleBase") -> None:
+        conn = self.conn
         self.grants.add(handle)
-        self.conn.grants.add(handle)
-        if self.conn.session is not None:
-            self.conn._arm()
+        conn.grants.add(handle)
+        if conn.session is not None:
+            conn._arm()
 
     def drop_grant(self, handle: "HandleBase") -> None:
         self.grants.discard(handle)
@@ -978,6 +981,7 @@ class Core:
 
     def _reset(self) -> None:
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread = 0        # the thread that runs self.loop
         self.generation = _fork.generation
         self.pool: List[Conn] = []
         self.conns: Set[Conn] = set()
@@ -988,8 +992,26 @@ class Core:
         self.owners: "weakref.WeakKeyDictionary[Any, Owner]" = (
             weakref.WeakKeyDictionary())
 
+    def current_task(self) -> "Optional[asyncio.Task[Any]]":
+        """The task running now, as ``asyncio.current_task()``, without
+        asking asyncio for the running loop in the common case (that
+        costs a getpid() system call each time): when this Core's loop
+        has a task running in this very thread, this code runs in it
+        (asyncio runs no loop inside another's task in one thread)."""
+        loop = self.loop
+        if loop is not None and self._thread == threading.get_ident():
+            task = asyncio.current_task(loop)
+            if task is not None:
+                return task
+        return asyncio.current_task()
+
     def _enter(self) -> asyncio.AbstractEventLoop:
         """The running loop; state of another process or loop is dropped."""
+        loop = self.loop
+        if loop is not None and self._thread == threading.get_ident() and \
+                self.generation == _fork.generation and \
+                asyncio.current_task(loop) is not None:
+            return loop         # (see current_task)
         loop = asyncio.get_running_loop()
         if self.generation != _fork.generation:
             _fork.orphan((self.pool, self.conns, self.owners))
@@ -1005,6 +1027,7 @@ class Core:
                     conn.sock.close()
             self._reset()
             self.loop = loop
+        self._thread = threading.get_ident()
         return loop
 
     # Connections
@@ -1253,7 +1276,7 @@ class Core:
         st = self.owners.get(owner)
         if st is not None and st.depth:
             conn = st.conn
-            if conn.closed:
+            if conn.conn.closed:
                 raise LockLost(f"the connection holding this task's other "
                                f"locks is gone ({conn.reason}); leave "
                                "their blocks first (no silent reconnect)")
@@ -1264,15 +1287,25 @@ class Core:
                 conn = muxes[0].take_chan()     # the common case
             else:
                 conn = await self._checkout(loop)
-            for _ in range(2):
-                if not conn.closed:
-                    break
-                conn = await self._checkout(loop)   # dropped, unused
+                for _ in range(2):
+                    if not conn.conn.closed:
+                        break
+                    conn = await self._checkout(loop)   # dropped, unused
             st = Owner(conn)
             self.owners[owner] = st
         st.depth += 1
         try:
-            reply = await self._lock(conn, line, names)
+            pending = conn.send(line, LOCK)
+            try:
+                reply = await pending.fut
+            except asyncio.CancelledError:
+                # CANCEL leaves now (or once the session is resumed); the
+                # rest must finish whatever comes
+                pending.cancelling = True
+                cancel = conn.request("CANCEL", CANCEL)
+                await self._settle(conn, self._withdraw(conn, pending,
+                                                        cancel, names))
+                raise
             if reply is None:
                 if st.depth > 1:
                     raise LockLost(f"the connection to {conn.addr.text} "
@@ -1280,11 +1313,14 @@ class Core:
                                    "task's locks")
                 raise ConnectionFailed(f"{conn.addr.text}: {conn.reason} "
                                        "before LOCK was answered")
-            value = parse_reply(reply)
-            if not value.isdigit():
-                conn.abort("LOCK's reply carried no token")
-                raise ProtocolError(f"LOCK answered {reply[:60]!r}")
-            token = int(value)
+            if reply.startswith("OK ") and reply[3:].isdigit():
+                token = int(reply[3:])      # the grant (and its token)
+            else:
+                value = parse_reply(reply)
+                if not value.isdigit():
+                    conn.abort("LOCK's reply carried no token")
+                    raise ProtocolError(f"LOCK answered {reply[:60]!r}")
+                token = int(value)
         except BaseException:
             st.depth -= 1
             if not st.depth:
@@ -1299,7 +1335,7 @@ class Core:
                 handle._timer = loop.call_later(
                     ttl_ms / 1000.0, handle._set_lost,
                     f"its ttl of {ttl_ms} ms ran out")
-        if conn.session is not None and \
+        if conn.conn.session is not None and \
                 loop.time() - conn.last_ok >= conn.grace / 3:
             await self._confirm(conn, handle)
         return handle
@@ -1325,19 +1361,6 @@ class Core:
             await self._settle(conn, self.release(handle))
             raise error
         conn._arm()
-
-    async def _lock(self, conn: Chan, line: str, names: List[str]) -> Reply:
-        pending = conn.send(line, LOCK)
-        try:
-            return await pending.fut
-        except asyncio.CancelledError:
-            # CANCEL leaves now (or once the session is resumed); the
-            # rest must finish whatever comes
-            pending.cancelling = True
-            cancel = conn.request("CANCEL", CANCEL)
-            await self._settle(conn, self._withdraw(conn, pending, cancel,
-                                                    names))
-            raise
 
     async def _withdraw(self, conn: Chan, lock: Pending,
                         cancel: "asyncio.Future[Reply]",
@@ -1394,25 +1417,28 @@ class Core:
         if handle.inherited or handle._released:
             return
         self._enter()
-        handle._stop_timer()
+        if handle._timer is not None:
+            handle._stop_timer()
         handle._released = True
         conn, st = handle._conn, handle._owner
         conn.drop_grant(handle)
         try:
-            if conn.closed:
+            if conn.conn.closed:
                 return
             names = handle._names
             unlock = conn.send("UNLOCK " + (names[0] if len(names) == 1
                                             else " ".join(unique(names))),
                                UNLOCK)
             unlock.token = handle.token
-            if conn.suspended:
+            if conn.conn.suspended:
                 return      # sent once resumed; the server's grace else
             reply = await unlock.fut    # cancelled: the reply is dropped
-            if reply is not None and reply.startswith("ERR NOTHELD"):
+            if reply is None or reply.startswith("OK "):
+                pass
+            elif reply.startswith("ERR NOTHELD"):
                 handle._set_lost("its ttl ran out before the release "
                                  f"({reply[12:]})", released=True)
-            elif reply is not None:
+            else:
                 parse_reply(reply)
         finally:
             st.depth -= 1

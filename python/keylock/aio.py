@@ -24,10 +24,10 @@ import asyncio
 import json
 import ssl
 from types import TracebackType
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _core
-from ._core import Chan, Core, HandleBase, Owner
+from ._core import Core, HandleBase
 from ._wire import Key, Request, encode_key, prepare, want_refresh
 
 __all__ = ["KeyedLock", "Lock", "Handle"]
@@ -47,11 +47,9 @@ class Handle(HandleBase):
     the loss).
     """
 
-    def __init__(self, token: int, keys: Tuple[Key, ...], names: List[str],
-                 conn: Chan, owner: Owner, ttl_ms: Optional[int]) -> None:
-        super().__init__(token, keys, names, conn, owner, ttl_ms)
-        self._event: Optional[asyncio.Event] = None
-        self._suspended_event: Optional[asyncio.Event] = None
+    # made on first use (most handles never need them)
+    _event: Optional[asyncio.Event] = None
+    _suspended_event: Optional[asyncio.Event] = None
 
     @property
     def lost(self) -> asyncio.Event:
@@ -107,7 +105,7 @@ class Lock:
         if self._handle is not None:
             raise RuntimeError("this Lock was entered already; call "
                                "lock() again")
-        task = asyncio.current_task()
+        task = self._core.current_task()
         if task is None:
             raise RuntimeError("keylock.aio locks are taken by tasks")
         req = self._req
