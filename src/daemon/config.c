@@ -92,6 +92,10 @@ static const struct setting settings[] = {
 	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
 	{ "max-output", "BYTES", SET_INT, OFF(max_output), 4096, 1073741824,
 	    "unread reply bytes per client (16384 before AUTH)", true },
+	{ "max-output-total", "BYTES|none", SET_INT_NONE,
+	    OFF(max_output_total), 65536, (int64_t)1 << 50, "output buffer "
+	    "bytes of all clients together; past it the largest is closed",
+	    true },
 	{ "write-timeout", "MS", SET_INT, OFF(write_timeout), 0,
 	    (int64_t)KL_MS_MAX, "ms a client's unsent replies may stay "
 	    "unread before it is closed (0: no limit)", true },
@@ -215,6 +219,7 @@ config_defaults(struct config *cfg)
 	cfg->max_table_bytes = KL_MAX_TABLE_BYTES_DEFAULT;
 	cfg->max_line = KL_MAX_LINE_DEFAULT;
 	cfg->max_output = KL_MAX_OUTPUT_DEFAULT;
+	cfg->max_output_total = KL_MAX_OUTPUT_TOTAL_DEFAULT;
 	cfg->default_timeout = KL_NONE;
 	cfg->max_timeout = KL_NONE;
 	cfg->default_max_waiters = KL_NONE;

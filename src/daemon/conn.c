@@ -130,6 +130,8 @@ struct conns {
 	bool			 closing;	/* shutdown: sessions end too */
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
+	uint64_t		 budget_log_ms;	/* last max-output-total one */
+	size_t			 out_bytes;	/* every open one's ocap */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
 	struct request		 req;		/* the one being parsed */
 };
@@ -669,6 +671,7 @@ conn_close(struct conn *c, const char *reason)
 	for (int k = 0; k < CONN_DL_N; k++)
 		conn_dl_leave(c, (enum conn_dl)k);
 	conn_addr_release(c);
+	cs->out_bytes -= c->ocap;	/* freed at the end of the turn */
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
 	event_free(c->wev);
@@ -765,6 +768,7 @@ conn_flush(struct conn *c)
 	if (c->dl[CONN_DL_WRITE].on)
 		conn_stall(c, false, false);
 	if (c->ocap > CONN_OBUF_MIN) {
+		c->cs->out_bytes -= c->ocap;
 		kl_free(c->obuf);
 		c->obuf = NULL;
 		c->ocap = 0;
@@ -774,6 +778,47 @@ conn_flush(struct conn *c)
 	if (c->state == CONN_DRAINING) {
 		conn_close(c, c->eof != NULL ? c->eof : "quit");
 		return false;
+	}
+	return true;
+}
+
+/*
+ * keylockd.conf(5), max-output-total: the output buffers of all
+ * connections together. Before c's grows by more bytes past the budget,
+ * the connection with the largest buffer is closed, and the next, until
+ * the growth fits; that may be c itself (false: c was closed). The
+ * candidates are c and the connections whose output is stuck (on the
+ * write-timeout list): any other has sent all it had, or has at most a
+ * turn's replies waiting for this turn's send(2).
+ */
+static bool
+conns_output_budget(struct conns *cs, struct conn *c, size_t more)
+{
+	int64_t		 budget = cs->cfg->max_output_total;
+	uint64_t	 now;
+
+	while (budget != KL_NONE && cs->out_bytes + more > (size_t)budget) {
+		struct conn	*v = c, *s;
+
+		TAILQ_FOREACH(s, &cs->dl[CONN_DL_WRITE].list, dl[CONN_DL_WRITE].e)
+			if (s->ocap > v->ocap)
+				v = s;
+		cs->st->output_budget_closes++;
+		now = kl_now_ms();
+		if (now - cs->budget_log_ms >= KL_WARN_INTERVAL_MS) {
+			log_warnx("client %" PRIu64 " (%s) from %s: the largest "
+			    "of the unsent replies (%zu bytes) when they came "
+			    "to max-output-total %" PRId64 ": closing it (%"
+			    PRIu64 " such closes so far; logged once per %d s)",
+			    v->id, v->name != NULL ? v->name : "-", v->peer,
+			    v->olen - v->ooff, budget,
+			    cs->st->output_budget_closes,
+			    KL_WARN_INTERVAL_MS / 1000);
+			cs->budget_log_ms = now;
+		}
+		conn_close(v, "unsent replies over max-output-total");
+		if (v == c)
+			return false;
 	}
 	return true;
 }
@@ -817,10 +862,13 @@ conn_reserve(struct conn *c, size_t n)
 	cap = c->ocap > 0 ? c->ocap : CONN_OBUF_MIN;
 	while (cap < need)
 		cap *= 2;
+	if (!conns_output_budget(c->cs, c, cap - c->ocap))
+		return false;
 	if ((p = kl_realloc(c->obuf, cap)) == NULL) {
 		conn_close_nomem(c, "replies");
 		return false;
 	}
+	c->cs->out_bytes += cap - c->ocap;
 	c->obuf = p;
 	c->ocap = cap;
 	return true;
@@ -2588,6 +2636,7 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	    conn_input_cap(c)) || !conn_state_bytes(r, &c->obuf, &c->olen,
 	    &c->ocap, (size_t)cs->cfg->max_output + CONN_TURN_OUTPUT))
 		return false;
+	cs->out_bytes += c->ocap;
 	c->discarding = ks_get_bool(r);
 	c->discard_chan = ks_get_u32(r);
 	nch = ks_get_count(r, CONN_STATE_CHAN_MIN);

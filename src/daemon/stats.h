@@ -34,6 +34,7 @@ struct stats {
 	uint64_t	auth_timeouts;		/* closed at auth-timeout */
 	uint64_t	write_timeouts;		/* closed at write-timeout */
 	uint64_t	idle_timeouts;		/* closed at idle-timeout */
+	uint64_t	output_budget_closes;	/* closed at max-output-total */
 	struct be_counters be;			/* the backend's */
 	/* keylockd-protocol(7), SESSIONS; session.c writes them. */
 	uint64_t	sessions;		/* open now, detached or not */
@@ -93,6 +94,9 @@ struct stats {
 	    "Failed AUTH attempts.")					\
 	X(output_closes, counter, st->output_closes,			\
 	    "Clients closed for unread replies over max-output.")	\
+	X(output_budget_closes, counter, st->output_budget_closes,	\
+	    "Clients closed, the largest unsent replies first, when all "	\
+	    "came to max-output-total.")				\
 	X(nomem_closes, counter, st->nomem_closes,			\
 	    "Clients closed because memory ran out for them.")		\
 	X(sessions, gauge, st->sessions,				\

@@ -9,7 +9,8 @@
  * the rest; max-waiters is a ceiling max_waiters= cannot raise; and
  * max-table-bytes refuses LOCK while the table is full, and only then;
  * max-clients-per-address keeps one address from taking every slot;
- * idle-timeout closes a silent connection only if it has nothing at stake.
+ * idle-timeout closes a silent connection only if it has nothing at stake;
+ * max-output-total closes the largest unread output first.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -405,6 +406,43 @@ START_TEST(idle_timeout_is_off_by_default_and_live)
 }
 END_TEST
 
+/* keylockd.conf(5), max-output-total, both sides: two clients that do
+ * not read, each under max-output; when their buffers together come to
+ * the budget the one with the most is closed, and the other keeps all
+ * its replies. */
+START_TEST(max_output_total_closes_the_largest_unread_output)
+{
+	struct kt_conn	*m;
+	int		 small, big;
+
+	kt_start("--max-output-total", "4194304", "--max-output", "67108864",
+	    "--write-timeout", "0");
+	m = kt_connect();
+	/* about 260 KB of STATS replies: past the kernel's buffers, under
+	 * a quarter of the budget */
+	small = hu_socket(kt_d, KT_UNIX, 4096);
+	ck_assert(small != -1);
+	ck_assert(hb_send_many(small, "STATS\n", 250));
+	for (uint64_t end = kt_now_ms() + (uint64_t)kt_ms(5000);
+	    kt_stat(m, "requests") < 251; kt_sleep_ms(20))
+		ck_assert_msg(kt_now_ms() < end, "250 STATS not handled");
+	ck_assert_int_eq(kt_stat(m, "output_budget_closes"), 0);
+	/* about 8 MB: its buffer is the largest when the total passes */
+	big = hu_socket(kt_d, KT_UNIX, 4096);
+	ck_assert(big != -1);
+	hb_send_many(big, "STATS\n", 8000);
+	kt_wait_stat_ms(m, "output_budget_closes", 1, 20000);
+	hb_read_to_end(big, kt_ms(5000));
+	close(big);
+	shutdown(small, SHUT_WR);
+	ck_assert_uint_eq(hb_read_to_end(small, kt_ms(20000)), 250);
+	close(small);
+	ck_assert_int_eq(kt_stat(m, "output_budget_closes"), 1);
+	ck_assert_int_eq(kt_stat(m, "output_closes"), 0);
+	kt_req(m, "OK PONG", "PING");
+}
+END_TEST
+
 void
 ht_add_budgets(Suite *s)
 {
@@ -421,6 +459,7 @@ ht_add_budgets(Suite *s)
 	tcase_add_test(tc,
 	    idle_timeout_closes_only_what_holds_and_waits_for_nothing);
 	tcase_add_test(tc, idle_timeout_is_off_by_default_and_live);
+	tcase_add_test(tc, max_output_total_closes_the_largest_unread_output);
 	tc = kt_tcase(s, "budgets_default", KT_PRIVATE, 60, NULL);
 	tcase_add_test(tc,
 	    clients_lists_eight_keys_of_a_wait_and_counts_them_all);
