@@ -36,7 +36,6 @@ import re
 import socket
 import ssl
 import threading
-import weakref
 from collections import deque
 from typing import (Any, Callable, Coroutine, Deque, Dict, List, Optional,
                     Set, Tuple, Union)
@@ -930,13 +929,15 @@ HandleFactory = Callable[[int, Tuple[Key, ...], List[str], Chan, "Owner",
 
 
 class Owner:
-    """A task's or thread's channel while it holds locks."""
+    """A task's or thread's channel while it holds locks (``key``: the
+    task or thread, while it does)."""
 
-    __slots__ = ("conn", "depth", "__weakref__")
+    __slots__ = ("conn", "depth", "key")
 
-    def __init__(self, conn: Chan) -> None:
+    def __init__(self, conn: Chan, key: Any) -> None:
         self.conn = conn
         self.depth = 0
+        self.key = key
 
 
 def _read_secret(path: str) -> str:
@@ -989,8 +990,9 @@ class Core:
         self.muxes: List[Conn] = []
         self.chan_mode: Optional[bool] = None   # None: not known yet
         self._opening: Optional["asyncio.Task[Conn]"] = None
-        self.owners: "weakref.WeakKeyDictionary[Any, Owner]" = (
-            weakref.WeakKeyDictionary())
+        # the owners that hold (or wait for) something now, by task or
+        # thread; one that holds nothing is forgotten
+        self.owners: Dict[Any, Owner] = {}
 
     def current_task(self) -> "Optional[asyncio.Task[Any]]":
         """The task running now, as ``asyncio.current_task()``, without
@@ -1096,6 +1098,14 @@ class Core:
             self.chan_mode = False
             self._checkin(conn.ch0)
         return conn
+
+    def _let_go(self, st: Owner) -> None:
+        """The owner holds nothing any more: it is forgotten, its channel
+        is free."""
+        if self.owners.get(st.key) is st:
+            del self.owners[st.key]
+        st.key = None
+        self._checkin(st.conn)
 
     def _checkin(self, chan: Chan) -> None:
         """The owner of ``chan`` holds nothing any more."""
@@ -1291,7 +1301,7 @@ class Core:
                     if not conn.conn.closed:
                         break
                     conn = await self._checkout(loop)   # dropped, unused
-            st = Owner(conn)
+            st = Owner(conn, owner)
             self.owners[owner] = st
         st.depth += 1
         try:
@@ -1324,7 +1334,7 @@ class Core:
         except BaseException:
             st.depth -= 1
             if not st.depth:
-                self._checkin(conn)
+                self._let_go(st)
             raise
         handle = factory(token, keys, names, conn, st, ttl_ms)
         conn.add_grant(handle)
@@ -1443,7 +1453,7 @@ class Core:
         finally:
             st.depth -= 1
             if not st.depth:
-                self._checkin(conn)
+                self._let_go(st)
 
     async def _refresh(self, handle: HandleBase) -> None:
         """REFRESH every third of the ttl; a failure is a lost lock."""

@@ -293,7 +293,8 @@ def prepare(keys: Sequence[Key], timeout: Optional[float],
     """Checks a lock call's arguments; everything is refused before any
     byte is sent. A call of plain ``str`` keys is remembered (a service
     takes the same few shapes of lock again and again)."""
-    if all(type(k) is str for k in keys):
+    if len(keys) == 1 and type(keys[0]) is str or \
+            all(type(k) is str for k in keys):
         return _prepare_plain(tuple(keys), timeout, ttl, shared, limit,
                               max_waiters)
     return _prepare(keys, timeout, ttl, shared, limit, max_waiters)
