@@ -148,11 +148,14 @@ static const struct setting settings[] = {
 	{ "status-names", NULL, SET_FLAG, OFF(status_names), 0, 0,
 	    "show holders' and waiters' names in /status.json", true },
 	{ "tls-cert", "FILE", SET_STRING, OFF(tls_cert), 0, 0,
-	    "TLS certificate chain (PEM): enables the TLS listener", false },
+	    "TLS certificate chain (PEM): enables the TLS listener", true },
 	{ "tls-key", "FILE", SET_STRING, OFF(tls_key), 0, 0,
-	    "TLS private key (PEM)", false },
+	    "TLS private key (PEM)", true },
 	{ "tls-client-ca", "FILE", SET_STRING, OFF(tls_client_ca), 0, 0,
-	    "CA (PEM) that client certificates must chain to", false },
+	    "CA (PEM) that client certificates must chain to", true },
+	{ "tls-crl", "FILE", SET_STRING, OFF(tls_crl), 0, 0,
+	    "CRLs (PEM) of the client CA: revoked client certificates are "
+	    "refused", true },
 	{ "tls-port", "N", SET_INT, OFF(tls_port), 0, 65535,
 	    "TLS port on every bind address (0: any free port)", false },
 	{ "log-level", "LEVEL", SET_LEVEL, OFF(log_level), 0, 0,
@@ -761,6 +764,7 @@ config_cleanup(struct config *cfg)
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
 	free(cfg->tls_client_ca);
+	free(cfg->tls_crl);
 	free(cfg->backend);
 	free(cfg->etcd_endpoints);
 	free(cfg->etcd_prefix);

@@ -77,6 +77,7 @@ struct config {
 	char		*tls_cert;		/* PEM; NULL: no TLS */
 	char		*tls_key;
 	char		*tls_client_ca;		/* NULL: no client certs */
+	char		*tls_crl;		/* NULL: no CRL check */
 	int		 tls_port;
 	char		*backend;		/* "local" or "etcd" */
 	char		*etcd_endpoints;	/* URL,... */

@@ -398,12 +398,45 @@ server_stop(struct server *srv, const char *why)
 	event_base_loopbreak(srv->base);
 }
 
+/* The TLS context of cfg's files (tls-cert, tls-key, tls-client-ca,
+ * tls-crl), or NULL with err set. */
+static struct tls_ctx *
+server_tls_new(const struct config *cfg, char *err, size_t errlen)
+{
+	return tls_ctx_new(cfg->tls_cert, cfg->tls_key != NULL ?
+	    cfg->tls_key : cfg->tls_cert, cfg->tls_client_ca, cfg->tls_crl,
+	    err, errlen);
+}
+
+/*
+ * A reload reads the TLS files again, changed or not (a certificate is
+ * renewed in place), into *tls for new connections; open ones keep their
+ * session. false with err set if any of them fails: the whole reload is
+ * refused. The TLS listener itself opens and closes only at a start.
+ */
+static bool
+server_reload_tls(struct server *srv, const struct config *next,
+    struct tls_ctx **tls, char *err, size_t errlen)
+{
+	*tls = NULL;
+	if ((srv->tls == NULL) != (next->tls_cert == NULL)) {
+		log_warnx("reload: tls-cert %s: the TLS listener is %s only "
+		    "at the next restart", next->tls_cert != NULL ? "set" :
+		    "unset", srv->tls == NULL ? "opened" : "closed");
+		return true;
+	}
+	if (srv->tls == NULL)
+		return true;
+	return (*tls = server_tls_new(next, err, errlen)) != NULL;
+}
+
 /* SIGHUP: a new configuration, or, if it has errors, the old one. Locks
  * and waiters are untouched. */
 static void
 server_reload(struct server *srv)
 {
 	struct config	 next;
+	struct tls_ctx	*tls = NULL;
 	char		 err[512];
 
 	log_info("SIGHUP: reloading %s", srv->cfg->file != NULL ?
@@ -412,10 +445,18 @@ server_reload(struct server *srv)
 	if (config_load(&next, srv->cfg->argc, srv->cfg->argv) != 0) {
 		log_warnx("reload: the configuration has errors (above); "
 		    "keeping the running one");
-	} else if (!commands_reload(srv->cmds, &next, err, sizeof(err))) {
+	} else if (!server_reload_tls(srv, &next, &tls, err, sizeof(err)) ||
+	    !commands_reload(srv->cmds, &next, err, sizeof(err))) {
 		log_warnx("reload: %s; keeping the running configuration",
 		    err);
+		tls_ctx_free(tls);
 	} else {
+		if (tls != NULL) {
+			tls_ctx_free(srv->tls);	/* open connections keep it */
+			srv->tls = tls;
+			log_info("reload: TLS certificate, key, client CA and "
+			    "CRL read again: new connections use them");
+		}
 		config_update(srv->cfg, &next);
 		log_set_level(srv->cfg->log_level);
 		conns_reload(srv->conns);
@@ -581,9 +622,7 @@ server_check(const struct config *cfg, char *err, size_t errlen)
 	if (backend_check(cfg, err, errlen) == -1)
 		return -1;
 	if (cfg->tls_cert != NULL) {
-		if ((tls = tls_ctx_new(cfg->tls_cert, cfg->tls_key != NULL ?
-		    cfg->tls_key : cfg->tls_cert, cfg->tls_client_ca, err,
-		    errlen)) == NULL)
+		if ((tls = server_tls_new(cfg, err, errlen)) == NULL)
 			return -1;
 		tls_ctx_free(tls);
 	}
@@ -632,9 +671,8 @@ server_new(struct config *cfg)
 	srv->cfg = cfg;
 	srv->stats.start_ms = kl_now_ms();
 	srv->stats.pid = (uint64_t)getpid();
-	if (cfg->tls_cert != NULL && (srv->tls = tls_ctx_new(cfg->tls_cert,
-	    cfg->tls_key != NULL ? cfg->tls_key : cfg->tls_cert,
-	    cfg->tls_client_ca, err, sizeof(err))) == NULL)
+	if (cfg->tls_cert != NULL && (srv->tls = server_tls_new(cfg, err,
+	    sizeof(err))) == NULL)
 		fatalx("%s", err);
 	if ((srv->base = server_base_new()) == NULL)
 		fatalx("out of memory");

@@ -52,7 +52,9 @@
 	X(SSL_get_error) X(SSL_new) X(SSL_pending) X(SSL_read)		\
 	X(SSL_set_accept_state) X(SSL_set_fd) X(SSL_shutdown)		\
 	X(SSL_write) X(TLS_server_method) X(SSL_get_verify_result)	\
-	X(X509_free) X(X509_get_subject_name) X(X509_NAME_get_text_by_NID)
+	X(X509_free) X(X509_get_subject_name) X(X509_NAME_get_text_by_NID) \
+	X(SSL_CTX_get_cert_store) X(X509_STORE_add_lookup)		\
+	X(X509_LOOKUP_file) X(X509_load_crl_file) X(X509_STORE_set_flags)
 
 static struct {
 #define TLS_FIELD(f) __typeof__(&f) f;
@@ -115,12 +117,35 @@ tls_err(char *err, size_t errlen, const char *what, const char *path)
 	snprintf(err, errlen, "%s %s: %s", what, path, buf);
 }
 
+/* Client certificates are also checked against the CRLs in crl (PEM):
+ * the one of the issuer of each must be there. */
+static bool
+tls_load_crl(struct tls_ctx *ctx, const char *crl, char *err, size_t errlen)
+{
+	X509_STORE	*store = tls_fn.SSL_CTX_get_cert_store(ctx->ssl);
+	X509_LOOKUP	*lu;
+
+	if (store == NULL || (lu = tls_fn.X509_STORE_add_lookup(store,
+	    tls_fn.X509_LOOKUP_file())) == NULL ||
+	    tls_fn.X509_load_crl_file(lu, crl, X509_FILETYPE_PEM) <= 0) {
+		tls_err(err, errlen, "tls-crl", crl);
+		return false;
+	}
+	tls_fn.X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+	return true;
+}
+
 struct tls_ctx *
-tls_ctx_new(const char *cert, const char *key, const char *ca, char *err,
-    size_t errlen)
+tls_ctx_new(const char *cert, const char *key, const char *ca,
+    const char *crl, char *err, size_t errlen)
 {
 	struct tls_ctx	*ctx;
 
+	if (crl != NULL && ca == NULL) {
+		snprintf(err, errlen, "tls-crl %s: without tls-client-ca no "
+		    "client certificate is asked for", crl);
+		return NULL;
+	}
 	if (!tls_load(err, errlen))
 		return NULL;
 	if ((ctx = kl_calloc(1, sizeof(*ctx))) == NULL ||
@@ -134,6 +159,11 @@ tls_ctx_new(const char *cert, const char *key, const char *ca, char *err,
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
 	/* A peer that just closes is a closed connection, not an error. */
 	tls_fn.SSL_CTX_set_options(ctx->ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+#ifdef SSL_OP_NO_RENEGOTIATION
+	/* TLS 1.2 renegotiation loops would spend the one event loop's
+	 * time (libssl 1.1 allows a client's by default). */
+	tls_fn.SSL_CTX_set_options(ctx->ssl, SSL_OP_NO_RENEGOTIATION);
 #endif
 	tls_fn.SSL_CTX_ctrl(ctx->ssl, SSL_CTRL_MODE,
 	    SSL_MODE_ENABLE_PARTIAL_WRITE |
@@ -158,6 +188,8 @@ tls_ctx_new(const char *cert, const char *key, const char *ca, char *err,
 		tls_fn.SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_PEER |
 		    SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
 	}
+	if (crl != NULL && !tls_load_crl(ctx, crl, err, errlen))
+		goto fail;
 	return ctx;
 fail:
 	tls_ctx_free(ctx);

@@ -17,9 +17,12 @@ struct tls_ctx;
 struct tls_conn;
 
 /* Loads cert and key (PEM) and, if ca is not NULL, requires clients to
- * present a certificate signed by it. NULL with err set on failure. */
+ * present a certificate signed by it and, if crl is not NULL, not revoked
+ * by the CRL of its issuer in that file. NULL with err set on failure.
+ * A connection made with a context keeps it after tls_ctx_free(): a
+ * reload swaps contexts under open connections. */
 struct tls_ctx	*tls_ctx_new(const char *cert, const char *key, const char *ca,
-		    char *err, size_t errlen);
+		    const char *crl, char *err, size_t errlen);
 void		 tls_ctx_free(struct tls_ctx *ctx);
 
 struct tls_conn	*tls_conn_new(struct tls_ctx *ctx, int fd);

@@ -17,7 +17,8 @@ sed -e 's/^#\([a-z][a-z-]* \)/\1/' -e '/^unix-group /d' \
     -e '/^auth-file /d' -e '/^admin-auth-file /d' -e '/^tls-cert /d' \
     -e '/^user /d' \
     -e '/^tls-key /d' \
-    -e '/^tls-client-ca /d' "$CONF" >"$TMP/uncommented.conf"
+    -e '/^tls-client-ca /d' -e '/^tls-crl /d' "$CONF" \
+    >"$TMP/uncommented.conf"
 run_keylockd --check-config --config "$TMP/uncommented.conf" >/dev/null 2>&1
 expect_status 0 $? "--check-config on the uncommented defaults"
 pass "etc/keylockd.conf is valid, commented and uncommented"
