@@ -84,6 +84,9 @@ ks_writer_reserve(struct ks_writer *w, size_t n)
 void
 ks_writer_cleanup(struct ks_writer *w)
 {
+	/* a state holds session IDs, secrets (ks_sessions.h) */
+	if (w->buf != NULL)
+		explicit_bzero(w->buf, w->cap);
 	kl_free(w->buf);
 	memset(w, 0, sizeof(*w));
 }

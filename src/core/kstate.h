@@ -20,12 +20,12 @@
 
 #define KS_MAGIC	"KLDSTATE"	/* 8 bytes, no NUL */
 #define KS_MAGIC_LEN	8
-#define KS_VERSION	1		/* the one this binary writes and reads */
+#define KS_VERSION	2		/* the one this binary writes and reads */
 #define KS_HEADER_LEN	24		/* magic, version, sections, length */
 #define KS_SECTION_HEAD	12		/* tag (4), length (8) */
 #define KS_WHY_MAX	160
 
-/* The sections of version 1, in the order they are written and must be
+/* The sections, in the order they are written and must be
  * read. */
 enum ks_tag {
 	KS_TAG_HANDOFF = 1,	/* who wrote it, when it froze, upgrades */
@@ -33,7 +33,7 @@ enum ks_tag {
 	KS_TAG_TOKEN,		/* the fencing-token mark */
 	KS_TAG_STATS,		/* the server's counters */
 	KS_TAG_LISTENERS,	/* listening sockets by descriptor */
-	KS_TAG_SESSIONS,	/* sessions, attached and detached */
+	KS_TAG_SESSIONS,	/* sessions (ks_sessions.h) */
 	KS_TAG_CONNS		/* connections by descriptor */
 };
 

@@ -12,4 +12,5 @@ src_libklcore_a_SOURCES = \
 	src/core/lt_impl.h src/core/lt_acquire.c src/core/lt_check.c \
 	src/core/lt_deadlock.c src/core/lt_hash.c src/core/lt_heap.c \
 	src/core/lt_views.c src/core/lt_state.c \
-	src/core/kstate.c src/core/kstate.h
+	src/core/kstate.c src/core/kstate.h \
+	src/core/ks_sessions.c src/core/ks_sessions.h

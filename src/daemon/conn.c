@@ -2552,7 +2552,7 @@ conn_state_owner(struct ks_reader *r, struct lt_owner **owners,
 
 	if (r->bad)
 		return NULL;
-	if (i >= nowners || claimed[i]) {
+	if (i >= nowners || claimed[i] || owners[i] == NULL) {
 		ks_fail(r, "a channel names owner %u, which is not free", i);
 		return NULL;
 	}
@@ -2705,7 +2705,7 @@ conns_state_read(struct conns *cs, struct ks_reader *r,
 		conn_state_get_root(cs, r, owners, claimed, nowners, seen,
 		    nseen, &max_id);
 	for (size_t i = 0; i < nowners && !r->bad; i++)
-		if (!claimed[i])
+		if (!claimed[i] && owners[i] != NULL)	/* NULL: a session's */
 			ks_fail(r, "owner %zu of the table belongs to no "
 			    "connection", i);
 	kl_free(seen);

@@ -40,6 +40,7 @@
 #include "notify.h"
 #include "server.h"
 #include "server_impl.h"
+#include "session.h"
 #include "stats.h"
 #include "upgrade.h"
 #include "util.h"
@@ -61,12 +62,6 @@ server_upgrade_possible(const struct server *srv, uint64_t requester,
 		snprintf(why, whylen, "backend %s: its lease, replica and "
 		    "commit queue are not handed over yet; restart instead",
 		    backend_name(srv->be));
-		return false;
-	}
-	if (srv->stats.sessions > 0) {
-		snprintf(why, whylen, "this version hands over no session yet "
-		    "(%" PRIu64 " open); only a server without sessions can be "
-		    "upgraded live", srv->stats.sessions);
 		return false;
 	}
 	return conns_state_check(srv->conns, requester, why, whylen);
@@ -183,6 +178,8 @@ server_note_owner(void *arg, struct lt_owner *o, uint32_t index)
 	(void)arg;
 	if (c != NULL)
 		conn_state_note(c, index);
+	else
+		session_state_note(o, index);	/* a detached session's */
 }
 
 /*
@@ -231,7 +228,7 @@ server_write_state(struct server *srv, struct ks_writer *w,
 		fds[(*nfds)++] = metrics_fd(srv->metrics);
 	}
 	ks_section_begin(w, KS_TAG_SESSIONS);
-	ks_put_u32(w, 0);
+	sessions_state_write(conns_sessions(srv->conns), w);
 	ks_section_begin(w, KS_TAG_CONNS);
 	conns_state_write(srv->conns, w, fds, nfds);
 	return ks_writer_finish(w);
@@ -490,14 +487,18 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	server_adopt_listeners(srv, in, &s, &metrics_fd);
 	if (!ks_section_done(&s))
 		upgrade_in_fail(in, "listeners: %s", s.why);
-	if (!ks_section_next(&r, KS_TAG_SESSIONS, &s) || ks_get_u32(&s) != 0 ||
-	    !ks_section_done(&s))
-		upgrade_in_fail(in, "sessions: this version takes none");
+	if (!ks_section_next(&r, KS_TAG_SESSIONS, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	if (!sessions_state_read(conns_sessions(srv->conns), &s, so.o, so.n,
+	    freeze_ms, now) || !ks_section_done(&s))
+		upgrade_in_fail(in, "sessions: %s", s.why);
 	if (!ks_section_next(&r, KS_TAG_CONNS, &s))
 		upgrade_in_fail(in, "%s", r.why);
 	if (!conns_state_read(srv->conns, &s, so.o, so.n, &requester,
 	    requester_id) || !ks_section_done(&s))
 		upgrade_in_fail(in, "connections: %s", s.why);
+	if (!sessions_state_link(conns_sessions(srv->conns), srv->conns, &s))
+		upgrade_in_fail(in, "sessions: %s", s.why);
 	kl_free(so.o);
 	if (!ks_reader_done(&r))
 		upgrade_in_fail(in, "%s", r.why);

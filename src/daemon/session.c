@@ -24,6 +24,8 @@
 #include "clock.h"
 #include "config.h"
 #include "conn.h"
+#include "ks_sessions.h"
+#include "kstate.h"
 #include "locktable.h"
 #include "log.h"
 #include "session.h"
@@ -35,11 +37,12 @@
 
 _Static_assert(SESSION_ID_LEN == SESSION_RAW / 3 * 4, "base64 of the raw ID");
 _Static_assert(SESSION_ID_LEN <= KL_SESSION_ID_MAX, "an ID fits the parser");
+_Static_assert(SESSION_RAW == KS_SESSION_RAW, "the state holds an ID whole");
 
 enum session_state {
-	SESSION_ATTACHED = 0,
-	SESSION_DETACHED,
-	SESSION_DELAY		/* ended, its keys held for lock-delay */
+	SESSION_ATTACHED = KS_SESSION_ATTACHED,
+	SESSION_DETACHED = KS_SESSION_DETACHED,
+	SESSION_DELAY = KS_SESSION_DELAY  /* ended, keys held for lock-delay */
 };
 
 /* A channel of a session's connection (keylockd-protocol(7), CHANNELS),
@@ -47,6 +50,7 @@ enum session_state {
 struct session_chan {
 	struct owner_head	 h;		/* first: the owner's udata */
 	uint64_t		 wait_deadline_ms; /* 0: none */
+	uint32_t		 state_owner;	/* live upgrade: its index */
 };
 
 struct session {
@@ -70,6 +74,7 @@ struct session {
 	unsigned char		 raw[SESSION_RAW];
 	char			 peer[64];	/* the last connection's */
 	char			 user[KL_NAME_MAX + 1];	/* "": none */
+	uint32_t		 state_owner;	/* live upgrade: its index */
 };
 
 TAILQ_HEAD(session_list, session);
@@ -742,4 +747,229 @@ sessions_walk_detached(struct sessions *ss,
 		if (!fn(arg, s, s->h.owner, now_ms - s->detached_ms, s->peer))
 			return;
 	}
+}
+
+/* ---- live upgrade (keylockd(8), LIVE UPGRADE; ks_sessions.h) ---- */
+
+_Static_assert(sizeof(((struct session *)0)->peer) == KS_SESSION_PEER_MAX + 1,
+    "a peer fits the state");
+
+void
+session_state_note(struct lt_owner *o, uint32_t index)
+{
+	struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h == NULL || h->detached == NULL)
+		return;
+	if (h == &h->detached->h)
+		h->detached->state_owner = index;
+	else	/* a kept channel's: its head is its first member */
+		((struct session_chan *)(void *)h)->state_owner = index;
+}
+
+void
+sessions_state_write(struct sessions *ss, struct ks_writer *w)
+{
+	struct ks_session	 ks;
+	struct ks_session_chan	 kc;
+	struct session		*s;
+
+	ks_put_u32(w, (uint32_t)ss->n);
+	TAILQ_FOREACH(s, &ss->all, entry) {
+		memset(&ks, 0, sizeof(ks));
+		memcpy(ks.raw, s->raw, sizeof(ks.raw));
+		ks.client = s->client;
+		ks.state = (uint8_t)s->state;
+		ks.transport = (uint8_t)s->transport;
+		ks.grace_ms = s->grace_ms;
+		ks.since_ms = s->since_ms;
+		ks.owner = KS_NO_OWNER;
+		ks.peer = s->peer;
+		ks.name = s->state == SESSION_ATTACHED ? NULL : s->name;
+		ks.user = session_user(s);
+		if (s->state != SESSION_ATTACHED) {
+			ks.detached_ms = s->detached_ms;
+			ks.expires_ms = s->expires_ms;
+			ks.wait_deadline_ms = s->wait_deadline_ms;
+			ks.owner = s->state_owner;
+			ks.nchans = (uint32_t)s->nchans;
+		}
+		ks_session_put(w, &ks);
+		if (ks.nchans > 1)
+			qsort(s->chans, s->nchans, sizeof(*s->chans),
+			    session_chan_cmp);
+		for (uint32_t i = 0; i < ks.nchans; i++) {
+			kc.n = s->chans[i]->h.chan;
+			kc.owner = s->chans[i]->state_owner;
+			kc.wait_deadline_ms = s->chans[i]->wait_deadline_ms;
+			ks_session_put_chan(w, &kc);
+		}
+	}
+	explicit_bzero(&ks, sizeof(ks));
+}
+
+/* The reader's state: the session being rebuilt, and the pause. */
+struct sessions_in {
+	struct sessions	*ss;
+	struct session	*last;
+	uint64_t	 shift_ms;
+};
+
+static bool
+sessions_state_session(void *arg, const struct ks_session *ks,
+    struct lt_owner *owner)
+{
+	struct sessions_in	*in = arg;
+	struct sessions		*ss = in->ss;
+	struct session		*s;
+	size_t			 i;
+
+	if (!sessions_grow(ss) || (s = kl_calloc(1, sizeof(*s))) == NULL)
+		return false;
+	if ((s->timer = evtimer_new(ss->base, session_timer_cb, s)) ==
+	    NULL || (ks->name != NULL &&
+	    (s->name = kl_strndup(ks->name, strlen(ks->name))) == NULL)) {
+		if (s->timer != NULL)
+			event_free(s->timer);
+		kl_free(s);
+		return false;
+	}
+	memcpy(s->raw, ks->raw, sizeof(s->raw));
+	s->ss = ss;
+	s->client = ks->client;
+	s->grace_ms = ks->grace_ms;
+	s->since_ms = ks->since_ms;
+	s->transport = ks->transport;
+	s->state = (enum session_state)ks->state;
+	snprintf(s->peer, sizeof(s->peer), "%s", ks->peer);
+	session_set_user(s, ks->user);
+	if (s->state != SESSION_ATTACHED) {
+		/* The grace and the lock-delay do not run down for the
+		 * pause; a waiting LOCK keeps its deadline, as on a
+		 * connection. */
+		s->detached_ms = ks->detached_ms;
+		s->expires_ms = ks->expires_ms + in->shift_ms;
+		s->wait_deadline_ms = ks->wait_deadline_ms;
+		s->h.owner = owner;
+		s->h.detached = s;
+		locktable_owner_set_udata(owner, &s->h);
+		ss->st->sessions_detached++;
+	}
+	i = session_bucket(ss, s->raw);
+	s->hnext = ss->buckets[i];
+	ss->buckets[i] = s;
+	TAILQ_INSERT_TAIL(&ss->all, s, entry);
+	ss->n++;
+	ss->st->sessions++;
+	in->last = s;
+	return true;
+}
+
+static bool
+sessions_state_chan(void *arg, const struct ks_session *ks,
+    const struct ks_session_chan *kc, struct lt_owner *owner)
+{
+	struct sessions_in	*in = arg;
+
+	(void)ks;
+	return session_keep_channel(in->last, kc->n, owner,
+	    kc->wait_deadline_ms);
+}
+
+bool
+sessions_state_read(struct sessions *ss, struct ks_reader *r,
+    struct lt_owner **owners, size_t nowners, uint64_t freeze_ms,
+    uint64_t now_ms)
+{
+	struct ks_sessions_limits	 lim;
+	struct sessions_in		 in = { ss, NULL, 0 };
+	struct session			*s, *t;
+
+	lim.freeze_ms = freeze_ms;
+	lim.max_channels = (uint64_t)ss->cfg->max_channels;
+	lim.transport_max = CONN_TLS;
+	in.shift_ms = now_ms > freeze_ms ? now_ms - freeze_ms : 0;
+	if (!ks_sessions_read(r, &lim, owners, nowners,
+	    sessions_state_session, sessions_state_chan, &in))
+		return false;
+	/* An ID is one session's (sessions_find() would find either). */
+	TAILQ_FOREACH(s, &ss->all, entry)
+		for (t = ss->buckets[session_bucket(ss, s->raw)]; t != NULL;
+		    t = t->hnext)
+			if (t != s && memcmp(t->raw, s->raw,
+			    sizeof(s->raw)) == 0)
+				return ks_fail(r, "two sessions of one ID");
+	TAILQ_FOREACH(s, &ss->all, entry)
+		if (s->state != SESSION_ATTACHED)
+			session_arm(s, now_ms);
+	return true;
+}
+
+static int
+session_client_cmp(const void *a, const void *b)
+{
+	uint64_t	x = (*(struct session *const *)a)->client;
+	uint64_t	y = (*(struct session *const *)b)->client;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The sessions by client id, for the connections to find theirs. */
+struct sessions_link {
+	struct session	**by_client;
+	size_t		  n, linked;
+	struct ks_reader *r;
+};
+
+static bool
+sessions_link_conn(void *arg, struct conn *c)
+{
+	struct sessions_link	*sl = arg;
+	struct session		 key, *kp = &key, **found;
+
+	key.client = conn_id(c);
+	if ((found = bsearch(&kp, sl->by_client, sl->n, sizeof(*found),
+	    session_client_cmp)) == NULL)
+		return true;
+	if ((*found)->state != SESSION_ATTACHED || (*found)->conn != NULL)
+		return ks_fail(sl->r, "client %" PRIu64 " is a connection and "
+		    "a session that is not its", conn_id(c));
+	(*found)->conn = c;
+	conn_set_session(c, *found);
+	sl->linked++;
+	return true;
+}
+
+bool
+sessions_state_link(struct sessions *ss, struct conns *cs,
+    struct ks_reader *r)
+{
+	struct sessions_link	 sl = { NULL, 0, 0, r };
+	struct session		*s;
+	size_t			 attached = 0;
+
+	if (ss->n == 0)
+		return true;
+	if ((sl.by_client = kl_calloc(ss->n, sizeof(*sl.by_client))) == NULL)
+		return ks_fail(r, "out of memory");
+	TAILQ_FOREACH(s, &ss->all, entry) {
+		sl.by_client[sl.n++] = s;
+		if (s->state == SESSION_ATTACHED)
+			attached++;
+	}
+	qsort(sl.by_client, sl.n, sizeof(*sl.by_client), session_client_cmp);
+	for (size_t i = 1; i < sl.n; i++)
+		if (sl.by_client[i - 1]->client == sl.by_client[i]->client)
+			ks_fail(r, "two sessions of client %" PRIu64,
+			    sl.by_client[i]->client);
+	if (!r->bad)
+		conns_walk(cs, sessions_link_conn, &sl);
+	kl_free(sl.by_client);
+	if (!r->bad && sl.linked != attached)
+		ks_fail(r, "%zu attached sessions, %zu of them with their "
+		    "connection", attached, sl.linked);
+	if (!r->bad)
+		log_info("upgrade: %zu sessions taken over, %zu of them "
+		    "detached", ss->n, ss->n - attached);
+	return !r->bad;
 }

@@ -146,4 +146,28 @@ void		 sessions_walk_detached(struct sessions *ss,
 		    struct lt_owner *owner, uint64_t detached_ms,
 		    const char *peer), void *arg, uint64_t now_ms);
 
+/*
+ * Live upgrade (keylockd(8), LIVE UPGRADE; ks_sessions.h): each owner a
+ * session holds learns its index in the TABLE section (the table's
+ * writer calls session_state_note() for every owner no connection
+ * answers for); then every session goes into the SESSIONS section.
+ */
+struct ks_reader;
+struct ks_writer;
+void		 session_state_note(struct lt_owner *o, uint32_t index);
+void		 sessions_state_write(struct sessions *ss, struct ks_writer *w);
+/*
+ * The new process: rebuilds every session into the empty ss, claiming
+ * (setting to NULL) the owners in owners[0..nowners) it holds; a detached
+ * session's grace and lock-delay are extended by now_ms - freeze_ms.
+ * Then, once the connections are read, sessions_state_link() gives each
+ * attached session its connection, by client id. false with the reason
+ * in r->why.
+ */
+bool		 sessions_state_read(struct sessions *ss, struct ks_reader *r,
+		    struct lt_owner **owners, size_t nowners,
+		    uint64_t freeze_ms, uint64_t now_ms);
+bool		 sessions_state_link(struct sessions *ss, struct conns *cs,
+		    struct ks_reader *r);
+
 #endif /* SESSION_H */

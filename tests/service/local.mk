@@ -16,6 +16,7 @@ SERVICE_TESTS = \
 	tests/service/notify.sh \
 	tests/service/reload.sh \
 	tests/service/upgrade.sh \
+	tests/service/upgrade_sessions.sh \
 	tests/service/upgrade_load.sh \
 	tests/service/auth.sh \
 	tests/service/users.sh \

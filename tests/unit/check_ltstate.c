@@ -7,9 +7,12 @@
  * grants) is written, read into a fresh table with another hash seed, and
  * the two are compared through the table's own views; the rebuilt table
  * then goes on (a release grants the next waiter in order, a ttl runs out
- * when it should). The reader refuses every truncation, a changed
- * version, trailing bytes and forged counts, and never crashes on a
- * flipped byte.
+ * when it should). The SESSIONS section (ks_sessions.c) rides along:
+ * an attached session, a detached one with kept channels (one waiting)
+ * and one in its lock-delay come back field for field, each claiming the
+ * table's owner it named. The reader refuses every truncation, a changed
+ * version, trailing bytes, forged counts and forged sessions, and never
+ * crashes on a flipped byte.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "ks_sessions.h"
 #include "kstate.h"
 #include "locktable.h"
 #include "util.h"
@@ -33,6 +37,7 @@ struct side {
 	size_t			 now;
 	uint64_t		 granted[MAXOWN];	/* last token by hook */
 	uint64_t		 tok;		/* the next range's first */
+	uint32_t		 index[MAXOWN];	/* by id - 10: in the state */
 };
 
 /* Tokens in ranges of 5 from each side's own counter. */
@@ -241,16 +246,216 @@ adopt(void *arg, struct lt_owner *o)
 	return true;
 }
 
-/* The TABLE section of a whole state, written from s. */
+/* ---- sessions ---- */
+
+#define FREEZE		(NOW + 10)
+#define NSESS		3
+
+/* What a forged state gets wrong in its sessions. */
+enum forge {
+	FORGE_NONE = 0,
+	FORGE_OWNER_TWICE,	/* two sessions name one owner */
+	FORGE_ATTACHED_OWNER,	/* an attached session names an owner */
+	FORGE_DELAY_WAITING,	/* a lock-delay session's owner waits */
+	FORGE_GRACE_PAST,	/* expires after freeze + grace */
+	FORGE_CHAN_ORDER,	/* channels not in increasing order */
+	FORGE_SHORT_ID,		/* an ID of 23 bytes */
+	FORGE_BAD_OWNER,	/* an owner index past the table's */
+	FORGE_COUNT
+};
+
 static void
-write_state(struct side *s, struct ks_writer *w)
+note(void *arg, struct lt_owner *o, uint32_t index)
+{
+	struct side	*s = arg;
+
+	s->index[(locktable_owner_id(o) - 10) % MAXOWN] = index;
+}
+
+/* The sessions every state of these tests carries, over populate()'s
+ * owners (ids 10 to 15): 0 attached (its connection holds its owner),
+ * 1 detached with owner 11 and channels 1 (owner 12) and 7 (owner 15,
+ * waiting), 2 in its lock-delay with owner 10. */
+static void
+sessions_expected(struct ks_session *ks, struct ks_session_chan *kc)
+{
+	memset(ks, 0, NSESS * sizeof(*ks));
+	memset(kc, 0, 2 * sizeof(*kc));
+	memset(ks[0].raw, 1, KS_SESSION_RAW);
+	ks[0].client = 100;
+	ks[0].state = KS_SESSION_ATTACHED;
+	ks[0].transport = 1;
+	ks[0].grace_ms = 5000;
+	ks[0].since_ms = NOW - 10;
+	ks[0].owner = KS_NO_OWNER;
+	ks[0].peer = "unix";
+	ks[0].user = "alice";
+	memset(ks[1].raw, 2, KS_SESSION_RAW);
+	ks[1].client = 11;
+	ks[1].state = KS_SESSION_DETACHED;
+	ks[1].grace_ms = 30000;
+	ks[1].since_ms = NOW - 500;
+	ks[1].detached_ms = NOW - 100;
+	ks[1].expires_ms = NOW - 100 + 30000;
+	ks[1].nchans = 2;
+	ks[1].peer = "127.0.0.1:4000";
+	ks[1].name = "b";
+	kc[0].n = 1;
+	kc[1].n = 7;
+	kc[1].wait_deadline_ms = NOW + 900;
+	memset(ks[2].raw, 3, KS_SESSION_RAW);
+	ks[2].client = 10;
+	ks[2].state = KS_SESSION_DELAY;
+	ks[2].transport = 2;
+	ks[2].grace_ms = 1000;
+	ks[2].since_ms = NOW - 900;
+	ks[2].detached_ms = NOW - 800;
+	ks[2].expires_ms = NOW + 50;
+	ks[2].peer = "x";
+}
+
+/* The owner (populate()'s position) each session and channel holds. */
+static const int	sess_owner[NSESS] = { -1, 1, 0 };
+static const int	chan_owner[2] = { 2, 5 };
+
+static void
+put_sessions(struct side *s, struct ks_writer *w, enum forge forge)
+{
+	struct ks_session	ks[NSESS];
+	struct ks_session_chan	kc[2];
+
+	if (s->now < 6) {	/* not populated: no session */
+		ks_put_u32(w, 0);
+		return;
+	}
+	sessions_expected(ks, kc);
+	ks[1].owner = s->index[sess_owner[1]];
+	ks[2].owner = s->index[sess_owner[2]];
+	kc[0].owner = s->index[chan_owner[0]];
+	kc[1].owner = s->index[chan_owner[1]];
+	switch (forge) {
+	case FORGE_OWNER_TWICE:
+		ks[2].owner = ks[1].owner;
+		break;
+	case FORGE_ATTACHED_OWNER:
+		ks[0].owner = s->index[3];
+		break;
+	case FORGE_DELAY_WAITING:
+		ks[2].owner = s->index[4];	/* 14 waits for c and a */
+		break;
+	case FORGE_GRACE_PAST:
+		ks[1].expires_ms = FREEZE + ks[1].grace_ms + 1;
+		break;
+	case FORGE_CHAN_ORDER:
+		kc[1].n = 1;
+		break;
+	case FORGE_BAD_OWNER:
+		kc[0].owner = (uint32_t)s->now;
+		break;
+	default:
+		break;
+	}
+	ks_put_u32(w, NSESS);
+	for (int i = 0; i < NSESS; i++) {
+		if (forge == FORGE_SHORT_ID && i == 1) {
+			/* the record by hand, its ID a byte short */
+			ks_put_bytes(w, ks[i].raw, KS_SESSION_RAW - 1);
+			ks_put_u64(w, ks[i].client);
+			ks_put_u8(w, ks[i].state);
+			ks_put_u8(w, ks[i].transport);
+			for (int j = 0; j < 5; j++)
+				ks_put_u64(w, 1);
+			ks_put_u32(w, ks[i].owner);
+			ks_put_str(w, "p");
+			ks_put_str(w, NULL);
+			ks_put_str(w, NULL);
+			ks_put_u32(w, 0);
+			continue;
+		}
+		ks_session_put(w, &ks[i]);
+		for (uint32_t j = 0; j < ks[i].nchans; j++)
+			ks_session_put_chan(w, &kc[j]);
+	}
+}
+
+/* A whole state written from s: its table and the sessions, with the
+ * sections between them empty. */
+static void
+write_state_forged(struct side *s, struct ks_writer *w, enum forge forge)
 {
 	ks_writer_init(w);
 	ks_section_begin(w, KS_TAG_HANDOFF);
 	ks_put_u64(w, 42);
 	ks_section_begin(w, KS_TAG_TABLE);
-	ck_assert(locktable_state_write(s->lt, w, NULL, NULL));
+	ck_assert(locktable_state_write(s->lt, w, note, s));
+	ks_section_begin(w, KS_TAG_TOKEN);
+	ks_section_begin(w, KS_TAG_STATS);
+	ks_section_begin(w, KS_TAG_LISTENERS);
+	ks_section_begin(w, KS_TAG_SESSIONS);
+	put_sessions(s, w, forge);
 	ck_assert(ks_writer_finish(w));
+}
+
+static void
+write_state(struct side *s, struct ks_writer *w)
+{
+	write_state_forged(s, w, FORGE_NONE);
+}
+
+/* What the reader handed on. */
+struct got {
+	struct ks_session	 s[NSESS];
+	struct lt_owner		*so[NSESS];
+	struct ks_session_chan	 c[4];
+	struct lt_owner		*co[4];
+	size_t			 ns, nc;
+};
+
+static struct got	got;
+
+static bool
+got_session(void *arg, const struct ks_session *s, struct lt_owner *o)
+{
+	struct got	*g = arg;
+
+	if (g->ns == NSESS)
+		return false;
+	g->so[g->ns] = o;
+	g->s[g->ns++] = *s;
+	return true;
+}
+
+static bool
+got_chan(void *arg, const struct ks_session *s,
+    const struct ks_session_chan *c, struct lt_owner *o)
+{
+	struct got	*g = arg;
+
+	(void)s;
+	if (g->nc == 4)
+		return false;
+	g->co[g->nc] = o;
+	g->c[g->nc++] = *c;
+	return true;
+}
+
+static bool
+read_sessions(struct side *d, struct ks_reader *r, struct ks_reader *sect)
+{
+	struct ks_sessions_limits	 lim = { FREEZE, 16, 2 };
+	struct lt_owner			*owners[MAXOWN];
+
+	memset(&got, 0, sizeof(got));
+	/* adopted in the table's order: ow[i] is owner i of the state */
+	memcpy(owners, d->ow, d->now * sizeof(*owners));
+	return ks_section_next(r, KS_TAG_TOKEN, sect) &&
+	    ks_section_done(sect) &&
+	    ks_section_next(r, KS_TAG_STATS, sect) && ks_section_done(sect) &&
+	    ks_section_next(r, KS_TAG_LISTENERS, sect) &&
+	    ks_section_done(sect) &&
+	    ks_section_next(r, KS_TAG_SESSIONS, sect) &&
+	    ks_sessions_read(sect, &lim, owners, d->now, got_session,
+	    got_chan, &got) && ks_section_done(sect);
 }
 
 /*
@@ -264,7 +469,7 @@ save_seed(const struct ks_writer *w, const char *name)
 	const char	*dir = getenv("KL_LTSTATE_SEEDS");
 	char		 path[512];
 	size_t		 table = KS_HEADER_LEN + KS_SECTION_HEAD + 8 +
-			    KS_SECTION_HEAD;
+			    KS_SECTION_HEAD, len = 0;
 	FILE		*f;
 
 	if (dir == NULL)
@@ -273,10 +478,12 @@ save_seed(const struct ks_writer *w, const char *name)
 	ck_assert_ptr_nonnull(f = fopen(path, "wb"));
 	ck_assert_uint_eq(fwrite(w->buf, 1, w->len, f), w->len);
 	fclose(f);
+	/* the table section's length, before its payload */
+	for (int i = 0; i < 8; i++)
+		len |= (size_t)w->buf[table - 8 + i] << (8 * i);
 	snprintf(path, sizeof(path), "%s/%s-table", dir, name);
 	ck_assert_ptr_nonnull(f = fopen(path, "wb"));
-	ck_assert_uint_eq(fwrite(w->buf + table, 1, w->len - table, f),
-	    w->len - table);
+	ck_assert_uint_eq(fwrite(w->buf + table, 1, len, f), len);
 	fclose(f);
 }
 
@@ -295,7 +502,8 @@ read_state(struct side *d, const void *buf, size_t len, uint64_t shift,
 	    ks_get_u64(&sect) == 42 && ks_section_done(&sect) &&
 	    ks_section_next(&r, KS_TAG_TABLE, &sect) &&
 	    locktable_state_read(d->lt, &sect, shift, adopt, d, &next) &&
-	    ks_section_done(&sect) && ks_reader_done(&r);
+	    ks_section_done(&sect) && read_sessions(d, &r, &sect) &&
+	    ks_reader_done(&r);
 	snprintf(why, whylen, "%s", r.bad ? r.why : sect.why);
 	if (ok) {
 		/* a new process goes on from the state's next token */
@@ -489,7 +697,12 @@ START_TEST(trailing_bytes_are_refused)
 	ks_section_begin(&w, KS_TAG_HANDOFF);
 	ks_put_u64(&w, 42);
 	ks_section_begin(&w, KS_TAG_TABLE);
-	ck_assert(locktable_state_write(s.lt, &w, NULL, NULL));
+	ck_assert(locktable_state_write(s.lt, &w, note, &s));
+	ks_section_begin(&w, KS_TAG_TOKEN);
+	ks_section_begin(&w, KS_TAG_STATS);
+	ks_section_begin(&w, KS_TAG_LISTENERS);
+	ks_section_begin(&w, KS_TAG_SESSIONS);
+	put_sessions(&s, &w, FORGE_NONE);
 	ks_put_u8(&w, 0);
 	ck_assert(ks_writer_finish(&w));
 	ck_assert(!read_state(&d, w.buf, w.len, 0, why, sizeof(why)));
@@ -500,8 +713,92 @@ START_TEST(trailing_bytes_are_refused)
 }
 END_TEST
 
-/* Every byte of the table section changed in turn: the reader refuses it
- * or builds a table that passes its check; it never crashes (ASan). */
+/* Every session comes back as written, with the owner it held. */
+START_TEST(sessions_round_trip)
+{
+	struct side		 s, d;
+	struct ks_writer	 w;
+	struct ks_session	 ks[NSESS];
+	struct ks_session_chan	 kc[2];
+	char			 why[KS_WHY_MAX];
+
+	side_init(&s, 1);
+	populate(&s);
+	write_state(&s, &w);
+	ck_assert_msg(read_state(&d, w.buf, w.len, 0, why, sizeof(why)),
+	    "%s", why);
+	sessions_expected(ks, kc);
+	ck_assert_uint_eq(got.ns, NSESS);
+	ck_assert_uint_eq(got.nc, 2);
+	for (int i = 0; i < NSESS; i++) {
+		ck_assert_mem_eq(got.s[i].raw, ks[i].raw, KS_SESSION_RAW);
+		ck_assert_uint_eq(got.s[i].client, ks[i].client);
+		ck_assert_uint_eq(got.s[i].state, ks[i].state);
+		ck_assert_uint_eq(got.s[i].transport, ks[i].transport);
+		ck_assert_uint_eq(got.s[i].grace_ms, ks[i].grace_ms);
+		ck_assert_uint_eq(got.s[i].since_ms, ks[i].since_ms);
+		ck_assert_uint_eq(got.s[i].detached_ms, ks[i].detached_ms);
+		ck_assert_uint_eq(got.s[i].expires_ms, ks[i].expires_ms);
+		ck_assert_uint_eq(got.s[i].wait_deadline_ms,
+		    ks[i].wait_deadline_ms);
+		ck_assert_uint_eq(got.s[i].nchans, ks[i].nchans);
+		ck_assert_str_eq(got.s[i].peerbuf, ks[i].peer);
+		if (ks[i].name == NULL)
+			ck_assert_ptr_null(got.s[i].name);
+		else
+			ck_assert_str_eq(got.s[i].namebuf, ks[i].name);
+		if (ks[i].user == NULL)
+			ck_assert_ptr_null(got.s[i].user);
+		else
+			ck_assert_str_eq(got.s[i].userbuf, ks[i].user);
+		if (sess_owner[i] < 0)
+			ck_assert_ptr_null(got.so[i]);
+		else
+			ck_assert_uint_eq(locktable_owner_id(got.so[i]),
+			    10 + (uint64_t)sess_owner[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_eq(got.c[i].n, kc[i].n);
+		ck_assert_uint_eq(got.c[i].wait_deadline_ms,
+		    kc[i].wait_deadline_ms);
+		ck_assert_uint_eq(locktable_owner_id(got.co[i]),
+		    10 + (uint64_t)chan_owner[i]);
+	}
+	ck_assert(locktable_owner_is_waiting(got.co[1]));
+	ks_writer_cleanup(&w);
+	side_free(&s);
+	side_free(&d);
+}
+END_TEST
+
+/* Each forgery of the sessions is refused with a reason. */
+START_TEST(forged_sessions_are_refused)
+{
+	static const char *const want[FORGE_COUNT] = {
+		NULL, "not free", "attached", "lock-delay", "deadlines",
+		"out of place", "ID of 23", "not free"
+	};
+	struct side		 s, d;
+	struct ks_writer	 w;
+	char			 why[KS_WHY_MAX];
+
+	side_init(&s, 1);
+	populate(&s);
+	for (int f = FORGE_OWNER_TWICE; f < FORGE_COUNT; f++) {
+		write_state_forged(&s, &w, (enum forge)f);
+		ck_assert_msg(!read_state(&d, w.buf, w.len, 0, why,
+		    sizeof(why)), "forgery %d was taken", f);
+		ck_assert_msg(strstr(why, want[f]) != NULL,
+		    "forgery %d: %s", f, why);
+		side_free(&d);
+		ks_writer_cleanup(&w);
+	}
+	side_free(&s);
+}
+END_TEST
+
+/* Every byte after the header changed in turn: the reader refuses it or
+ * builds a table that passes its check; it never crashes (ASan). */
 START_TEST(flipped_bytes_never_break_the_table)
 {
 	struct side		 s, d;
@@ -536,12 +833,14 @@ ltstate_suite(void)
 	tcase_add_test(tc, shift_extends_ttls_only);
 	tcase_add_test(tc, rebuilt_table_hands_over_again);
 	tcase_add_test(tc, empty_table_round_trips);
+	tcase_add_test(tc, sessions_round_trip);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("refusals");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, every_truncation_is_refused);
 	tcase_add_test(tc, other_versions_are_refused);
 	tcase_add_test(tc, trailing_bytes_are_refused);
+	tcase_add_test(tc, forged_sessions_are_refused);
 	tcase_add_test(tc, flipped_bytes_never_break_the_table);
 	suite_add_tcase(s, tc);
 	return s;
