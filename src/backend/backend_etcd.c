@@ -34,7 +34,9 @@
 #include "clock.h"
 #include "config.h"
 #include "backend_etcd_int.h"
+#include "kl.h"
 #include "log.h"
+#include "users.h"
 #include "util.h"
 
 static void	ebe_step(struct ebe *e);
@@ -860,6 +862,40 @@ static const struct backend_ops ebe_ops = {
 };
 
 /*
+ * The etcd client of cfg: endpoints, https files, etcd's user and the
+ * password from its file (checked as a user's secret-file is, and wiped
+ * once the client has its copy). NULL with err.
+ */
+static struct etcd *
+ebe_etcd_new(const struct config *cfg, struct event_base *base,
+    const char *endpoints, struct etcd_opts *eo, char *err, size_t errlen)
+{
+	char		 pw[KL_SECRET_MAX + 1];
+	size_t		 pwlen = 0;
+	const char	*why = NULL;
+	struct etcd	*etcd;
+
+	eo->ca_file = cfg->etcd_ca;
+	eo->cert_file = cfg->etcd_cert;
+	eo->key_file = cfg->etcd_key;
+	if (cfg->etcd_user != NULL) {
+		if (!secret_file_read("etcd-password-file",
+		    cfg->etcd_password_file, pw, &pwlen, err, errlen))
+			return NULL;
+		eo->user = cfg->etcd_user;
+		eo->password = pw;
+		eo->passwordlen = pwlen;
+	}
+	etcd = etcd_new(base, endpoints, eo, &why);
+	explicit_bzero(pw, sizeof(pw));
+	eo->password = NULL;
+	if (etcd == NULL)
+		snprintf(err, errlen, "etcd-endpoints %s: %s", endpoints,
+		    why != NULL ? why : "out of memory");
+	return etcd;
+}
+
+/*
  * The backend before its start-up: settings, the etcd client (nothing
  * sent yet) and an empty replica, state EBE_STARTING. backend_etcd_new()
  * starts it; the replica's tests (tests/unit/check_replica.c) feed it
@@ -871,7 +907,6 @@ ebe_create(const struct config *cfg, struct event_base *base,
 {
 	struct ebe		*e;
 	struct etcd_opts	 eo;
-	const char		*why = NULL;
 
 	if ((e = kl_calloc(1, sizeof(*e))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -907,11 +942,9 @@ ebe_create(const struct config *cfg, struct event_base *base,
 		goto fail;
 	}
 	e->prefixlen = strlen(e->prefix);
-	if ((e->etcd = etcd_new(base, cfg->etcd_endpoints, &eo, &why)) ==
-	    NULL) {
-		snprintf(err, errlen, "etcd-endpoints: %s", why);
+	if ((e->etcd = ebe_etcd_new(cfg, base, cfg->etcd_endpoints, &eo, err,
+	    errlen)) == NULL)
 		goto fail;
-	}
 	return e;
 fail:
 	ebe_free(&e->be);
@@ -1004,7 +1037,6 @@ backend_etcd_check(const struct config *cfg, char *err, size_t errlen)
 	struct echeck		 c;
 	struct etcd_opts	 eo = { .conns = 1,
 	    .timeout_ms = (int)cfg->etcd_timeout };
-	const char		*why = NULL;
 	int			 n, reached = 0, rc = 0;
 	int64_t			 first = 0;
 
@@ -1015,16 +1047,17 @@ backend_etcd_check(const struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	if ((all = etcd_new(base, cfg->etcd_endpoints, &eo, &why)) == NULL) {
-		snprintf(err, errlen, "etcd-endpoints %s: %s",
-		    cfg->etcd_endpoints, why != NULL ? why : "bad");
+	if ((all = ebe_etcd_new(cfg, base, cfg->etcd_endpoints, &eo, err,
+	    errlen)) == NULL) {
 		event_base_free(base);
 		return -1;
 	}
 	n = (int)etcd_nendpoints(all);
 	for (int i = 0; i < n; i++) {
-		one[i] = etcd_new(base, etcd_endpoint(all, (size_t)i), &eo,
-		    NULL);
+		char	ignored[64];
+
+		one[i] = ebe_etcd_new(cfg, base, etcd_endpoint(all, (size_t)i),
+		    &eo, ignored, sizeof(ignored));
 		arg[i].c = &c;
 		arg[i].i = i;
 		if (one[i] != NULL && etcd_post(one[i],

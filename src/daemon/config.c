@@ -175,6 +175,17 @@ static const struct setting settings[] = {
 	    "operations per etcd transaction (etcd's --max-txn-ops)", false },
 	{ "etcd-connections", "N", SET_INT, OFF(etcd_connections), 1, 64,
 	    "HTTP connections to etcd for requests", false },
+	{ "etcd-ca", "FILE", SET_STRING, OFF(etcd_ca), 0, 0,
+	    "CA of the etcd members' certificates, for https:// endpoints "
+	    "(default: the system's)", false },
+	{ "etcd-cert", "FILE", SET_STRING, OFF(etcd_cert), 0, 0,
+	    "client certificate (PEM) for etcd's --client-cert-auth", false },
+	{ "etcd-key", "FILE", SET_STRING, OFF(etcd_key), 0, 0,
+	    "its private key (PEM)", false },
+	{ "etcd-user", "NAME", SET_STRING, OFF(etcd_user), 0, 0,
+	    "etcd user to authenticate as (etcd auth)", false },
+	{ "etcd-password-file", "FILE", SET_STRING, OFF(etcd_password_file),
+	    0, 0, "file holding etcd-user's password", false },
 };
 #undef OFF
 #define NSETTINGS	(sizeof(settings) / sizeof(settings[0]))
@@ -569,6 +580,16 @@ config_check_backend(const struct config *cfg)
 		    cfg->etcd_timeout, cfg->etcd_lease_ttl);
 		return EX_KL_CONFIG;
 	}
+	if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL)) {
+		fprintf(stderr, "keylockd: etcd-cert and etcd-key go "
+		    "together\n");
+		return EX_KL_CONFIG;
+	}
+	if ((cfg->etcd_user == NULL) != (cfg->etcd_password_file == NULL)) {
+		fprintf(stderr, "keylockd: etcd-user and etcd-password-file "
+		    "go together\n");
+		return EX_KL_CONFIG;
+	}
 	if (cfg->max_keys > cfg->etcd_max_txn_ops) {
 		fprintf(stderr, "keylockd: max-keys %" PRId64 " is over "
 		    "etcd-max-txn-ops %" PRId64 ": a LOCK is one etcd "
@@ -768,5 +789,10 @@ config_cleanup(struct config *cfg)
 	free(cfg->backend);
 	free(cfg->etcd_endpoints);
 	free(cfg->etcd_prefix);
+	free(cfg->etcd_ca);
+	free(cfg->etcd_cert);
+	free(cfg->etcd_key);
+	free(cfg->etcd_user);
+	free(cfg->etcd_password_file);
 	memset(cfg, 0, sizeof(*cfg));
 }

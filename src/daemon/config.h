@@ -86,6 +86,11 @@ struct config {
 	int64_t		 etcd_timeout;		/* ms */
 	int64_t		 etcd_max_txn_ops;
 	int64_t		 etcd_connections;
+	char		*etcd_ca;		/* https: PEM; NULL: the system's */
+	char		*etcd_cert;		/* PEM; NULL: no client cert */
+	char		*etcd_key;
+	char		*etcd_user;		/* NULL: no etcd auth */
+	char		*etcd_password_file;
 	enum log_level	 log_level;
 	bool		 check_config;
 	int		 argc;		/* what it was loaded from, for */

@@ -177,13 +177,16 @@ users_spec_check(const char *val, char *err, size_t errlen)
 }
 
 /*
- * The secret of a user: the file's first line, without its line end. The
- * file must be a regular file, owned by root or by this process's user,
- * and neither readable nor writable by group or others (as ssh wants a
- * private key).
+ * A secret file (a user's secret-file, etcd-password-file): its first
+ * line, without its line end, into out (room for KL_SECRET_MAX + 1 bytes,
+ * NUL-terminated), and its length into *len. The file must be a regular
+ * file, owned by root or by this process's user, and neither readable
+ * nor writable by group or others (as ssh wants a private key); what
+ * names the setting in err.
  */
-static bool
-user_read_secret(struct user *u, const char *path, char *err, size_t errlen)
+bool
+secret_file_read(const char *what, const char *path, char *out,
+    size_t *len, char *err, size_t errlen)
 {
 	char		 buf[KL_SECRET_MAX + 2];
 	struct stat	 st;
@@ -192,27 +195,25 @@ user_read_secret(struct user *u, const char *path, char *err, size_t errlen)
 	int		 fd;
 
 	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) == -1) {
-		snprintf(err, errlen, "user %s: secret-file %s: %s", u->name,
-		    path, strerror(errno));
+		snprintf(err, errlen, "%s %s: %s", what, path,
+		    strerror(errno));
 		return false;
 	}
 	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "user %s: secret-file %s: not a regular "
-		    "file", u->name, path);
+		snprintf(err, errlen, "%s %s: not a regular file", what, path);
 		close(fd);
 		return false;
 	}
 	if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-		snprintf(err, errlen, "user %s: secret-file %s: mode %04o is "
-		    "too open: group and others must not read or write it "
-		    "(chmod 600)", u->name, path,
-		    (unsigned)(st.st_mode & 07777));
+		snprintf(err, errlen, "%s %s: mode %04o is too open: group "
+		    "and others must not read or write it (chmod 600)", what,
+		    path, (unsigned)(st.st_mode & 07777));
 		close(fd);
 		return false;
 	}
 	if (st.st_uid != 0 && st.st_uid != geteuid()) {
-		snprintf(err, errlen, "user %s: secret-file %s: owned by uid "
-		    "%u: it must be root's or keylockd's own", u->name, path,
+		snprintf(err, errlen, "%s %s: owned by uid %u: it must be "
+		    "root's or keylockd's own", what, path,
 		    (unsigned)st.st_uid);
 		close(fd);
 		return false;
@@ -222,8 +223,8 @@ user_read_secret(struct user *u, const char *path, char *err, size_t errlen)
 	while (r == -1 && errno == EINTR);
 	close(fd);
 	if (r < 0) {
-		snprintf(err, errlen, "user %s: secret-file %s: %s", u->name,
-		    path, strerror(errno));
+		snprintf(err, errlen, "%s %s: %s", what, path,
+		    strerror(errno));
 		return false;
 	}
 	for (n = 0; n < (size_t)r && buf[n] != '\r' && buf[n] != '\n'; n++)
@@ -231,11 +232,28 @@ user_read_secret(struct user *u, const char *path, char *err, size_t errlen)
 	if (n == 0 || n > KL_SECRET_MAX || memchr(buf, '\0', n) != NULL ||
 	    memchr(buf, ' ', n) != NULL || memchr(buf, '\t', n) != NULL) {
 		explicit_bzero(buf, sizeof(buf));
-		snprintf(err, errlen, "user %s: secret-file %s: the secret "
-		    "must be one line of 1 to %d bytes without spaces",
-		    u->name, path, KL_SECRET_MAX);
+		snprintf(err, errlen, "%s %s: the secret must be one line of "
+		    "1 to %d bytes without spaces", what, path, KL_SECRET_MAX);
 		return false;
 	}
+	memcpy(out, buf, n);
+	out[n] = '\0';
+	*len = n;
+	explicit_bzero(buf, sizeof(buf));
+	return true;
+}
+
+/* The secret of a user (secret_file_read). */
+static bool
+user_read_secret(struct user *u, const char *path, char *err, size_t errlen)
+{
+	char	 what[KL_SECRET_MAX + 32];
+	char	 buf[KL_SECRET_MAX + 1];
+	size_t	 n;
+
+	snprintf(what, sizeof(what), "user %s: secret-file", u->name);
+	if (!secret_file_read(what, path, buf, &n, err, errlen))
+		return false;
 	u->secret = kl_strndup(buf, n);
 	explicit_bzero(buf, sizeof(buf));
 	if (u->secret == NULL) {

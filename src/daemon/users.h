@@ -31,6 +31,10 @@ extern const struct user *const users_revoked;
 /* The syntax of one `user` value, for config.c's FILE:LINE messages:
  * true, or false with a message in err. Reads no file. */
 bool		 users_spec_check(const char *val, char *err, size_t errlen);
+/* A secret file's one line, checked as ssh checks a private key's file
+ * (users.c); out has room for KL_SECRET_MAX + 1 bytes. */
+bool		 secret_file_read(const char *what, const char *path,
+		    char *out, size_t *len, char *err, size_t errlen);
 /* The users and operator-uids of cfg, their secret files read and their
  * modes checked (not readable or writable by group or others, owned by
  * root or by this process's user). NULL with a message in err. */

@@ -40,6 +40,9 @@ static void	call_done_cb(struct evhttp_request *, void *);
 static void	call_error_cb(enum evhttp_request_error, void *);
 static void	dispatch(struct etcd *e, bool safe);
 static void	kick_cb(evutil_socket_t, short, void *);
+static void	conn_closed_cb(struct evhttp_connection *, void *);
+static void	auth_start(struct etcd *e);
+static void	auth_wipe(struct etcd *e);
 
 uint64_t
 etcd_now_ms(void)
@@ -64,7 +67,8 @@ host_is_numeric(const char *h)
 	return true;
 }
 
-/* "http://host:port" or "host:port" into ep; why names the problem. */
+/* "http://host:port", "https://host:port" or "host:port" into ep; why
+ * names the problem. */
 static int
 endpoint_parse(const char *s, size_t len, struct etcd_endpoint *ep,
     const char **why)
@@ -78,7 +82,7 @@ endpoint_parse(const char *s, size_t len, struct etcd_endpoint *ep,
 		*why = "empty etcd endpoint";
 		return -1;
 	}
-	if (len + sizeof("http://") > sizeof(buf)) {
+	if (len + sizeof("https://") > sizeof(buf)) {
 		*why = "etcd endpoint too long";
 		return -1;
 	}
@@ -94,13 +98,14 @@ endpoint_parse(const char *s, size_t len, struct etcd_endpoint *ep,
 	host = evhttp_uri_get_host(u);
 	port = evhttp_uri_get_port(u);
 	path = evhttp_uri_get_path(u);
-	if (scheme == NULL || strcmp(scheme, "http") != 0)
-		*why = "etcd endpoint: only http:// is supported";
+	if (scheme == NULL || (strcmp(scheme, "http") != 0 &&
+	    strcmp(scheme, "https") != 0))
+		*why = "etcd endpoint: http:// or https://";
 	else if (host == NULL || host[0] == '\0' ||
 	    strlen(host) >= ETCD_HOST_MAX)
 		*why = "etcd endpoint has no host";
 	else if (port <= 0 || port > 65535)
-		*why = "etcd endpoint needs a port (http://host:2379)";
+		*why = "etcd endpoint needs a port (https://host:2379)";
 	else if (path != NULL && path[0] != '\0' && strcmp(path, "/") != 0)
 		*why = "etcd endpoint has a path";
 	else if (evhttp_uri_get_query(u) != NULL ||
@@ -117,8 +122,10 @@ endpoint_parse(const char *s, size_t len, struct etcd_endpoint *ep,
 		snprintf(ep->host, sizeof(ep->host), "%.*s",
 		    (int)(v6 ? hl - 2 : hl), v6 ? host + 1 : host);
 		ep->port = port;
+		ep->tls = strcmp(scheme, "https") == 0;
 		snprintf(ep->hosthdr, sizeof(ep->hosthdr), "%s:%d", host, port);
-		snprintf(ep->url, sizeof(ep->url), "http://%s", ep->hosthdr);
+		snprintf(ep->url, sizeof(ep->url), "%s://%s",
+		    ep->tls ? "https" : "http", ep->hosthdr);
 	}
 	evhttp_uri_free(u);
 	return *why == NULL ? 0 : -1;
@@ -156,6 +163,36 @@ endpoints_parse(struct etcd *e, const char *list, const char **why)
 	}
 }
 
+/* The TLS settings of o against the endpoints of e: the context if any
+ * endpoint is https; false with why. */
+static bool
+etcd_tls_setup(struct etcd *e, const struct etcd_opts *o, const char **why)
+{
+	static char		 buf[ETCD_URL_MAX + 256];
+	static const struct etcd_opts none;
+	bool			 tls = false;
+
+	for (int i = 0; i < e->neps; i++)
+		tls |= e->eps[i].tls;
+	if (o == NULL)
+		o = &none;
+	if ((o->cert_file == NULL) != (o->key_file == NULL)) {
+		*why = "an etcd client certificate needs its key, and a key "
+		    "its certificate";
+		return false;
+	}
+	if (!tls && (o->ca_file != NULL || o->cert_file != NULL)) {
+		*why = "an etcd CA or client certificate needs https:// "
+		    "endpoints";
+		return false;
+	}
+	if (tls && (e->tls = etcd_tls_ctx_new(o, buf, sizeof(buf))) == NULL) {
+		*why = buf;
+		return false;
+	}
+	return true;
+}
+
 struct etcd *
 etcd_new(struct event_base *base, const char *endpoints,
     const struct etcd_opts *opts, const char **why)
@@ -191,12 +228,22 @@ etcd_new(struct event_base *base, const char *endpoints,
 	TAILQ_INIT(&e->queue);
 	TAILQ_INIT(&e->inflight);
 	e->w.ep = -1;
-	if (endpoints_parse(e, endpoints, why) != 0) {
+	if (endpoints_parse(e, endpoints, why) != 0 ||
+	    !etcd_tls_setup(e, opts, why)) {
 		kl_free(e);
 		errno = EINVAL;
 		return NULL;
 	}
 	*why = "out of memory";
+	if (opts != NULL && opts->user != NULL) {
+		if ((e->user = kl_strndup(opts->user,
+		    strlen(opts->user))) == NULL ||
+		    (e->password = kl_malloc(opts->passwordlen + 1)) == NULL)
+			goto fail;
+		memcpy(e->password, opts->password, opts->passwordlen);
+		e->password[opts->passwordlen] = '\0';
+		e->passwordlen = opts->passwordlen;
+	}
 	for (int i = 0; i < e->neps; i++)
 		if (!host_is_numeric(e->eps[i].host))
 			names = true;
@@ -219,6 +266,8 @@ etcd_new(struct event_base *base, const char *endpoints,
 fail:
 	if (e->dns != NULL)
 		evdns_base_free(e->dns, 0);
+	etcd_tls_ctx_free(e->tls);
+	auth_wipe(e);
 	kl_free(e->conns);
 	kl_free(e);
 	errno = ENOMEM;
@@ -263,12 +312,24 @@ struct evhttp_connection *
 etcd_evcon_new(struct etcd *e, int ep, int timeout_ms, size_t max_body)
 {
 	struct evhttp_connection *evcon;
+	struct bufferevent	 *bev;
 	struct timeval		  tv;
 
-	evcon = evhttp_connection_base_new(e->base, e->dns, e->eps[ep].host,
-	    (unsigned short)e->eps[ep].port);
-	if (evcon == NULL)
-		return NULL;
+	if (e->eps[ep].tls) {
+		if ((bev = etcd_tls_bev_new(e, ep)) == NULL)
+			return NULL;
+		evcon = evhttp_connection_base_bufferevent_new(e->base, e->dns,
+		    bev, e->eps[ep].host, (unsigned short)e->eps[ep].port);
+		if (evcon == NULL) {
+			bufferevent_free(bev);
+			return NULL;
+		}
+	} else {
+		evcon = evhttp_connection_base_new(e->base, e->dns,
+		    e->eps[ep].host, (unsigned short)e->eps[ep].port);
+		if (evcon == NULL)
+			return NULL;
+	}
 	tv.tv_sec = timeout_ms / 1000;
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
 	evhttp_connection_set_timeout_tv(evcon, &tv);
@@ -286,7 +347,7 @@ etcd_evcon_new(struct etcd *e, int ep, int timeout_ms, size_t max_body)
 struct evhttp_request *
 etcd_request_new(struct etcd *e, int ep,
     void (*cb)(struct evhttp_request *, void *), void *arg,
-    const char *body, size_t bodylen)
+    const char *body, size_t bodylen, const char *token)
 {
 	struct evhttp_request	*req;
 	struct evkeyvalq	*h;
@@ -299,6 +360,8 @@ etcd_request_new(struct etcd *e, int ep,
 	if (evhttp_add_header(h, "Host", e->eps[ep].hosthdr) != 0 ||
 	    evhttp_add_header(h, "Content-Type", "application/json") != 0 ||
 	    evhttp_add_header(h, "Grpc-Metadata-hasleader", "true") != 0 ||
+	    (token != NULL &&
+	    evhttp_add_header(h, "Authorization", token) != 0) ||
 	    evbuffer_add(evhttp_request_get_output_buffer(req), body,
 	    bodylen) != 0) {
 		evhttp_request_free(req);
@@ -327,6 +390,12 @@ call_free(struct etcd_call *c)
 {
 	if (c->timer != NULL)
 		event_free(c->timer);
+	if (c == c->e->auth) {
+		/* the password is in it */
+		if (c->body != NULL)
+			explicit_bzero(c->body, c->bodylen);
+		c->e->auth = NULL;
+	}
 	kl_free(c->body);
 	kl_free(c);
 }
@@ -371,8 +440,10 @@ call_fail_later(struct etcd_call *c, enum etcd_status st, const char *msg)
 	event_add(c->timer, &zero);
 }
 
-struct etcd_call *
-etcd_post(struct etcd *e, const char *path, json_t *body, unsigned flags,
+/* A call of body (stolen) to path, its deadline set, not queued yet;
+ * NULL with errno ENOMEM. */
+static struct etcd_call *
+call_new(struct etcd *e, const char *path, json_t *body, unsigned flags,
     etcd_cb *cb, void *arg)
 {
 	struct etcd_call	*c;
@@ -380,11 +451,6 @@ etcd_post(struct etcd *e, const char *path, json_t *body, unsigned flags,
 
 	if (body == NULL) {
 		errno = ENOMEM;
-		return NULL;
-	}
-	if (e->nqueue >= e->o.max_queue) {
-		json_decref(body);
-		errno = ENOBUFS;
 		return NULL;
 	}
 	if ((c = kl_calloc(1, sizeof(*c))) == NULL)
@@ -405,9 +471,6 @@ etcd_post(struct etcd *e, const char *path, json_t *body, unsigned flags,
 	tv.tv_usec = (e->o.timeout_ms % 1000) * 1000;
 	event_add(c->timer, &tv);
 	c->state = CALL_QUEUED;
-	TAILQ_INSERT_TAIL(&e->queue, c, entry);
-	e->nqueue++;
-	dispatch(e, false);
 	return c;
 nomem:
 	json_decref(body);
@@ -419,6 +482,133 @@ nomem:
 	}
 	errno = ENOMEM;
 	return NULL;
+}
+
+struct etcd_call *
+etcd_post(struct etcd *e, const char *path, json_t *body, unsigned flags,
+    etcd_cb *cb, void *arg)
+{
+	struct etcd_call *c;
+
+	if (e->nqueue >= e->o.max_queue) {
+		json_decref(body);
+		errno = ENOBUFS;
+		return NULL;
+	}
+	if ((c = call_new(e, path, body, flags, cb, arg)) == NULL)
+		return NULL;
+	TAILQ_INSERT_TAIL(&e->queue, c, entry);
+	e->nqueue++;
+	dispatch(e, false);
+	return c;
+}
+
+/* ---- etcd's authentication ---- */
+
+bool
+etcd_token_refused(int grpc_code, const char *message)
+{
+	/* ErrInvalidAuthToken; ErrAuthOldRevision, whose code is 3 */
+	return grpc_code == ETCD_GRPC_UNAUTHENTICATED ||
+	    (message != NULL && strstr(message, "revision of auth store is "
+	    "old") != NULL);
+}
+
+static void
+auth_cb(void *arg, const struct etcd_result *r)
+{
+	struct etcd		*e = arg;
+	struct etcd_call	*c;
+	const json_t		*tok = json_object_get(r->json, "token");
+	char			 msg[256];
+
+	e->auth = NULL;
+	if (r->status == ETCD_ERR_CANCELED)
+		return;
+	if (r->status == ETCD_OK && json_is_string(tok) &&
+	    json_string_length(tok) > 0 && json_string_length(tok) < 4096 &&
+	    strpbrk(json_string_value(tok), "\r\n") == NULL) {
+		kl_free(e->token);
+		e->token = kl_strndup(json_string_value(tok),
+		    json_string_length(tok));
+		e->token_gen++;
+		if (e->token != NULL) {
+			log_debug("etcd: authenticated as %s", e->user);
+			dispatch(e, false);
+			return;
+		}
+	}
+	/* every call waiting for the token fails with the reason */
+	if (r->status == ETCD_OK || r->status == ETCD_ERR_GRPC)
+		snprintf(msg, sizeof(msg), "etcd authentication as %s failed: "
+		    "%s", e->user, r->status == ETCD_OK ?
+		    "no usable token in the reply" : r->message);
+	else
+		snprintf(msg, sizeof(msg), "%s", r->message != NULL ?
+		    r->message : etcd_status_name(r->status));
+	while ((c = TAILQ_FIRST(&e->queue)) != NULL)
+		call_fail_later(c, r->status == ETCD_OK ? ETCD_ERR_PROTO :
+		    r->status, msg);
+}
+
+/* Queues a /v3/auth/authenticate call first, unless one is on its way
+ * or no user is set. */
+static void
+auth_start(struct etcd *e)
+{
+	json_t *b;
+
+	if (e->user == NULL || e->token != NULL || e->auth != NULL)
+		return;
+	b = json_object();
+	if (b == NULL || json_object_set_new(b, "name",
+	    json_string(e->user)) != 0 || json_object_set_new(b, "password",
+	    json_stringn(e->password, e->passwordlen)) != 0) {
+		json_decref(b);
+		return;
+	}
+	/* its calls time out, or it comes again with the next call */
+	e->auth = call_new(e, "/v3/auth/authenticate", b, ETCD_RETRY, auth_cb,
+	    e);
+	if (e->auth == NULL)
+		return;
+	TAILQ_INSERT_HEAD(&e->queue, e->auth, entry);
+	e->nqueue++;
+}
+
+void
+etcd_auth_refused(struct etcd *e, uint64_t gen)
+{
+	if (e->user == NULL || gen != e->token_gen || e->token == NULL)
+		return;
+	log_debug("etcd: the token of %s was refused; authenticating again",
+	    e->user);
+	kl_free(e->token);
+	e->token = NULL;
+	e->token_gen++;
+	auth_start(e);
+	dispatch(e, false);
+}
+
+bool
+etcd_auth_wait(struct etcd *e)
+{
+	if (e->user == NULL || e->token != NULL)
+		return false;
+	auth_start(e);
+	dispatch(e, false);
+	return true;
+}
+
+static void
+auth_wipe(struct etcd *e)
+{
+	if (e->password != NULL)
+		explicit_bzero(e->password, e->passwordlen);
+	kl_free(e->password);
+	kl_free(e->user);
+	kl_free(e->token);
+	e->password = e->user = e->token = NULL;
 }
 
 void
@@ -434,6 +624,7 @@ etcd_cancel(struct etcd_call *c)
 		struct evhttp_request *req = c->req;
 
 		c->conn->call = NULL;
+		c->conn->stale = e->eps[c->conn->ep].tls;
 		c->req = NULL;
 		/* resets the connection; neither callback may run now */
 		evhttp_request_set_error_cb(req, NULL);
@@ -471,9 +662,10 @@ call_send(struct etcd_conn *conn, struct etcd_call *c)
 	struct evhttp_request	*req;
 
 	req = etcd_request_new(e, conn->ep, call_done_cb, c, c->body,
-	    c->bodylen);
+	    c->bodylen, c == e->auth ? NULL : e->token);
 	if (req == NULL)
 		return false;
+	c->token_gen = e->token_gen;
 	evhttp_request_set_error_cb(req, call_error_cb);
 	c->req = req;
 	c->conn = conn;
@@ -519,9 +711,18 @@ dispatch(struct etcd *e, bool safe)
 	for (int i = 0; i < e->o.conns && e->nqueue > 0; i++) {
 		struct etcd_conn *conn = &e->conns[i];
 
+		struct etcd_call *next = TAILQ_FIRST(&e->queue);
+
 		if (conn->call != NULL)
 			continue;
-		if (conn->evcon != NULL && conn->ep != e->cur) {
+		/* with etcd auth, nothing goes before the token */
+		if (e->user != NULL && e->token == NULL) {
+			auth_start(e);
+			if (e->auth == NULL || e->auth->state != CALL_QUEUED)
+				break;
+			next = e->auth;
+		}
+		if (conn->evcon != NULL && (conn->ep != e->cur || conn->stale)) {
 			if (!safe) {
 				need_kick = true;
 				continue;
@@ -529,23 +730,37 @@ dispatch(struct etcd *e, bool safe)
 			evhttp_connection_free(conn->evcon);
 			conn->evcon = NULL;
 			conn->nodelay_fd = -1;
+			conn->stale = false;
 		}
 		if (conn->evcon == NULL) {
 			conn->ep = e->cur;
 			conn->evcon = etcd_evcon_new(e, e->cur,
 			    e->o.timeout_ms + 1000, e->o.max_body);
 			if (conn->evcon == NULL) {
-				call_fail_later(TAILQ_FIRST(&e->queue),
-				    ETCD_ERR_NOMEM, "out of memory");
+				call_fail_later(next, ETCD_ERR_NOMEM,
+				    e->eps[e->cur].tls ? "cannot set up TLS" :
+				    "out of memory");
 				continue;
 			}
+			if (e->eps[e->cur].tls)
+				evhttp_connection_set_closecb(conn->evcon,
+				    conn_closed_cb, conn);
 		}
-		if (!call_send(conn, TAILQ_FIRST(&e->queue)))
-			call_fail_later(TAILQ_FIRST(&e->queue),
-			    ETCD_ERR_NOMEM, "cannot make an HTTP request");
+		if (!call_send(conn, next))
+			call_fail_later(next, ETCD_ERR_NOMEM,
+			    "cannot make an HTTP request");
 	}
 	if (need_kick)
 		event_active(e->kick, 0, 0);
+}
+
+/* A TLS connection closed: its SSL served that TCP connection only. */
+static void
+conn_closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+	struct etcd_conn *conn = arg;
+
+	conn->stale = true;
 }
 
 static void
@@ -571,6 +786,7 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 		struct evhttp_request *req = c->req;
 
 		c->conn->call = NULL;
+		c->conn->stale = e->eps[c->conn->ep].tls;
 		c->req = NULL;
 		evhttp_request_set_error_cb(req, NULL);
 		evhttp_cancel_request(req);
@@ -642,20 +858,46 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 	json_t			*root;
 	json_error_t		 jerr;
 	void			*arena = NULL;
-	char			 msg[160];
+	char			 msg[300];
 
 	memset(&r, 0, sizeof(r));
 	r.endpoint = e->eps[c->ep].url;
 	root = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0,
 	    &jerr);
 	if (root == NULL) {
-		snprintf(msg, sizeof(msg), "HTTP %d from %s without JSON",
-		    code, r.endpoint);
+		/* what it says instead, cut, without control bytes */
+		char	 text[100];
+		size_t	 n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+
+		evbuffer_copyout(in, text, n);
+		for (size_t i = 0; i < n; i++)
+			if ((unsigned char)text[i] < 0x20 || text[i] == 0x7f)
+				text[i] = ' ';
+		while (n > 0 && text[n - 1] == ' ')
+			n--;
+		text[n] = '\0';
+		snprintf(msg, sizeof(msg), "HTTP %d from %s without JSON%s%s",
+		    code, r.endpoint, n > 0 ? ": " : "", text);
 		call_unlink(c);
 		call_fail(c, ETCD_ERR_PROTO, msg);
 		return;
 	}
 	etcd_result_decode(root, &r, &arena);
+	if (r.status == ETCD_ERR_GRPC && c != e->auth && e->user != NULL &&
+	    etcd_token_refused(r.grpc_code, r.message)) {
+		/* an expired token: once more, with a new one */
+		etcd_auth_refused(e, c->token_gen);
+		if (!c->reauthed && etcd_now_ms() + 10 < c->deadline_ms) {
+			c->reauthed = true;
+			call_unlink(c);
+			c->state = CALL_QUEUED;
+			TAILQ_INSERT_HEAD(&e->queue, c, entry);
+			e->nqueue++;
+			json_decref(root);
+			kl_free(arena);
+			return;
+		}
+	}
 	if (r.status == ETCD_ERR_GRPC && r.grpc_code == ETCD_GRPC_UNAVAILABLE) {
 		etcd_endpoint_failed(e, c->ep, r.message);
 		if (call_retry(c, false)) {
@@ -675,19 +917,29 @@ call_done_cb(struct evhttp_request *req, void *arg)
 {
 	struct etcd_call	*c = arg;
 	struct etcd		*e = c->e;
-	char			 msg[160];
+	struct etcd_conn	*conn = c->conn;
+	char			 msg[300], tlswhy[240];
 
-	c->conn->call = NULL;
+	conn->call = NULL;
 	c->conn = NULL;
 	c->req = NULL;
 	if (req != NULL && evhttp_request_get_response_code(req) != 0) {
 		call_reply(c, req);
 	} else {
-		/* without the error callback: the connect failed, nothing
-		 * was sent */
+		/* without the error callback: the connect failed (or, for
+		 * https, its handshake), nothing was sent */
 		bool unsent = !c->got_error_cb;
 		const char *why = unsent ? "cannot connect" :
 		    http_error_name(c->http_error);
+
+		if (e->eps[conn->ep].tls) {
+			conn->stale = true;
+			if (etcd_tls_why(conn->evcon, tlswhy, sizeof(tlswhy)))
+				why = tlswhy;
+			else if (unsent)
+				why = "cannot connect, or the TLS handshake "
+				    "failed (etcd's log says why)";
+		}
 
 		etcd_endpoint_failed(e, c->ep, why);
 		if (!call_retry(c, unsent)) {
@@ -835,6 +1087,8 @@ etcd_free(struct etcd *e)
 		event_free(e->kick);
 	if (e->dns != NULL)
 		evdns_base_free(e->dns, 0);
+	etcd_tls_ctx_free(e->tls);
+	auth_wipe(e);
 	kl_free(e->conns);
 	kl_free(e);
 }

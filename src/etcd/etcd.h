@@ -44,8 +44,10 @@ struct etcd_txn;
 #define ETCD_GRPC_INVALID_ARGUMENT	3	/* too many ops, duplicate key */
 #define ETCD_GRPC_DEADLINE_EXCEEDED	4
 #define ETCD_GRPC_NOT_FOUND		5	/* lease not found */
+#define ETCD_GRPC_PERMISSION_DENIED	7	/* etcd auth: a role's range */
 #define ETCD_GRPC_OUT_OF_RANGE		11	/* revision compacted */
 #define ETCD_GRPC_UNAVAILABLE		14	/* no leader, stopping */
+#define ETCD_GRPC_UNAUTHENTICATED	16	/* etcd auth: a bad token */
 
 enum etcd_status {
 	ETCD_OK = 0,
@@ -63,6 +65,18 @@ struct etcd_opts {
 	size_t		max_queue;
 	size_t		max_body;
 	size_t		max_line;
+	/* https:// endpoints: the server's certificate must chain to
+	 * ca_file (NULL: the system's CAs) and name the endpoint's host;
+	 * cert_file and key_file (PEM, both or neither) are sent to it */
+	const char	*ca_file;
+	const char	*cert_file;
+	const char	*key_file;
+	/* etcd's own authentication (NULL: none): every call carries the
+	 * token of /v3/auth/authenticate, got again when etcd refuses it
+	 * as expired. The password is copied, and wiped when freed. */
+	const char	*user;
+	const char	*password;
+	size_t		 passwordlen;
 };
 
 /* One key-value; key and value point into the result and live as long as
@@ -110,9 +124,11 @@ typedef void	etcd_cb(void *arg, const struct etcd_result *r);
 				 * "unavailable", try the next endpoint */
 
 /*
- * endpoints: URLs separated by commas, "http://host:port" (the scheme may
- * be left out). NULL with errno EINVAL (and *why) for a bad list. opts may
- * be NULL for the defaults.
+ * endpoints: URLs separated by commas, "http://host:port" or
+ * "https://host:port" (the scheme may be left out: http). NULL with errno
+ * EINVAL (and *why) for a bad list or TLS files that cannot be used;
+ * *why is valid until the next etcd_new(). opts may be NULL for the
+ * defaults.
  */
 struct etcd	*etcd_new(struct event_base *base, const char *endpoints,
 		    const struct etcd_opts *opts, const char **why);

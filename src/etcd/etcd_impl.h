@@ -18,6 +18,7 @@
 
 #include "etcd.h"
 
+struct bufferevent;
 struct evbuffer;
 struct evdns_base;
 struct evhttp_connection;
@@ -36,6 +37,7 @@ struct etcd_endpoint {
 	char	host[ETCD_HOST_MAX];	/* for connect */
 	char	hosthdr[ETCD_HOST_MAX + 8];	/* Host: header */
 	int	port;
+	bool	tls;				/* https:// */
 };
 
 enum etcd_call_state {
@@ -63,9 +65,11 @@ struct etcd_call {
 	int			 ep;		/* endpoint of the last try */
 	int			 tries;
 	int			 http_error;	/* from the error callback */
+	uint64_t		 token_gen;	/* of the token it was sent with */
+	bool			 reauthed;	/* sent again after a refused token */
 	bool			 got_error_cb;
 	enum etcd_status	 fail_status;	/* CALL_FAILING */
-	char			 fail_msg[128];
+	char			 fail_msg[256];
 };
 TAILQ_HEAD(etcd_callq, etcd_call);
 
@@ -75,6 +79,7 @@ struct etcd_conn {
 	int				 ep;	/* of evcon; -1: none */
 	int				 nodelay_fd;	/* TCP_NODELAY set */
 	struct etcd_call		*call;	/* in flight, or NULL */
+	bool				 stale;	/* TLS, closed: to be remade */
 };
 
 /* The watch's life; every move between these is made by the timer, so
@@ -105,6 +110,7 @@ struct etcd_watch {
 	int			 pause_ms;	/* before the next open */
 	int			 backoff_ms;	/* the pause after a cut */
 	uint64_t		 gen;		/* bumped by every (re)start */
+	uint64_t		 token_gen;	/* of the token it was opened with */
 };
 
 struct etcd {
@@ -121,6 +127,15 @@ struct etcd {
 	size_t			 ninflight;
 	struct event		*kick;		/* dispatch outside callbacks */
 	struct etcd_watch	 w;
+	void			*tls;		/* SSL_CTX: an https endpoint */
+	/* etcd auth: the token calls carry, its generation (bumped when it
+	 * is dropped), and the /v3/auth/authenticate call in progress */
+	char			*user;
+	char			*password;
+	size_t			 passwordlen;
+	char			*token;
+	uint64_t		 token_gen;
+	struct etcd_call	*auth;
 };
 
 /* etcd.c */
@@ -130,9 +145,28 @@ void		 etcd_endpoint_failed(struct etcd *e, int ep, const char *why);
  * body (for a chunked stream: so far, see etcd_watch.c). */
 struct evhttp_connection *etcd_evcon_new(struct etcd *e, int ep,
 		    int timeout_ms, size_t max_body);
+/* token: the Authorization header, or NULL. */
 struct evhttp_request *etcd_request_new(struct etcd *e, int ep,
 		    void (*cb)(struct evhttp_request *, void *), void *arg,
-		    const char *body, size_t bodylen);
+		    const char *body, size_t bodylen, const char *token);
+/* etcd refused the token of generation gen (a refused call, or a watch):
+ * drop it if it is still the current one, and authenticate again. */
+void		 etcd_auth_refused(struct etcd *e, uint64_t gen);
+/* With etcd auth and no token yet: true, and the authentication is on
+ * its way. */
+bool		 etcd_auth_wait(struct etcd *e);
+/* The reply is etcd refusing a call's token: expired, or issued before a
+ * change of its auth store. */
+bool		 etcd_token_refused(int grpc_code, const char *message);
+
+/* etcd_tls.c */
+void		*etcd_tls_ctx_new(const struct etcd_opts *o, char *err,
+		    size_t errlen);
+void		 etcd_tls_ctx_free(void *ctx);
+struct bufferevent *etcd_tls_bev_new(struct etcd *e, int ep);
+/* Why the TLS of evcon failed, into buf; false if it says nothing. */
+bool		 etcd_tls_why(struct evhttp_connection *evcon, char *buf,
+		    size_t len);
 
 /* etcd_json.c */
 int		 etcd_json_i64(const json_t *v, int64_t *out);

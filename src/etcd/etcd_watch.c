@@ -118,7 +118,14 @@ watch_open(struct etcd *e)
 	char			*s = NULL;
 
 	w->ep = e->cur;
+	if (etcd_auth_wait(e)) {
+		/* no token yet: open once it has come */
+		w->state = WATCH_PAUSED;
+		watch_timer_in(w, ETCD_WATCH_RETRY_MS);
+		return;
+	}
 	w->state = WATCH_OPENING;
+	w->token_gen = e->token_gen;
 	body = watch_body(w);
 	if (body != NULL)
 		s = json_dumps(body, JSON_COMPACT);
@@ -129,7 +136,7 @@ watch_open(struct etcd *e)
 	    (w->evcon = etcd_evcon_new(e, w->ep, 24 * 3600 * 1000,
 	    e->o.max_line)) == NULL ||
 	    (w->req = etcd_request_new(e, w->ep, watch_done_cb, e, s,
-	    strlen(s))) == NULL) {
+	    strlen(s), e->token)) == NULL) {
 		free(s);
 		watch_cut(e, ETCD_ERR_NOMEM, "out of memory");
 		return;
@@ -186,6 +193,8 @@ watch_reply(struct etcd *e, const json_t *root)
 	uint64_t		 gen = w->gen;
 
 	if (etcd_json_error(root, &code, &msg)) {
+		if (etcd_token_refused(code, msg))
+			etcd_auth_refused(e, w->token_gen);
 		watch_cut(e, ETCD_ERR_GRPC, msg);
 		return false;
 	}
@@ -211,6 +220,12 @@ watch_reply(struct etcd *e, const json_t *root)
 		}
 		const json_t *why = json_object_get(res, "cancel_reason");
 
+		/* etcd refuses a watch whose token has expired as it refuses
+		 * one outside the user's role: the token is got again, and
+		 * a refusal that remains is the role's */
+		if (json_is_string(why) && strstr(json_string_value(why),
+		    "permission denied") != NULL)
+			etcd_auth_refused(e, w->token_gen);
 		watch_cut(e, ETCD_ERR_GRPC, json_is_string(why) ?
 		    json_string_value(why) : "watch canceled");
 		return false;
@@ -347,9 +362,15 @@ watch_done_cb(struct evhttp_request *req, void *arg)
 	if (!w->active ||
 	    (w->state != WATCH_OPENING && w->state != WATCH_UP))
 		return;
-	watch_cut(e, ETCD_ERR_CONNECT, req == NULL ||
-	    evhttp_request_get_response_code(req) == 0 ?
-	    "watch connection lost" : "watch stream ended");
+	char why[240];
+
+	if (w->ep >= 0 && e->eps[w->ep].tls &&
+	    etcd_tls_why(w->evcon, why, sizeof(why)))
+		watch_cut(e, ETCD_ERR_CONNECT, why);
+	else
+		watch_cut(e, ETCD_ERR_CONNECT, req == NULL ||
+		    evhttp_request_get_response_code(req) == 0 ?
+		    "watch connection lost" : "watch stream ended");
 }
 
 int

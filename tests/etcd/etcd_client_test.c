@@ -291,7 +291,7 @@ END_TEST
 START_TEST(endpoint_lists_are_checked)
 {
 	static const char *const bad[] = {
-		"", "https://127.0.0.1:2379", "127.0.0.1", "http://:2379",
+		"", "ftp://127.0.0.1:2379", "127.0.0.1", "http://:2379",
 		"http://127.0.0.1:2379/v3", "http://127.0.0.1:2379,",
 		"http://127.0.0.1:99999", "http://u@127.0.0.1:2379"
 	};
@@ -312,6 +312,35 @@ START_TEST(endpoint_lists_are_checked)
 	ck_assert_str_eq(etcd_endpoint(e, 1), "http://[::1]:2380");
 	ck_assert_str_eq(etcd_current_endpoint(e), "http://127.0.0.1:2379");
 	etcd_free(e);
+	e = etcd_new(base, "https://127.0.0.1:2379", NULL, &why);
+	ck_assert_msg(e != NULL, "https: %s", why);
+	ck_assert_str_eq(etcd_endpoint(e, 0), "https://127.0.0.1:2379");
+	etcd_free(e);
+	event_base_free(base);
+}
+END_TEST
+
+/* TLS files are read by etcd_new(): one that is missing, or a CA or a
+ * certificate without https, is refused with its name. */
+START_TEST(tls_files_are_checked_at_creation)
+{
+	struct event_base	*base = event_base_new();
+	struct etcd_opts	 o = { .ca_file = "/nonexistent/ca.pem" };
+	const char		*why = NULL;
+	struct etcd		*e;
+
+	e = etcd_new(base, "https://127.0.0.1:2379", &o, &why);
+	ck_assert_ptr_null(e);
+	ck_assert_msg(why != NULL && strstr(why, "/nonexistent/ca.pem") !=
+	    NULL, "%s", why != NULL ? why : "-");
+	e = etcd_new(base, "http://127.0.0.1:2379", &o, &why);
+	ck_assert_ptr_null(e);
+	ck_assert_msg(strstr(why, "https") != NULL, "%s", why);
+	o.ca_file = NULL;
+	o.cert_file = "/nonexistent/cert.pem";
+	e = etcd_new(base, "https://127.0.0.1:2379", &o, &why);
+	ck_assert_ptr_null(e);
+	ck_assert_msg(strstr(why, "key") != NULL, "%s", why);
 	event_base_free(base);
 }
 END_TEST
@@ -326,6 +355,7 @@ etcd_pure_suite(void)
 	tcase_add_test(tc, b64_matches_rfc4648_vectors_and_refuses_garbage);
 	tcase_add_test(tc, prefix_end_increments_the_last_byte_below_ff);
 	tcase_add_test(tc, endpoint_lists_are_checked);
+	tcase_add_test(tc, tls_files_are_checked_at_creation);
 	suite_add_tcase(s, tc);
 	return s;
 }
