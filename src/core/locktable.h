@@ -297,6 +297,7 @@ size_t		 locktable_hot_keys_filter(const struct locktable *lt,
  */
 struct ks_writer;
 struct ks_reader;
+size_t		 locktable_state_size(const struct locktable *lt);	/* about */
 bool		 locktable_state_write(const struct locktable *lt,
 		    struct ks_writer *w, void (*each)(void *arg,
 		    struct lt_owner *o, uint32_t index), void *arg);

@@ -19,6 +19,8 @@
  *     u64 wait total], u8 own held, u32 holders, each: u32 owner, u32 place
  *     in the owner's holds, u64 token, u64 granted, u8 mode, u8 ttl
  *     [u64 expiry]; u32 waiters, each: u32 owner, u32 slot of its request.
+ * The keys come in no particular order (the writer takes them in its
+ * owners' order, the reader sizes its buckets for all of them at once).
  */
 #include <string.h>
 
@@ -114,10 +116,17 @@ ls_put_counters(struct ks_writer *w, const struct lt_counters *c)
 	ls_put_hist(w, &c->hold_ms);
 }
 
+/*
+ * Key k, written when its first holder first (of owner number oi, place
+ * in its list pos) is met in the owners' lists, or with first NULL when
+ * it has no holder. Only the other holders of an extended key (never a
+ * key's own hold: that one is always its first) and the waiters are
+ * looked up in the maps.
+ */
 static void
 ls_put_key(const struct locktable *lt, struct ks_writer *w,
-    const struct lt_key *k, const struct ls_map *owners,
-    const struct ls_map *places)
+    const struct lt_key *k, const struct lt_hold *first, uint32_t oi,
+    uint32_t pos, const struct ls_map *owners, const struct ls_map *places)
 {
 	const struct lt_hold	*h;
 	const struct lt_slot	*s;
@@ -132,8 +141,8 @@ ls_put_key(const struct locktable *lt, struct ks_writer *w,
 	ks_put_u8(w, k->owned);
 	ks_put_u32(w, lt_key_nholders(k));
 	for (h = lt_key_first(k); h != NULL; h = lt_key_next(k, h)) {
-		ks_put_u32(w, ls_map_get(owners, h->owner));
-		ks_put_u32(w, ls_map_get(places, h));
+		ks_put_u32(w, h == first ? oi : ls_map_get(owners, h->owner));
+		ks_put_u32(w, h == first ? pos : ls_map_get(places, h));
 		ks_put_u64(w, h->token);
 		ks_put_u64(w, h->granted_ms);
 		ks_put_u8(w, h->mode);
@@ -148,6 +157,19 @@ ls_put_key(const struct locktable *lt, struct ks_writer *w,
 	}
 }
 
+/* About the bytes the TABLE section takes: a key of 16 bytes with one
+ * holder takes about 64. */
+size_t
+locktable_state_size(const struct locktable *lt)
+{
+	size_t	n = 0;
+
+	for (const struct lt_owner *o = lt->owners; o != NULL; o = o->next)
+		n++;
+	return 1024 + n * 32 + (size_t)lt->c.keys * 64 +
+	    (size_t)lt->c.held * 32;
+}
+
 bool
 locktable_state_write(const struct locktable *lt, struct ks_writer *w,
     void (*each)(void *, struct lt_owner *, uint32_t), void *arg)
@@ -158,7 +180,7 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 	struct ls_map		 owners, places;
 	uint32_t		 n = 0, pos;
 	uint64_t		 next = lt->tok_next > 0 ? lt->tok_next : 1;
-	size_t			 i;
+	size_t			 nx = 0, nkeys = 0;
 
 	if (lt->dirty != NULL)
 		return false;	/* only between turns: nothing to settle */
@@ -166,18 +188,18 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 	 * no range reserved (a table rebuilt and not granted since). */
 	for (o = lt->owners; o != NULL; o = o->next) {
 		n++;
-		for (h = o->holds; h != NULL; h = h->onext)
+		for (h = o->holds; h != NULL; h = h->onext) {
 			if (h->token >= next)
 				next = h->token + 1;
+			nx += !h->inkey;
+		}
 	}
-	if (!ls_map_init(&owners, n) || !ls_map_init(&places, lt->c.held)) {
+	if (!ls_map_init(&owners, n) || !ls_map_init(&places, nx)) {
 		ls_map_cleanup(&owners);
 		ls_map_cleanup(&places);
 		return false;
 	}
-	/* a key of 16 bytes with one holder takes about 64 */
-	ks_writer_reserve(w, (size_t)n * 32 + (size_t)lt->c.keys * 64 +
-	    (size_t)lt->c.held * 32);
+	ks_writer_reserve(w, locktable_state_size(lt));
 	ks_put_u64(w, next);
 	ls_put_counters(w, &lt->c);
 	ks_put_u32(w, n);
@@ -189,8 +211,9 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 		ks_put_u64(w, o->id);
 		ks_put_u32(w, (uint32_t)o->nholds);
 		pos = 0;
-		for (h = o->holds; h != NULL; h = h->onext)
-			ls_map_put(&places, h, pos++);
+		for (h = o->holds; h != NULL; h = h->onext, pos++)
+			if (!h->inkey)
+				ls_map_put(&places, h, pos);
 		ks_put_u8(w, o->wait != NULL);
 		if (o->wait != NULL) {
 			ks_put_u64(w, o->wait->arrival_ms);
@@ -199,13 +222,31 @@ locktable_state_write(const struct locktable *lt, struct ks_writer *w,
 			ks_put_u32(w, o->wait->nkeys);
 		}
 	}
+	/* Each key once: the held ones in the owners' order (the order they
+	 * were taken in, near each other in memory), at their first holder,
+	 * then those with waiters only. */
 	ks_put_u32(w, (uint32_t)lt->c.keys);
-	for (i = 0; i < lt->nbuckets; i++)
-		for (k = lt->buckets[i]; k != NULL; k = k->next)
-			ls_put_key(lt, w, k, &owners, &places);
+	n = 0;
+	for (o = lt->owners; o != NULL; o = o->next, n++) {
+		pos = 0;
+		for (h = o->holds; h != NULL; h = h->onext, pos++) {
+			k = lt_hold_key(h);
+			if (lt_key_first(k) != h)
+				continue;
+			ls_put_key(lt, w, k, h, n, pos, &owners, &places);
+			nkeys++;
+		}
+	}
+	for (k = lt->hot; k != NULL; k = k->x->hot_next) {
+		if (lt_key_nholders(k) != 0)
+			continue;
+		ls_put_key(lt, w, k, NULL, 0, 0, &owners, &places);
+		nkeys++;
+	}
 	ls_map_cleanup(&owners);
 	ls_map_cleanup(&places);
-	return !w->nomem;
+	/* every entry has a holder or a waiter (locktable_check) */
+	return !w->nomem && nkeys == lt->c.keys;
 }
 
 /* ---- reading ---- */
@@ -510,6 +551,7 @@ locktable_state_read(struct locktable *lt, struct ks_reader *r,
 	struct lt_counters	 c;
 	const char		*e;
 	uint32_t		 nkeys, i;
+	unsigned		 bits;
 	bool			 ok = false;
 
 	memset(&rd, 0, sizeof(rd));
@@ -535,6 +577,12 @@ locktable_state_read(struct locktable *lt, struct ks_reader *r,
 		if (!ls_read_owner(&rd, &rd.owners[i], adopt, arg))
 			goto done;
 	nkeys = ks_get_count(r, LS_KEY_MIN);
+	/* the buckets the keys end in, at once rather than doubling */
+	for (bits = 32 - lt->bshift; bits < LT_BUCKETS_MAX_BITS &&
+	    ((size_t)1 << bits) < nkeys; bits++)
+		continue;
+	if (!r->bad && bits > 32 - lt->bshift)
+		lt_hash_resize(lt, bits);
 	for (i = 0; i < nkeys && !r->bad; i++)
 		if (!ls_read_key(&rd, i + 1))
 			goto done;
