@@ -46,6 +46,12 @@
 #include "util.h"
 
 #define SU_VERSION_MAX	64
+#define SU_CONN_BYTES	192	/* about a connection's record, unbuffered */
+/* The heap the rebuild takes, per byte of the state: a key of the TABLE
+ * section (48 bytes) takes about 100 in the table, a connection (150
+ * bytes) about 900 with its events. */
+#define SU_HEAP_PER_TABLE_BYTE	3
+#define SU_HEAP_PER_CONN_BYTE	7
 
 static void	server_upgrade_checked(void *, bool, const char *);
 
@@ -193,6 +199,10 @@ server_write_state(struct server *srv, struct ks_writer *w,
 	struct locktable	*lt = backend_local_table(srv->be);
 
 	ks_writer_init(w);
+	/* the whole state in one buffer, its pages faulted in at once */
+	ks_writer_reserve(w, locktable_state_size(lt) +
+	    (size_t)srv->stats.clients * SU_CONN_BYTES);
+	upgrade_prefault(w->buf, w->cap);
 	ks_section_begin(w, KS_TAG_HANDOFF);
 	ks_put_u32(w, (uint32_t)getpid());
 	ks_put_u64(w, freeze_ms);
@@ -274,6 +284,7 @@ server_upgrade_handoff(struct server *srv)
 		server_end_turn(srv);
 	}
 	freeze_ms = kl_clock_read_ms();
+	upgrade_mark("frozen");
 	if ((fds = kl_calloc((size_t)srv->nlisteners + 1 +
 	    (size_t)srv->stats.clients, sizeof(*fds))) == NULL) {
 		server_upgrade_failed(srv, "out of memory for the state");
@@ -285,6 +296,7 @@ server_upgrade_handoff(struct server *srv)
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
 	}
+	upgrade_mark("state written");
 	if (!upgrade_handoff(&w, srv->cfg->argv, fds, nfds,
 	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
 	    why, sizeof(why))) {
@@ -462,10 +474,14 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	now = kl_clock_read_ms();
 	if (freeze_ms > now)
 		upgrade_in_fail(in, "frozen in the future");
-	if (!ks_section_next(&r, KS_TAG_TABLE, &s) ||
-	    !locktable_state_read(lt, &s, now - freeze_ms, server_adopt_owner,
+	upgrade_mark("hand-off read");
+	if (!ks_section_next(&r, KS_TAG_TABLE, &s))
+		upgrade_in_fail(in, "%s", r.why);
+	upgrade_heap_prefault(s.len * SU_HEAP_PER_TABLE_BYTE);
+	if (!locktable_state_read(lt, &s, now - freeze_ms, server_adopt_owner,
 	    &so, &next) || !ks_section_done(&s))
 		upgrade_in_fail(in, "lock table: %s", r.bad ? r.why : s.why);
+	upgrade_mark("table rebuilt and checked");
 	if (!ks_section_next(&r, KS_TAG_TOKEN, &s))
 		upgrade_in_fail(in, "%s", r.why);
 	old_next = ks_get_u64(&s);
@@ -487,6 +503,7 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	server_adopt_listeners(srv, in, &s, &metrics_fd);
 	if (!ks_section_done(&s))
 		upgrade_in_fail(in, "listeners: %s", s.why);
+	upgrade_mark("token, counters, listeners read");
 	if (!ks_section_next(&r, KS_TAG_SESSIONS, &s))
 		upgrade_in_fail(in, "%s", r.why);
 	if (!sessions_state_read(conns_sessions(srv->conns), &s, so.o, so.n,
@@ -494,12 +511,15 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		upgrade_in_fail(in, "sessions: %s", s.why);
 	if (!ks_section_next(&r, KS_TAG_CONNS, &s))
 		upgrade_in_fail(in, "%s", r.why);
+	upgrade_heap_prefault(s.len * SU_HEAP_PER_CONN_BYTE);
 	if (!conns_state_read(srv->conns, &s, so.o, so.n, &requester,
 	    requester_id) || !ks_section_done(&s))
 		upgrade_in_fail(in, "connections: %s", s.why);
 	if (!sessions_state_link(conns_sessions(srv->conns), srv->conns, &s))
 		upgrade_in_fail(in, "sessions: %s", s.why);
 	kl_free(so.o);
+	upgrade_heap_done();
+	upgrade_mark("connections rebuilt");
 	if (!ks_reader_done(&r))
 		upgrade_in_fail(in, "%s", r.why);
 	if (metrics_fd != -1 && (srv->metrics = metrics_new(srv,

@@ -2,9 +2,13 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * Live upgrade's processes (upgrade.h). The running server never changes
- * a flag of a descriptor it keeps: close-on-exec is cleared in the forked
- * child only, so a failed attempt leaves the server exactly as it was, and
- * every descriptor made for the attempt is closed whatever happens. The
+ * a flag of a descriptor it keeps: close-on-exec is cleared in the child
+ * only, so a failed attempt leaves the server exactly as it was, and
+ * every descriptor made for the attempt is closed whatever happens. Both
+ * children are started with posix_spawn(3), not fork(2): a fork would copy
+ * the server's page tables and leave its whole heap copy-on-write, so that
+ * each page it next writes costs a fault, in the freeze of all places
+ * (HACKING.md, Live upgrade, the pause). The
  * verdict is two-way (READY, then GO) so that a new process which
  * reported ready after the old one gave up on it never serves: without
  * GO it exits without touching a socket.
@@ -19,12 +23,17 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -40,11 +49,111 @@
 extern char	**environ;
 
 static char	upgrade_exe[PATH_MAX];
+static uint64_t	upgrade_last_us, upgrade_main_us;
+
+static uint64_t
+upgrade_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+void
+upgrade_mark(const char *phase)
+{
+	uint64_t	now;
+
+	if (!log_is_debug())
+		return;
+	now = upgrade_us();
+	log_debug("upgrade: %s at %" PRIu64 ".%06" PRIu64 " (+%" PRIu64
+	    " us)", phase, now / 1000000, now % 1000000,
+	    upgrade_last_us != 0 ? now - upgrade_last_us : 0);
+	upgrade_last_us = now;
+}
+
+void
+upgrade_prefault(void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+	static uintptr_t	page;
+	uintptr_t		lo, hi;
+
+	if (page == 0) {
+		long	ps = sysconf(_SC_PAGESIZE);
+
+		page = ps > 0 ? (uintptr_t)ps : 4096;
+	}
+	if (p == NULL || n == 0)
+		return;
+	lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+	hi = ((uintptr_t)p + n) & ~(page - 1);
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+	(void)p;
+	(void)n;
+#endif
+}
+
+#if defined(__GLIBC__) && defined(M_TOP_PAD)
+#define UPGRADE_TOP_PAD		(128 * 1024)	/* glibc's default */
+#define UPGRADE_HEAP_STEP	(64 * 1024)	/* below its mmap threshold */
+#define UPGRADE_HEAP_MAX	((size_t)1 << 30)
+
+void
+upgrade_heap_prefault(size_t n)
+{
+	void	*step[32];
+	char	*lo, *hi;
+	size_t	 k = 0;
+
+	if (n < UPGRADE_HEAP_STEP)
+		return;
+	if (n > UPGRADE_HEAP_MAX)
+		n = UPGRADE_HEAP_MAX;
+	if (mallopt(M_TOP_PAD, (int)n) != 1)
+		return;
+	/* the next growth of the heap takes the pad: a few allocations of
+	 * a step each bring it, and free goes back to the top, kept (it is
+	 * within the pad) */
+	lo = sbrk(0);
+	while (k < sizeof(step) / sizeof(step[0]) && (char *)sbrk(0) == lo &&
+	    (step[k] = kl_malloc(UPGRADE_HEAP_STEP)) != NULL)
+		k++;
+	hi = sbrk(0);
+	while (k > 0)
+		kl_free(step[--k]);
+	if (lo != (char *)-1 && hi > lo)
+		upgrade_prefault(lo, (size_t)(hi - lo));
+}
+
+void
+upgrade_heap_done(void)
+{
+	(void)mallopt(M_TOP_PAD, UPGRADE_TOP_PAD);
+}
+#else
+void
+upgrade_heap_prefault(size_t n)
+{
+	(void)n;
+}
+
+void
+upgrade_heap_done(void)
+{
+}
+#endif
 
 void
 upgrade_note_path(void)
 {
 	ssize_t	n;
+
+	upgrade_main_us = upgrade_last_us = upgrade_us();
 
 	n = readlink("/proc/self/exe", upgrade_exe, sizeof(upgrade_exe) - 1);
 	upgrade_exe[n > 0 ? (size_t)n : 0] = '\0';
@@ -205,8 +314,9 @@ upgrade_check_start(struct event_base *base, char **argv,
 	struct upgrade_check	*uc;
 	struct timeval		 tv = { KL_UPGRADE_DEADLINE_MS / 1000,
 				    (KL_UPGRADE_DEADLINE_MS % 1000) * 1000 };
+	posix_spawn_file_actions_t fa;
 	char			**v;
-	int			 p[2], null;
+	int			 p[2], rc;
 
 	if (upgrade_exe[0] == '\0') {
 		snprintf(why, whylen, "the path of this binary is unknown");
@@ -228,20 +338,20 @@ upgrade_check_start(struct event_base *base, char **argv,
 		kl_free(uc);
 		return NULL;
 	}
-	if ((uc->pid = fork()) == 0) {
-		null = open("/dev/null", O_RDONLY);
-		if (null != -1)
-			dup2(null, 0);
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		execv(upgrade_exe, v);
-		dprintf(p[1], "cannot execute: %s\n", strerror(errno));
-		_exit(127);
+	if ((rc = posix_spawn_file_actions_init(&fa)) == 0) {
+		if ((rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null",
+		    O_RDONLY, 0)) == 0 &&
+		    (rc = posix_spawn_file_actions_adddup2(&fa, p[1], 1)) == 0 &&
+		    (rc = posix_spawn_file_actions_adddup2(&fa, p[1], 2)) == 0)
+			rc = posix_spawn(&uc->pid, upgrade_exe, &fa, NULL, v,
+			    environ);
+		posix_spawn_file_actions_destroy(&fa);
 	}
 	kl_free(v);
 	close(p[1]);
-	if (uc->pid == -1) {
-		snprintf(why, whylen, "fork: %s", strerror(errno));
+	if (rc != 0) {
+		snprintf(why, whylen, "cannot execute %s: %s", upgrade_exe,
+		    strerror(rc));
 		close(p[0]);
 		kl_free(uc);
 		return NULL;
@@ -350,18 +460,27 @@ upgrade_read_line(int fd, char *line, size_t size, uint64_t deadline_ms)
 	}
 }
 
-static void
-upgrade_child(const int *fds, size_t nfds, int state, int chan,
+/* The new process, with close-on-exec cleared on fds, state and chan in
+ * it only (a dup2 of a descriptor onto itself does that); 0 or an errno. */
+static int
+upgrade_spawn(pid_t *pid, const int *fds, size_t nfds, int state, int chan,
     char **argv, char **envp)
 {
-	for (size_t i = 0; i < nfds; i++)
-		(void)fcntl(fds[i], F_SETFD, 0);
-	(void)fcntl(state, F_SETFD, 0);
-	(void)fcntl(chan, F_SETFD, 0);
-	execve(upgrade_exe, argv, envp);
-	dprintf(chan, "ERR cannot execute %s: %s\n", upgrade_exe,
-	    strerror(errno));
-	_exit(127);
+	posix_spawn_file_actions_t	fa;
+	int				rc;
+
+	if ((rc = posix_spawn_file_actions_init(&fa)) != 0)
+		return rc;
+	for (size_t i = 0; i < nfds && rc == 0; i++)
+		rc = posix_spawn_file_actions_adddup2(&fa, fds[i], fds[i]);
+	if (rc == 0)
+		rc = posix_spawn_file_actions_adddup2(&fa, state, state);
+	if (rc == 0)
+		rc = posix_spawn_file_actions_adddup2(&fa, chan, chan);
+	if (rc == 0)
+		rc = posix_spawn(pid, upgrade_exe, &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	return rc;
 }
 
 bool
@@ -378,6 +497,7 @@ upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
 	*child = -1;
 	if ((state = upgrade_memfd(w, why, whylen)) == -1)
 		return false;
+	upgrade_mark("state in a memfd");
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) == -1) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
 		goto done;
@@ -389,19 +509,23 @@ upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
 		snprintf(why, whylen, "out of memory");
 		goto done;
 	}
-	if ((pid = fork()) == -1) {
-		snprintf(why, whylen, "fork: %s", strerror(errno));
+	upgrade_mark("spawning");
+	if ((rc = upgrade_spawn(&pid, fds, nfds, state, chan[1], v, e)) != 0) {
+		snprintf(why, whylen, "cannot execute %s: %s", upgrade_exe,
+		    strerror(rc));
+		pid = -1;
 		goto done;
 	}
-	if (pid == 0)
-		upgrade_child(fds, nfds, state, chan[1], v, e);
+	upgrade_mark("spawned");
 	close(chan[1]);
 	chan[1] = -1;
 	*child = pid;
 	rc = upgrade_read_line(chan[0], line, sizeof(line), deadline_ms);
+	upgrade_mark("the child's verdict heard");
 	if (rc == 1 && strncmp(line, "READY ", 6) == 0) {
 		ready(pid);
 		if (write(chan[0], "GO\n", 3) == 3) {
+			upgrade_mark("GO sent");
 			ok = true;
 			goto done;
 		}
@@ -456,6 +580,10 @@ upgrade_in_open(struct upgrade_in *in)
 	in->state_fd = a;
 	in->chan_fd = b;
 	in->start_ms = kl_clock_read_ms();
+	if (log_is_debug())
+		log_debug("upgrade: new process: main at %" PRIu64 ".%06" PRIu64,
+		    upgrade_main_us / 1000000, upgrade_main_us % 1000000);
+	upgrade_mark("new process: configured, server made");
 	if (fcntl(b, F_SETFD, FD_CLOEXEC) == -1)
 		fatal("%s: channel descriptor %d", KL_UPGRADE_ENV, b);
 	if (fcntl(a, F_SETFD, FD_CLOEXEC) == -1 || fstat(a, &sb) == -1)
@@ -464,11 +592,14 @@ upgrade_in_open(struct upgrade_in *in)
 	if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX)
 		upgrade_in_fail(in, "a state of %jd bytes",
 		    (intmax_t)sb.st_size);
-	p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, a, 0);
+	/* read once, all of it: its pages mapped in one call */
+	p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE |
+	    MAP_POPULATE, a, 0);
 	if (p == MAP_FAILED)
 		upgrade_in_fail(in, "mmap of the state: %s", strerror(errno));
 	in->state = p;
 	in->len = (size_t)sb.st_size;
+	upgrade_mark("state mapped");
 	return true;
 }
 
@@ -496,6 +627,7 @@ upgrade_in_ready(struct upgrade_in *in)
 	in->state = NULL;
 	close(in->state_fd);
 	dprintf(in->chan_fd, "READY %d\n", (int)getpid());
+	upgrade_mark("READY sent");
 	if (upgrade_read_line(in->chan_fd, line, sizeof(line),
 	    kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS) != 1 ||
 	    strcmp(line, "GO") != 0) {
@@ -503,5 +635,6 @@ upgrade_in_ready(struct upgrade_in *in)
 		    "exiting without serving");
 		_exit(1);
 	}
+	upgrade_mark("GO heard");
 	close(in->chan_fd);
 }

@@ -29,8 +29,34 @@
 struct event_base;
 struct ks_writer;
 
-/* At start, before anything changes directory: the binary's path. */
+/* At start, before anything changes directory: the binary's path (and
+ * the time, the first mark of a new process). */
 void		 upgrade_note_path(void);
+/*
+ * At debug level, "upgrade: PHASE at T (+D)": T microseconds of
+ * CLOCK_MONOTONIC, which both processes share, and D since the previous
+ * mark of this process, so that the two logs merged show where a pause
+ * goes. Nothing below debug level.
+ */
+void		 upgrade_mark(const char *phase);
+/*
+ * Advice: fault in the pages within [p, p + n) now, in one system call,
+ * instead of one fault each when first written: a fault costs far more
+ * than its share of the call (most of all in a virtual machine), and a
+ * state or a table rebuilt from one is written all at once, in the pause.
+ * Changes no byte; does nothing where the system cannot.
+ */
+void		 upgrade_prefault(void *p, size_t n);
+/*
+ * The new process, before it rebuilds from the state: makes the heap
+ * grow by about n bytes at once and faults them in (upgrade_prefault), so
+ * that the many small allocations of the rebuild find their pages ready.
+ * glibc only (its heap grows by brk, by M_TOP_PAD more than it must);
+ * upgrade_heap_done() puts the pad back, and the heap is trimmed again
+ * as usual.
+ */
+void		 upgrade_heap_prefault(size_t n);
+void		 upgrade_heap_done(void);
 const char	*upgrade_path(void);
 
 /* ---- the running server's side ---- */
