@@ -8,6 +8,11 @@ check_PROGRAMS += tests/service/promcheck tests/service/notify_recv
 tests_service_promcheck_SOURCES = tests/service/promcheck.c
 tests_service_promcheck_LDADD = -lm
 tests_service_notify_recv_SOURCES = tests/service/notify_recv.c
+# upgrade_load.sh's libkeylock clients
+check_PROGRAMS += tests/service/upgrade_load_client
+tests_service_upgrade_load_client_SOURCES = tests/service/upgrade_load_client.c
+tests_service_upgrade_load_client_CPPFLAGS = -I$(top_srcdir)/lib
+tests_service_upgrade_load_client_LDADD = lib/libkeylock.la
 
 SERVICE_TESTS = \
 	tests/service/config.sh \

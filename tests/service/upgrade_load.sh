@@ -1,9 +1,12 @@
 #!/bin/sh
-# Live upgrade under load (issue 21): clients cycle locks on shared keys
-# over TCP while upgrades run back to back (tests/service/upgrade_load.py
-# keeps the history): no connection dropped, every request answered in
-# order, no two holders of a key at once, tokens rising, keys 0 at the
-# end, and the daemon's descriptors as many after the upgrades as before.
+# Live upgrade under load (issue 21, Tests): 50 clients, half of them
+# libkeylock (tests/service/upgrade_load_client), half raw sockets, cycle
+# locks on shared keys over TCP while 20 upgrades run back to back
+# (tests/service/upgrade_load.py keeps the history and checks it): no
+# connection dropped, every request answered in order, no two holders of
+# a key at once, tokens rising, no grant lost (STATS grants against the
+# clients' count), keys 0 at the end, and the daemon's descriptors as
+# many after the upgrades as before.
 . "$(dirname "$0")/lib.sh"
 need python3
 NEWPID=
@@ -20,7 +23,10 @@ cp "$KEYLOCKD" "$TMP/bin/keylockd"
 KEYLOCKD=$TMP/bin/keylockd
 daemon_start
 OLD=$DPID
-python3 "$(dirname "$0")/upgrade_load.py" "$PORT" "$TMP/sock" 20 5 \
+CLIENTS=50
+UPGRADES=20
+python3 "$(dirname "$0")/upgrade_load.py" "$PORT" "$TMP/sock" "$CLIENTS" \
+    "$UPGRADES" "$TOP_BUILDDIR/tests/service/upgrade_load_client" "$TMP" \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
 NEWPID=$(sed -n 's/^PID //p' "$TMP/out")
@@ -28,4 +34,4 @@ NEWPID=$(sed -n 's/^PID //p' "$TMP/out")
 wait "$OLD" 2>/dev/null
 DPID=
 [ "$rc" -eq 0 ] || fail "$(cat "$TMP/err") ($(cat "$TMP/out"))"
-pass "20 clients cycling locks through 5 upgrades: $(head -n 1 "$TMP/out")"
+pass "$CLIENTS clients cycling locks through $UPGRADES upgrades: $(head -n 1 "$TMP/out")"
