@@ -89,6 +89,7 @@ struct lt_counters {
 	uint64_t	cancels;	/* waits withdrawn by CANCEL */
 	uint64_t	busy;
 	uint64_t	deadlocks;
+	uint64_t	deadlock_searches_cut;	/* gave up: too large */
 	uint64_t	conflicts;
 	uint64_t	releases;
 	uint64_t	expired;

@@ -6,8 +6,9 @@
  * their own waits, are numbered and linked by AND-edges and OR-groups, and the
  * search decides whether the requester could never progress. It only reads the
  * table (besides numbering owners per search), frees all it allocates before
- * returning, and fails open when memory runs out. It never reads the clock, a
- * socket or a global, and never recurses.
+ * returning, and fails open when memory runs out or the search has taken
+ * LT_DL_STEPS_MAX steps. It never reads the clock, a socket or a global, and
+ * never recurses.
  */
 #include <string.h>
 
@@ -57,8 +58,23 @@ struct dl {
 	size_t		 ngroup, capgroup;
 	struct dl_src	*src;
 	size_t		 nsrc, capsrc;
-	bool		 oom;
+	uint32_t	 steps;		/* keys looked at, edges made */
+	bool		 oom;		/* or out of steps: gives up */
+	bool		 cut;		/* out of steps */
 };
+
+/* One more step of the search; false (and the search gives up) past
+ * LT_DL_STEPS_MAX. */
+static inline bool
+dl_step(struct dl *d)
+{
+	if (d->steps < LT_DL_STEPS_MAX) {
+		d->steps++;
+		return true;
+	}
+	d->cut = d->oom = true;
+	return false;
+}
 
 static void	*array_room(void *, size_t *, size_t, size_t);
 static uint32_t	 dl_node_of(struct dl *, struct lt_owner *);
@@ -118,6 +134,8 @@ dl_edge_add(struct dl *d, uint32_t from, uint32_t to)
 {
 	struct dl_edge	*e;
 
+	if (!dl_step(d))
+		return;
 	e = array_room(d->edge, &d->capedge, d->nedge, sizeof(*e));
 	if (e == NULL) {
 		d->oom = true;
@@ -205,6 +223,8 @@ dl_key(struct dl *d, uint32_t from, uint32_t probe, const struct lt_key *k,
 	struct lt_hold	*h, *first = lt_key_first(k);
 	enum lt_mode	 held;
 
+	if (!dl_step(d))
+		return;
 	if (pred != NULL)
 		dl_and(d, from, probe, pred->req->owner);
 	if (first == NULL)
@@ -317,7 +337,10 @@ dl_verdict(const struct dl *d)
  * that also loops through an OR-group member other than o. Since every request
  * that would close a cycle is refused, o can only be stuck in one it closes
  * itself. If memory runs out the check fails open: the request may wait, as on
- * a server without the check, and its timeout still ends the wait.
+ * a server without the check, and its timeout still ends the wait. So it does
+ * past LT_DL_STEPS_MAX steps (a key looked at, an edge made), so that a client
+ * that builds a huge wait graph cannot make every LOCK walk it; the search
+ * cut is counted (deadlock_searches_cut).
  */
 size_t
 lt_dl_search(struct locktable *lt, struct lt_owner *o,
@@ -337,6 +360,9 @@ lt_dl_search(struct locktable *lt, struct lt_owner *o,
 	dl_expand(&d);
 	if (!d.oom && dl_propagate(&d))
 		found = dl_verdict(&d);
+	if (d.cut)
+		lt->c.deadlock_searches_cut++;
+	lt->dl_steps += d.steps;
 	kl_free(d.node);
 	kl_free(d.edge);
 	kl_free(d.group);

@@ -177,6 +177,7 @@ struct locktable {
 	size_t		 ttl_reserved;	/* keys of queued requests with a ttl */
 	struct lt_owner	*owners;
 	uint64_t	 epoch;		/* of the last deadlock search */
+	uint64_t	 dl_steps;	/* all deadlock searches' steps */
 	uint64_t	 tok_next;	/* tokens [tok_next, tok_end) reserved: */
 	uint64_t	 tok_end;	/* see lt_next_token */
 	bool		 frozen;	/* shutting down: grant nothing more */
@@ -673,7 +674,10 @@ void		 lt_heap_remove(struct locktable *, struct lt_hold *);
 uint64_t	 lt_heap_expiry(const struct locktable *,
 		    const struct lt_hold *);
 
-/* lt_deadlock.c */
+/* lt_deadlock.c: a search gives up (no deadlock found) past this many
+ * steps, a step being one key of a wait looked at or one edge to an owner
+ * waited on (keylockd-protocol(7), Deadlock detection). */
+#define LT_DL_STEPS_MAX	10000
 size_t		 lt_dl_search(struct locktable *, struct lt_owner *,
 		    const struct lt_probes *, enum lt_mode);
 

@@ -68,6 +68,9 @@ struct stats {
 	X(busy, counter, c->busy, "Requests refused with BUSY.")	\
 	X(deadlocks, counter, c->deadlocks,				\
 	    "Requests refused with DEADLOCK.")				\
+	X(deadlock_searches_cut, counter, c->deadlock_searches_cut,	\
+	    "Deadlock checks that gave up at their step bound; the "	\
+	    "request waited.")						\
 	X(conflicts, counter, c->conflicts,				\
 	    "Requests refused with CONFLICT.")				\
 	X(releases, counter, c->releases,				\

@@ -2,7 +2,8 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * Refusals: HELD, NOTHELD, BUSY, LIMIT in the order keylockd-protocol(7) gives,
- * and deadlock detection through holders, queues and semaphores.
+ * and deadlock detection through holders, queues and semaphores, and its
+ * bound.
  */
 #include <check.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 #include "hist.h"
 #include "kl.h"
 #include "locktable.h"
+#include "lt_impl.h"
 #include "util.h"
 
 /* errors */
@@ -298,6 +300,101 @@ START_TEST(waiter_without_holds_never_deadlocks)
 }
 END_TEST
 
+/* LOCK key by o, exclusive, with no check of the table after it (the
+ * graphs below are too large for CHECK_TABLE at every step). */
+static int
+dl_lock(struct lt_owner *o, const char *key)
+{
+	const char		*keys[1] = { key };
+	size_t			 lens[1] = { strlen(key) };
+	struct lt_acquire	 a;
+	struct lt_blocker	 why;
+	uint64_t		 token;
+	bool			 granted = false;
+	enum kl_err		 err;
+
+	memset(&a, 0, sizeof(a));
+	a.keys = keys;
+	a.keylens = lens;
+	a.nkeys = 1;
+	a.mode = LT_EXCLUSIVE;
+	a.limit = 1;
+	a.max_waiters = -1;
+	err = locktable_acquire(cl_lt, o, &a, 0, &granted, &token, &why);
+	return err != KL_OK ? (int)err : granted ? GRANTED : QUEUED;
+}
+
+/*
+ * A chain of n owners: c[i] holds d<i> and waits for d<i-1>, c[0] waits
+ * for r, which owner 1 holds. Owner 1's LOCK of d<n-1> would close a cycle
+ * of n + 1 owners; the search takes about 2n + 2 steps (a key looked at
+ * and an edge per owner). Returns its answer; *steps: the steps it took.
+ */
+static int
+dl_chain(size_t n, uint64_t *steps)
+{
+	struct lt_owner	**c = calloc(n, sizeof(*c));
+	char		  key[32];
+	uint64_t	  before;
+	int		  rc;
+
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(cl_lock(1, "r", 0), GRANTED);
+	for (size_t i = 0; i < n; i++) {
+		c[i] = locktable_owner_new(cl_lt, 100 + i, NULL);
+		ck_assert_ptr_nonnull(c[i]);
+		snprintf(key, sizeof(key), "d%zu", i);
+		ck_assert_int_eq(dl_lock(c[i], key), GRANTED);
+	}
+	/* from the end of the chain, so that each of these searches stops
+	 * at once: the owner waited for waits for nothing yet */
+	for (size_t i = n; i-- > 0;) {
+		snprintf(key, sizeof(key), i > 0 ? "d%zu" : "r", i - 1);
+		ck_assert_int_eq(dl_lock(c[i], key), QUEUED);
+	}
+	ck_assert_uint_eq(cl_ctr()->deadlocks, 0);
+	before = cl_lt->dl_steps;
+	snprintf(key, sizeof(key), "d%zu", n - 1);
+	rc = dl_lock(cl_ow[1], key);
+	*steps = cl_lt->dl_steps - before;
+	/* nothing more is granted while the chain goes */
+	locktable_freeze(cl_lt);
+	for (size_t i = 0; i < n; i++)
+		locktable_owner_free(cl_lt, c[i], 1);
+	free(c);
+	return rc;
+}
+
+START_TEST(deadlock_in_a_long_chain_under_the_bound_is_refused)
+{
+	uint64_t	steps;
+	size_t		n = (LT_DL_STEPS_MAX - 10) / 2;
+
+	ck_assert_int_eq(dl_chain(n, &steps), KL_ERR_DEADLOCK);
+	ck_assert_uint_eq(cl_ctr()->deadlocks, 1);
+	ck_assert_uint_eq(cl_ctr()->deadlock_searches_cut, 0);
+	ck_assert_uint_le(steps, LT_DL_STEPS_MAX);
+	ck_assert_uint_ge(steps, 2 * n);
+}
+END_TEST
+
+/* keylockd-protocol(7), Deadlock detection: past its bound the search
+ * gives up and the request waits, as if there were no cycle (its timeout
+ * ends the wait); its cost stays at the bound however large the graph. */
+START_TEST(deadlock_search_over_the_bound_gives_up_and_the_request_waits)
+{
+	uint64_t	steps;
+
+	ck_assert_int_eq(dl_chain(4 * LT_DL_STEPS_MAX, &steps), QUEUED);
+	ck_assert_uint_eq(steps, LT_DL_STEPS_MAX);
+	ck_assert_uint_eq(cl_ctr()->deadlocks, 0);
+	ck_assert_uint_eq(cl_ctr()->deadlock_searches_cut, 1);
+	ck_assert(locktable_owner_is_waiting(cl_ow[1]));
+	ck_assert(locktable_withdraw(cl_lt, cl_ow[1], 2, LT_WHY_TIMEOUT));
+	ck_assert_uint_eq(cl_ctr()->timeouts, 1);
+}
+END_TEST
+
 void
 cl_add_errors(Suite *s)
 {
@@ -323,4 +420,7 @@ cl_add_errors(Suite *s)
 	tcase_add_test(tc, grantable_request_is_never_deadlock);
 	tcase_add_test(tc, trylock_that_would_deadlock_gets_deadlock);
 	tcase_add_test(tc, waiter_without_holds_never_deadlocks);
+	tcase_add_test(tc, deadlock_in_a_long_chain_under_the_bound_is_refused);
+	tcase_add_test(tc,
+	    deadlock_search_over_the_bound_gives_up_and_the_request_waits);
 }
