@@ -443,6 +443,7 @@ def main(argv: List[str]) -> None:
     pinned = os.environ.get("PIN", "0") == "1"
     meta = {
         "command": f"{'PIN=1 ' if pinned else ''}{'RT=1 ' if RT else ''}"
+        f"{f'SEED_REPEAT={seed_repeat} ' if seed_repeat != 5 else ''}"
         f"{'' if CHANNELS else 'CHANNELS=0 '}ROUNDS={rounds} "
         f"DURATION={duration:g} bench/python_compare.py BUILDDIR --write",
         "mode": "its tasks as channels of one connection" if CHANNELS
