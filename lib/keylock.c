@@ -46,6 +46,7 @@ static const char *const status_words[] = {
 	[KEYLOCK_ERR_GONE] = "GONE",
 	[KEYLOCK_ERR_SESSION] = "SESSION",
 	[KEYLOCK_ERR_NOPERM] = "NOPERM",
+	[KEYLOCK_ERR_UPGRADE] = "UPGRADE",
 };
 #define NSERVER_CODES	(sizeof(status_words) / sizeof(status_words[0]))
 
@@ -70,6 +71,8 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_NOPERM] = "the server's user may not use one of the keys",
 	[KEYLOCK_ERR_SESSION] = "the connection already has a session, a "
 	    "lock or a wait",
+	[KEYLOCK_ERR_UPGRADE] = "the live upgrade failed: the running server "
+	    "carries on with everything",
 };
 
 static enum keylock_status	 connect_list(struct keylock *, const char *,

@@ -48,6 +48,7 @@ enum keylock_status {
 	KEYLOCK_ERR_GONE = 16,		/* RESUME: the session ended; all lost */
 	KEYLOCK_ERR_SESSION = 17,	/* SESSION twice, RESUME while in use */
 	KEYLOCK_ERR_NOPERM = 18,	/* a key the user may not use */
+	KEYLOCK_ERR_UPGRADE = 19,	/* UPGRADE failed; the server carries on */
 	KEYLOCK_ERR_UNKNOWN = 99,	/* an ERR code this library predates */
 
 	KEYLOCK_ERR_IO = 100,		/* a system call failed (see errno) */

@@ -156,6 +156,29 @@ START_TEST(unknown_error_code_keeps_the_connection)
 }
 END_TEST
 
+/* keylockd-protocol(7), Live upgrade: the old process answers a failed
+ * UPGRADE; the connection is its, and stays. */
+START_TEST(err_upgrade_is_its_own_status)
+{
+	struct keylock	*kl = keylock_new();
+	int		 lfd, sfd = lk_fake_pair(kl, &lfd);
+	const char	*msg = "ERR UPGRADE the new process exited with status "
+			    "1 before it was ready\nOK PONG\n";
+
+	ck_assert_int_eq(write(sfd, msg, strlen(msg)), (ssize_t)strlen(msg));
+	ck_assert_st(kl, keylock_request(kl, "UPGRADE", NULL),
+	    KEYLOCK_ERR_UPGRADE);
+	ck_assert_str_eq(keylock_message(kl), "the new process exited with "
+	    "status 1 before it was ready");
+	ck_assert_str_eq(keylock_status_word(KEYLOCK_ERR_UPGRADE), "UPGRADE");
+	ck_assert_int_eq(keylock_is_connected(kl), 1);
+	ck_assert_st(kl, keylock_ping(kl), KEYLOCK_OK);
+	keylock_free(kl);
+	close(sfd);
+	close(lfd);
+}
+END_TEST
+
 START_TEST(server_closing_mid_reply_is_closed)
 {
 	struct keylock	*kl = keylock_new();
@@ -312,7 +335,7 @@ START_TEST(every_status_has_a_word_and_a_text)
 	    KEYLOCK_ERR_CONFLICT, KEYLOCK_ERR_LIMIT, KEYLOCK_ERR_AUTH,
 	    KEYLOCK_ERR_SHUTDOWN, KEYLOCK_ERR_CANCELLED, KEYLOCK_ERR_BACKEND,
 	    KEYLOCK_ERR_GONE, KEYLOCK_ERR_SESSION, KEYLOCK_ERR_NOPERM,
-	    KEYLOCK_ERR_UNKNOWN, KEYLOCK_ERR_IO,
+	    KEYLOCK_ERR_UPGRADE, KEYLOCK_ERR_UNKNOWN, KEYLOCK_ERR_IO,
 	    KEYLOCK_ERR_CLOSED, KEYLOCK_ERR_DEADLINE, KEYLOCK_ERR_PROTO,
 	    KEYLOCK_ERR_INVAL, KEYLOCK_ERR_NOMEM, KEYLOCK_ERR_TLS,
 	    KEYLOCK_PENDING };
@@ -337,6 +360,7 @@ lk_add_failures(Suite *s)
 	tcase_add_test(tc, options_are_sent_as_the_protocol_spells_them);
 	tcase_add_test(tc, garbage_reply_is_proto_and_closes);
 	tcase_add_test(tc, unknown_error_code_keeps_the_connection);
+	tcase_add_test(tc, err_upgrade_is_its_own_status);
 	tcase_add_test(tc, server_closing_mid_reply_is_closed);
 	tcase_add_test(tc, long_reply_is_read_whole);
 	tcase_add_test(tc, check_reports_the_server_going_away);
