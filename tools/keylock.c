@@ -75,6 +75,7 @@ static const struct subcommand {
 	{ "ping",	show_ping },
 	{ "stats",	show_stats },
 	{ "top",	show_top },
+	{ "upgrade",	admin_upgrade },
 };
 
 static void	parse_options(struct cli *, int, char **);
@@ -500,6 +501,7 @@ usage(void)
 "       keylock [options] top [-n COUNT] [-d SECONDS]\n"
 "       keylock [options] clients [--json]      (the operator's)\n"
 "       keylock [options] kill ID               (the operator's)\n"
+"       keylock [options] upgrade [--json]      (the operator's)\n"
 "\n"
 "Takes the keys from keylockd, all at once, runs the command, releases.\n"
 "\n"

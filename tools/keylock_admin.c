@@ -3,8 +3,10 @@
  *
  * The operator's subcommands (keylockd-protocol(7), OPERATOR COMMANDS):
  * clients lists every connection the server has, kill closes one of them
- * as if it had disconnected, so that a stuck holder lets go. Both need the
- * unix socket (-S PATH) or the operator's secret (--auth-file).
+ * as if it had disconnected, so that a stuck holder lets go, upgrade
+ * replaces the running server with the binary now installed without
+ * releasing anything (keylockd(8), LIVE UPGRADE). All need the unix
+ * socket (-S PATH) or the operator's secret (--auth-file).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,4 +134,57 @@ admin_kill(const struct cli *cli, int argc, char **argv)
 	}
 	cli_warnx("no client %ld", id);
 	return CLI_EXIT_NOTACQUIRED;
+}
+
+/* The server's --check-config and its hand-off get KL_UPGRADE_DEADLINE_MS
+ * (10 s) each; the reply comes after both. */
+#define ADMIN_UPGRADE_MS	25000
+
+int
+admin_upgrade(const struct cli *cli, int argc, char **argv)
+{
+	struct keylock		*kl;
+	enum keylock_status	 st;
+	const char		*text;
+	json_t			*root;
+	int			 raw = 0;
+
+	if (argc == 2 && strcmp(argv[1], "--json") == 0)
+		raw = 1;
+	else if (argc != 1)
+		cli_usage_error("usage: keylock upgrade [--json]");
+	kl = cli_connect(cli, 0);
+	keylock_set_timeout(kl, ADMIN_UPGRADE_MS);
+	if ((st = keylock_request(kl, "UPGRADE", &text)) != KEYLOCK_OK) {
+		int	code = cli_fail(cli, kl, st);
+
+		if (st == KEYLOCK_ERR_AUTH)
+			cli_warnx("UPGRADE is for the operator: connect over "
+			    "the unix socket (-S PATH) or give the operator's "
+			    "secret (--auth-file)");
+		else if (st == KEYLOCK_ERR_UPGRADE)
+			cli_warnx("the running server carries on with every "
+			    "connection and lock");
+		keylock_free(kl);
+		return code;
+	}
+	if (raw) {
+		printf("%s\n", text);
+	} else if ((root = json_loads(text, 0, NULL)) == NULL ||
+	    !json_is_integer(json_object_get(root, "pid"))) {
+		json_decref(root);
+		keylock_free(kl);
+		cli_warnx("UPGRADE: the reply is not the expected JSON");
+		return CLI_EXIT_PROTOCOL;
+	} else {
+		printf("keylockd %s, pid %lld, took over after a pause of "
+		    "%lld ms: %lld connections handed over, %lld TLS "
+		    "connections closed\n", admin_str(root, "version"),
+		    admin_int(root, "pid"), admin_int(root, "pause_ms"),
+		    admin_int(root, "connections"),
+		    admin_int(root, "tls_closed"));
+		json_decref(root);
+	}
+	keylock_free(kl);
+	return fflush(stdout) == 0 ? 0 : CLI_EXIT_OSERR;
 }

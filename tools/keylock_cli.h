@@ -5,7 +5,7 @@
  * keylock(1), and the helpers that connect and report errors. keylock.c
  * parses, keylock_run.c holds a lock around a command, keylock_show.c is
  * the one-shot subcommands (stats, info, ping, top), keylock_admin.c the
- * operator's (clients, kill).
+ * operator's (clients, kill, upgrade).
  */
 #ifndef KEYLOCK_CLI_H
 #define KEYLOCK_CLI_H
@@ -87,5 +87,6 @@ int		 show_top(const struct cli *cli, int argc, char **argv);
 
 int		 admin_clients(const struct cli *cli, int argc, char **argv);
 int		 admin_kill(const struct cli *cli, int argc, char **argv);
+int		 admin_upgrade(const struct cli *cli, int argc, char **argv);
 
 #endif /* KEYLOCK_CLI_H */

@@ -42,6 +42,7 @@ CLI_TESTS = \
 	tests/cli/lease.sh \
 	tests/cli/subcommands.sh \
 	tests/cli/operator.sh \
+	tests/cli/upgrade.sh \
 	tests/cli/auth.sh \
 	tests/cli/tls.sh \
 	tests/cli/failover.sh \
