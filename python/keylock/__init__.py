@@ -18,7 +18,7 @@ asyncio one (``async with locks.lock(key) as h``). Errors are
 from ._errors import (AuthError, Backend, BadKey, BadRequest, Busy,
                       Cancelled, Conflict, ConnectionFailed, Deadlock, Error,
                       Held, Limit, Locked, LockLost, NoPermission, NotHeld,
-                      ProtocolError, Shutdown, Timeout)
+                      ProtocolError, Shutdown, Timeout, UpgradeFailed)
 from ._sync import Handle, Hold, KeyedLock
 from ._wire import Key, KeyPart, decode_key, encode_key
 
@@ -30,5 +30,5 @@ __all__ = [
     "NotHeld", "Conflict", "Limit", "AuthError", "NoPermission",
     "Shutdown", "Backend",
     "Cancelled", "LockLost", "BadRequest", "BadKey", "ConnectionFailed",
-    "ProtocolError",
+    "ProtocolError", "UpgradeFailed",
 ]

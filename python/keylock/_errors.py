@@ -17,6 +17,7 @@ __all__ = [
     "Error", "Timeout", "Locked", "Busy", "Deadlock", "Held", "NotHeld",
     "Conflict", "Limit", "AuthError", "Shutdown", "Backend", "Cancelled",
     "LockLost", "BadRequest", "BadKey", "ConnectionFailed", "ProtocolError",
+    "UpgradeFailed",
 ]
 
 
@@ -115,6 +116,14 @@ class Backend(Error):
     CODE = "BACKEND"
 
 
+class UpgradeFailed(Error):
+    """``UPGRADE``: the answer to ``UPGRADE`` when the new binary failed
+    (keylockd-protocol(7), LIVE UPGRADE); ``text`` is the reason. The
+    running server carries on with every connection, lock and session."""
+
+    CODE = "UPGRADE"
+
+
 class Cancelled(Error):
     """``CANCELLED``: a waiting ``LOCK`` was withdrawn by ``CANCEL``.
 
@@ -156,7 +165,8 @@ class ProtocolError(Error):
 _BY_CODE: Dict[str, Type[Error]] = {
     cls.CODE: cls for cls in (
         Timeout, Locked, Busy, Deadlock, Held, NotHeld, Conflict, Limit,
-        AuthError, NoPermission, Shutdown, Backend, Cancelled, BadKey)
+        AuthError, NoPermission, Shutdown, Backend, Cancelled, BadKey,
+        UpgradeFailed)
     if cls.CODE is not None
 }
 _BY_CODE["SYNTAX"] = BadRequest
