@@ -186,6 +186,10 @@ struct ebe {
 	bool			 in_new;	/* inside backend_etcd_new() */
 	bool			 revoked;	/* ebe_free(): the lease is */
 	char			 why[320];	/* ERR BACKEND's text */
+	/* entries read back from etcd and left out (ebe_entry_decode) */
+	uint64_t		 bad_entries;
+	uint64_t		 bad_unlogged;	/* since the last warning */
+	uint64_t		 bad_log_ms;	/* of the last warning */
 
 	/* settings */
 	char			*prefix;
@@ -285,6 +289,23 @@ void		 replica_events(void *arg, const struct etcd_event *ev,
 		    size_t n, int64_t header_revision);
 void		 replica_clear(struct ebe *e);
 /* The table from the live entries of a range at rev (sorted here). */
+/*
+ * An entry read back from etcd, prefix q/KEY/FE-SEQ (its shape checked by
+ * the caller) with the value ereq_value() writes: its request into
+ * client, a, keys and keylens (max keys, pointing into v), checked as a
+ * client's LOCK is (the key rules, the options' bounds) and its own KEY
+ * one of the request's. NULL, or what is wrong: such an entry is left out
+ * of the table with a warning, as if it were not there (a front end that
+ * wrote it is broken, or someone forged it).
+ */
+const char	*ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
+		    const char *v, size_t vlen, uint64_t *client,
+		    struct lt_acquire *a, const char **keys, size_t *keylens,
+		    size_t max);
+/* s for a log line: control and non-ASCII bytes as '?', cut to fit cap
+ * with "...". Returns the length written. */
+size_t		 ebe_log_safe(const char *s, size_t len, char *out,
+		    size_t cap);
 void		 replica_build(struct ebe *e, struct erange_kv *kvs, size_t n,
 		    int64_t rev);
 int		 replica_rebuild_start(struct ebe *e);

@@ -22,7 +22,9 @@
 
 #include "clock.h"
 #include "backend_etcd_int.h"
+#include "kl.h"
 #include "log.h"
+#include "proto.h"
 #include "util.h"
 
 #define EHASH_MIN	64
@@ -489,42 +491,58 @@ value_num(const char *s, size_t len, size_t *off, bool neg_ok, int64_t *out)
 }
 
 /* Another front end's request from an entry's value; keys point into
- * value. */
-static bool
+ * value. NULL, or what is wrong with it. */
+static const char *
 value_parse(const char *v, size_t len, uint64_t *client,
     struct lt_acquire *a, const char **keys, size_t *keylens, size_t max)
 {
 	size_t	off = sizeof(EBE_VALUE_VERSION) - 1;
 	int64_t	c, limit, maxw, try, maxh, nkeys;
 
-	if (len < off || memcmp(v, EBE_VALUE_VERSION, off) != 0 ||
-	    !value_num(v, len, &off, false, &c) ||
-	    off + 3 > len || v[off] != ' ' ||
+	if (len < off || memcmp(v, EBE_VALUE_VERSION, off) != 0)
+		return "not a lock entry of this version";
+	if (!value_num(v, len, &off, false, &c) || c < 1)
+		return "bad client id";
+	if (off + 3 > len || v[off] != ' ' ||
 	    (v[off + 1] != 's' && v[off + 1] != 'x'))
-		return false;
+		return "bad mode";
 	memset(a, 0, sizeof(*a));
 	a->mode = v[off + 1] == 's' ? LT_SHARED : LT_EXCLUSIVE;
 	off += 2;
-	if (!value_num(v, len, &off, false, &limit) ||
-	    !value_num(v, len, &off, true, &maxw) ||
-	    !value_num(v, len, &off, false, &try) ||
-	    !value_num(v, len, &off, false, &maxh) ||
-	    !value_num(v, len, &off, false, &nkeys) ||
-	    limit < 1 || limit > UINT32_MAX || nkeys < 1 ||
+	/* the bounds a client's LOCK meets (keylockd-protocol(7)) */
+	if (!value_num(v, len, &off, false, &limit) || limit < 1 ||
+	    limit > KL_LIMIT_MAX)
+		return "bad limit";
+	if (!value_num(v, len, &off, true, &maxw) || maxw < -1 ||
+	    maxw > KL_LIMIT_MAX)
+		return "bad max_waiters";
+	if (!value_num(v, len, &off, false, &try) || try > 1)
+		return "bad try";
+	if (!value_num(v, len, &off, false, &maxh) || maxh > KL_LIMIT_MAX)
+		return "bad max holds";
+	if (!value_num(v, len, &off, false, &nkeys) || nkeys < 1 ||
 	    (uint64_t)nkeys > max)
-		return false;
+		return "bad number of keys";
 	for (int64_t i = 0; i < nkeys; i++) {
 		size_t start;
 
 		if (off >= len || v[off] != ' ')
-			return false;
+			return "fewer keys than it says";
 		start = ++off;
 		while (off < len && v[off] != ' ' && v[off] != '\n')
 			off++;
-		if (off == start)
-			return false;
+		if (!proto_key_is_valid(v + start, off - start, NULL, 0))
+			return "a key against the key rules";
 		keys[i] = v + start;
 		keylens[i] = off - start;
+	}
+	/* then the NAME, or nothing */
+	if (off < len) {
+		if (v[off] != '\n' || len - off - 1 > KL_NAME_MAX)
+			return "more keys than it says, or a long name";
+		for (size_t i = off + 1; i < len; i++)
+			if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+				return "a control byte in the name";
 	}
 	*client = (uint64_t)c;
 	a->limit = (uint32_t)limit;
@@ -534,7 +552,7 @@ value_parse(const char *v, size_t len, uint64_t *client,
 	a->keys = keys;
 	a->keylens = keylens;
 	a->nkeys = (size_t)nkeys;
-	return true;
+	return NULL;
 }
 
 static bool
@@ -568,6 +586,67 @@ ekey_parse(const struct ebe *e, const char *k, size_t len, uint64_t *fe,
 	    memcmp(k + e->prefixlen, "q/", 2) == 0 &&
 	    k[len - idlen - 1] == '/' && k[len - EBE_ID_HEX - 1] == '-' &&
 	    hex16(k + len - idlen, fe) && hex16(k + len - EBE_ID_HEX, seq);
+}
+
+const char *
+ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
+    const char *v, size_t vlen, uint64_t *client, struct lt_acquire *a,
+    const char **keys, size_t *keylens, size_t max)
+{
+	size_t		 idlen = 2 * EBE_ID_HEX + 1;
+	const char	*lkey, *why;
+	size_t		 lkeylen;
+
+	if (klen <= prefixlen + 2 + 1 + idlen)
+		return "not an entry's key";
+	lkey = k + prefixlen + 2;
+	lkeylen = klen - prefixlen - 2 - idlen - 1;
+	if ((why = value_parse(v, vlen, client, a, keys, keylens, max)) !=
+	    NULL)
+		return why;
+	/* its own key is one of its request's */
+	for (size_t i = 0; i < a->nkeys; i++)
+		if (keylens[i] == lkeylen && memcmp(keys[i], lkey,
+		    lkeylen) == 0)
+			return NULL;
+	return "its key is not one of its request's";
+}
+
+size_t
+ebe_log_safe(const char *s, size_t len, char *out, size_t cap)
+{
+	size_t n = 0, max = cap > 4 ? cap - 4 : 0;
+
+	for (size_t i = 0; i < len && n < max; i++)
+		out[n++] = (unsigned char)s[i] < 0x20 ||
+		    (unsigned char)s[i] >= 0x7f ? '?' : s[i];
+	if (n < len && cap >= 4) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	if (cap > 0)
+		out[n < cap ? n : cap - 1] = '\0';
+	return n;
+}
+
+/* A bad entry is left out of the table, with a warning: at most one a
+ * second, with the count of those not logged. */
+static void
+entry_skip(struct ebe *e, const struct etcd_kv *kv, const char *why)
+{
+	uint64_t	now = kl_now_ms();
+	char		k[128];
+
+	e->bad_entries++;
+	if (e->bad_log_ms != 0 && now < e->bad_log_ms + 1000) {
+		e->bad_unlogged++;
+		return;
+	}
+	ebe_log_safe(kv->key, kv->keylen, k, sizeof(k));
+	log_warnx("backend etcd: entry %s left out: %s (%" PRIu64 " more "
+	    "since the last warning)", k, why, e->bad_unlogged);
+	e->bad_log_ms = now;
+	e->bad_unlogged = 0;
 }
 
 /* ---- the table's decisions ---- */
@@ -768,15 +847,21 @@ apply_put(struct ebe *e, const struct etcd_kv *kv,
 	struct eentry		*x;
 	uint64_t		 fe, seq, client;
 
-	if (kv->version != 1 || !ekey_parse(e, kv->key, kv->keylen, &fe, &seq))
-		return;		/* a rewrite, or not an entry */
+	if (kv->version != 1)
+		return;		/* a rewrite */
+	if (!ekey_parse(e, kv->key, kv->keylen, &fe, &seq)) {
+		entry_skip(e, kv, "not an entry's key");
+		return;
+	}
 	if ((r = ereq_find(e, fe, seq)) == NULL) {
 		struct eowner *o;
 
-		if (!value_parse(kv->value, kv->valuelen, &client, &a, keys,
-		    keylens, KL_KEYS_HARD_MAX)) {
-			log_warnx("backend etcd: %.*s: not a lock entry",
-			    (int)kv->keylen, kv->key);
+		const char *why = ebe_entry_decode(kv->key, kv->keylen,
+		    e->prefixlen, kv->value, kv->valuelen, &client, &a, keys,
+		    keylens, KL_KEYS_HARD_MAX);
+
+		if (why != NULL) {
+			entry_skip(e, kv, why);
 			return;
 		}
 		if (live != NULL && (a.nkeys = live_keys(e, keys, keylens,
@@ -1221,8 +1306,10 @@ range_cb(void *arg, const struct etcd_result *res)
 			g->cap = cap;
 		}
 		d = &g->kvs[g->n];
-		if (!ekey_parse(e, kv->key, kv->keylen, &d->fe, &d->seq))
+		if (!ekey_parse(e, kv->key, kv->keylen, &d->fe, &d->seq)) {
+			entry_skip(e, kv, "not an entry's key");
 			continue;
+		}
 		d->key = kl_strndup(kv->key, kv->keylen);
 		d->value = kl_strndup(kv->value, kv->valuelen);
 		if (d->key == NULL || d->value == NULL) {

@@ -703,6 +703,115 @@ START_TEST(losing_the_lease_drops_every_client_without_memory)
 }
 END_TEST
 
+/* One put of key (prefix t/q/LKEY/FE-SEQ) with value, as the watch
+ * brings it, at revision rev. */
+static void
+put_one(struct rep *p, const char *lkey, size_t lkeylen, uint64_t seq,
+    const char *value, size_t valuelen, int64_t rev)
+{
+	char			key[512];
+	struct etcd_event	ev;
+	int			n;
+
+	n = snprintf(key, sizeof(key), "t/q/%.*s/%016" PRIx64 "-%016" PRIx64,
+	    (int)lkeylen, lkey, (uint64_t)FE_B, seq);
+	ck_assert_int_lt(n, (int)sizeof(key));
+	memset(&ev, 0, sizeof(ev));
+	ev.kv.key = key;
+	ev.kv.keylen = (size_t)n;
+	ev.kv.value = value;
+	ev.kv.valuelen = valuelen;
+	ev.kv.version = 1;
+	ev.kv.create_revision = ev.kv.mod_revision = rev;
+	replica_events(p->e, &ev, 1, rev);
+}
+
+static size_t
+holders(struct rep *p, const char *key, size_t len)
+{
+	const struct lt_key	*k = locktable_find(p->e->lt, key, len);
+	struct walk		 wk;
+
+	if (k == NULL)
+		return 0;
+	memset(&wk, 0, sizeof(wk));
+	wk.e = p->e;
+	locktable_key_walk(p->e->lt, k, kl_now_ms(), walk_holder,
+	    walk_waiter, &wk);
+	return wk.n;
+}
+
+/*
+ * Entries read back from etcd are checked as a client's LOCK is (issue
+ * 24, review L8): one that breaks a rule (a key against the key rules,
+ * an option out of its bounds, a client id 0, fewer or more keys than it
+ * says, its own key not among them, a control byte in its name) is left
+ * out of the table with a warning, and a good one after it is taken.
+ */
+START_TEST(entries_against_the_rules_are_left_out)
+{
+	static const struct {
+		const char	*lkey;	/* NULL: the value's first key */
+		const char	*value;
+	} bad[] = {
+		{ NULL, "k1 1 x 1 -1 0 0 1 \x01ctl\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 1 bad\xff\xfeutf8\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 1 \nname" },
+		{ NULL, "k1 0 x 1 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 z 1 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 0 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 2000000000 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 1 -2 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 1 2000000000 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 1 -1 2 0 1 a\nname" },
+		{ NULL, "k1 1 x 1 -1 0 2000000000 1 a\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 2 a\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 1 a b\nname" },
+		{ "a", "k1 1 x 1 -1 0 0 0\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 1 a\nna\x1bme" },
+		{ "other", "k1 1 x 1 -1 0 0 1 a\nname" },
+		{ NULL, "k9 1 x 1 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 x 1 -1 0 0 1 a" },	/* no name: good */
+	};
+	struct rep	*p = rep_new(FE_A);
+	char		 value[1024], longkey[300];
+	int64_t		 rev = 10;
+	uint64_t	 seq = 1;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char	*v = bad[i].value, *k = bad[i].lkey;
+		size_t		 klen;
+		bool		 good = i == sizeof(bad) / sizeof(bad[0]) - 1;
+
+		if (k == NULL) {	/* the value's first key */
+			const char *sp = v;
+
+			for (int f = 0; f < 8 && sp != NULL; f++)
+				sp = strchr(sp + 1, ' ');
+			ck_assert_ptr_nonnull(sp);
+			k = sp + 1;
+			klen = strcspn(k, " \n");
+		} else
+			klen = strlen(k);
+		put_one(p, k, klen, seq++, v, strlen(v), rev++);
+		ck_assert_msg(p->e->bad_entries == (good ? i : i + 1),
+		    "entry %zu (%s): bad_entries %" PRIu64, i, v,
+		    p->e->bad_entries);
+		ck_assert_msg(holders(p, k, klen) == (good ? 1 : 0),
+		    "entry %zu (%s) in the table", i, v);
+	}
+	/* a key over KL_KEY_MAX bytes */
+	memset(longkey, 'k', sizeof(longkey));
+	snprintf(value, sizeof(value), "k1 1 x 1 -1 0 0 1 %.*s\nname",
+	    (int)sizeof(longkey), longkey);
+	put_one(p, longkey, sizeof(longkey), seq++, value, strlen(value),
+	    rev++);
+	ck_assert_uint_eq(holders(p, longkey, sizeof(longkey)), 0);
+	ck_assert_uint_eq(p->e->bad_entries, sizeof(bad) / sizeof(bad[0]));
+	rep_free(p);
+}
+END_TEST
+
 static Suite *
 replica_suite(void)
 {
@@ -711,6 +820,7 @@ replica_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, losing_the_lease_drops_every_client_without_memory);
+	tcase_add_test(tc, entries_against_the_rules_are_left_out);
 	tcase_add_test(tc, two_replicas_agree_on_every_foreign_event);
 	tcase_add_test(tc, a_client_token_is_the_one_every_replica_shows);
 	tcase_add_test(tc, a_rebuilt_replica_agrees_on_grants_and_queues);
