@@ -25,12 +25,13 @@ ETCD_TESTS = \
 	tests/etcd/bench_etcd.sh \
 	tests/etcd/loopback.sh \
 	tests/etcd/secure.sh \
+	tests/etcd/upgrade.sh \
 	tests/etcd/integration.sh
 TESTS += $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh \
 	tests/etcd/integration.sh tests/etcd/frontend.sh \
-	tests/etcd/loopback.sh tests/etcd/secure.sh \
+	tests/etcd/loopback.sh tests/etcd/secure.sh tests/etcd/upgrade.sh \
 	examples/etcd-loopback.sh \
 	bench/etcd_compare.sh bench/ETCD_RESULTS.md
 
