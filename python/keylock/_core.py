@@ -27,6 +27,7 @@ one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import math
@@ -839,6 +840,14 @@ def _held(entries: Any) -> List[Tuple[int, List[str]]]:
     return [(int(g["token"]), [str(k) for k in g["keys"]]) for g in entries]
 
 
+def _wake_all(waiters: List["asyncio.Future[None]"], _: Any) -> None:
+    """The opening of a connection is done: its waiters go on."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+    waiters.clear()
+
+
 def _retrieve(task: "asyncio.Task[Any]") -> None:
     """Marks a task's exception seen (its awaiters have theirs)."""
     if not task.cancelled():
@@ -990,6 +999,7 @@ class Core:
         self.muxes: List[Conn] = []
         self.chan_mode: Optional[bool] = None   # None: not known yet
         self._opening: Optional["asyncio.Task[Conn]"] = None
+        self._waiters: List["asyncio.Future[None]"] = []    # for it
         # the owners that hold (or wait for) something now, by task or
         # thread; one that holds nothing is forgotten
         self.owners: Dict[Any, Owner] = {}
@@ -1078,8 +1088,18 @@ class Core:
                 opening = self._opening = loop.create_task(
                     self._open_mux(loop))
                 opening.add_done_callback(_retrieve)
+                self._waiters = []
+                opening.add_done_callback(
+                    functools.partial(_wake_all, self._waiters))
             try:
-                await asyncio.shield(opening)
+                if not opening.done():
+                    # a future of its own (a cancelled task cancels it,
+                    # not the opening): cheaper than asyncio.shield()
+                    # for the thousand tasks a new KeyedLock may start
+                    waiter = loop.create_future()
+                    self._waiters.append(waiter)
+                    await waiter
+                opening.result()        # its error, if it failed
             finally:
                 if self._opening is opening and opening.done():
                     self._opening = None
