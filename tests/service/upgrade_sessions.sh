@@ -87,6 +87,8 @@ expect_eq 3 "$(json_int "$S0" sessions)" "sessions before"
 OLD=$DPID
 session_open op 8 -U "$TMP/sock"
 session_send op UPGRADE
+# the reply comes after the new binary's --check-config and the hand-off
+wait_for "[ -s '$TMP/op.out' ]" $((30 * SLOW)) || fail "no reply to UPGRADE"
 session_expect op 1 '^OK \{"pid":[0-9]+,' "UPGRADE with three sessions"
 sed -n 1p "$TMP/op.out" >"$TMP/up"
 wait "$OLD"
