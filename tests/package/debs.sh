@@ -9,7 +9,10 @@
 #     units, and a C program built against the installed header and library
 #     (shared and static) that PINGs a daemon started here on a free port,
 #     on its compiled-in state and runtime directories, and the Python
-#     package taking a lock there;
+#     package taking a lock there; then, with a daemon running and a
+#     client holding a key and another waiting, installs the same packages
+#     at a higher version: the postinst upgrades the daemon live (a new
+#     pid, the holder's connection and lock and the waiter all kept);
 #  3. removes them (the conffile stays) and purges them: nothing of theirs
 #     is left, in the file system, in dpkg's database or in ld.so's cache.
 # Everything it needs is installed with apt-get. A previous install of
@@ -26,6 +29,7 @@ SUDO=
 APT="$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -y -q"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/keylockd-debs.XXXXXX") || exit 1
 DPID=
+NEWPID=
 INSTALLED=
 MADE_PRIVATE=
 # Hermetic: no KEYLOCK_* setting of the caller reaches a client here.
@@ -51,6 +55,8 @@ cleanup() {
 		kill -TERM "$DPID" 2>/dev/null
 		wait "$DPID" 2>/dev/null
 	fi
+	# The daemon after a live upgrade: not this shell's child.
+	[ -z "$NEWPID" ] || $SUDO kill -TERM "$NEWPID" 2>/dev/null
 	if [ -n "$INSTALLED" ]; then
 		purge_ours >/dev/null 2>&1
 		$SUDO rm -rf /var/lib/private/keylockd /var/lib/keylockd \
@@ -368,6 +374,87 @@ DPID=
 $SUDO sh -c 'ls -A /var/lib/keylockd/' | grep -q . ||
     fail "the daemon wrote nothing in /var/lib/keylockd"
 pass "PING from ping (TCP) and ping-static (/run/keylockd/keylockd.sock); keylock and python3-keylock take a key"
+
+# --- 2b. an upgrade of the packages upgrades the running daemon live -------
+
+# stat_of NAME: a number from the daemon's STATS.
+stat_of() {
+	/usr/bin/keylock -S "127.0.0.1:$port" stats --json |
+	    sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p"
+}
+
+# The same packages at a higher version (rebuilt with dpkg-deb from the
+# ones built above, their contents unchanged): dpkg replaces every file,
+# so /usr/sbin/keylockd is a new file under the running daemon, as on a
+# real upgrade.
+newversion="$version+live1"
+mkdir "$WORK/new"
+for p in $PKGS; do
+	rm -rf "$WORK/re"
+	dpkg-deb -R "$(deb "$p")" "$WORK/re" || fail "dpkg-deb -R $p"
+	sed -i -e "s/^Version: $version\$/Version: $newversion/" \
+	    -e "s/(= $version)/(= $newversion)/g" "$WORK/re/DEBIAN/control"
+	dpkg-deb --root-owner-group -b "$WORK/re" "$WORK/new/" >/dev/null ||
+	    fail "dpkg-deb -b $p at $newversion"
+done
+rm -rf "$WORK/re"
+
+$SUDO /usr/sbin/keylockd --config /dev/null --bind 127.0.0.1 --port 0 \
+    --port-file "$WORK/port2" >"$WORK/daemon.log" 2>&1 &
+DPID=$!
+wait_for "grep -q '^[0-9][0-9]*\$' '$WORK/port2' 2>/dev/null" 10 ||
+    fail "keylockd (for the upgrade) not ready within 10 s"
+port=$(head -n 1 "$WORK/port2")
+oldpid=$(stat_of pid)
+[ -n "$oldpid" ] || fail "STATS has no pid"
+# A holder (its command runs until told to stop) and a waiter behind it,
+# both over TCP, both from before the upgrade.
+/usr/bin/keylock -S "127.0.0.1:$port" debs:live -- sh -c \
+    'echo "$KEYLOCK_TOKEN" >"$1/held"; while [ ! -e "$1/release" ]; do sleep 0.05; done' \
+    sh "$WORK" >"$WORK/holder.log" 2>&1 &
+HOLDER=$!
+wait_for "[ -s '$WORK/held' ]" 10 || fail "the holder did not get debs:live"
+/usr/bin/keylock -S "127.0.0.1:$port" -w 60 debs:live -- sh -c \
+    'echo "$KEYLOCK_TOKEN" >"$1/waited"' sh "$WORK" \
+    >"$WORK/waiter.log" 2>&1 &
+WAITER=$!
+wait_for "/usr/bin/keylock -S 127.0.0.1:$port info debs:live | grep -q '^waiters: 1'" 10 ||
+    fail "the waiter is not queued on debs:live"
+
+# shellcheck disable=SC2086
+$APT install "$WORK"/new/*.deb >"$WORK/upgrade.log" 2>&1 ||
+    fail "apt-get install (the packages at $newversion): $(tail -10 "$WORK/upgrade.log")"
+for p in $PKGS; do
+	[ "$(dpkg-query -W -f='${Version}' "$p")" = "$newversion" ] ||
+	    fail "$p is not at $newversion after the upgrade"
+done
+grep -q '^keylockd: the running daemon was upgraded live' "$WORK/upgrade.log" ||
+    fail "the postinst did not upgrade the daemon live: $(grep keylockd: "$WORK/upgrade.log")"
+wait "$DPID" || fail "the old process exited $? after handing over"
+newpid=$(stat_of pid)
+DPID=
+NEWPID=$newpid
+[ -n "$newpid" ] && [ "$newpid" != "$oldpid" ] ||
+    fail "STATS pid is $newpid after the upgrade, was $oldpid"
+[ "$(readlink "/proc/$newpid/exe")" = /usr/sbin/keylockd ] ||
+    fail "the new process runs $(readlink "/proc/$newpid/exe")"
+[ "$(stat_of upgrades)" = 1 ] || fail "STATS upgrades is $(stat_of upgrades), want 1"
+kill -0 "$HOLDER" 2>/dev/null || fail "the holder's keylock ended: $(cat "$WORK/holder.log")"
+held=$(cat "$WORK/held")
+/usr/bin/keylock -S "127.0.0.1:$port" info debs:live >"$WORK/info" ||
+    fail "keylock info debs:live after the upgrade"
+grep -q "token $held," "$WORK/info" && grep -q '^waiters: 1' "$WORK/info" ||
+    fail "debs:live after the upgrade: $(cat "$WORK/info")"
+touch "$WORK/release"
+wait "$HOLDER" || fail "the holder's keylock exited $?: $(cat "$WORK/holder.log")"
+wait "$WAITER" || fail "the waiter's keylock exited $?: $(cat "$WORK/waiter.log")"
+[ "$(cat "$WORK/waited")" -gt "$held" ] ||
+    fail "the waiter got token $(cat "$WORK/waited"), the holder had $held"
+pass "apt-get install at $newversion upgraded the running daemon live (pid $oldpid -> $newpid): the holder kept debs:live (token $held), its waiter got it after ($(cat "$WORK/waited"))"
+$SUDO kill -TERM "$newpid"
+wait_for "! kill -0 $newpid 2>/dev/null" 10 ||
+    fail "the upgraded keylockd did not exit after SIGTERM"
+NEWPID=
 
 # --- 3. remove, purge, and nothing left -------------------------------------
 
