@@ -88,6 +88,13 @@ struct be_hooks {
 	void	(*drop)(void *arg, struct lt_owner *o, const char *why);
 	struct be_counters *counters;	/* NULL: the backend keeps its own */
 	void	*arg;
+	/*
+	 * o's open LOCK has just been queued in the table, after acquire
+	 * returned BE_PENDING (backend etcd: at its revision; backend local
+	 * queues before acquire returns and never calls it). Until now it
+	 * was on its way; from now on it waits for others. May be NULL.
+	 */
+	void	(*queued)(void *arg, struct lt_owner *o);
 };
 
 struct backend_ops {

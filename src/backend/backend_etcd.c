@@ -97,6 +97,27 @@ be_backend(struct be_result *r, enum be_op op, const char *text)
 	r->text = text;
 }
 
+/*
+ * An UNLOCK or UNLOCKALL is answered once its deletes are committed and
+ * our replica has applied them (read your own writes): after its OK,
+ * STATS, INFO and every other reader of this front end's table see the
+ * keys free, as a grant's OK goes out only once the replica has applied
+ * it. The watch's delete event may come before or after the commit's
+ * reply; whichever is last answers.
+ */
+static void
+ebe_release_maybe_done(struct ebe *e, struct eowner *o)
+{
+	struct be_result r;
+
+	if (!o->op_open || o->op_left > 0 || o->op_unseen > 0)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.op = o->op;
+	r.value = o->op_n;
+	ebe_done(e, o, &r);
+}
+
 /* An UNLOCK's or UNLOCKALL's deletes: n more committed, or failed. */
 void
 ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
@@ -113,12 +134,22 @@ ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
 		return;
 	}
 	o->op_left = n >= o->op_left ? 0 : o->op_left - n;
-	if (o->op_left > 0)
+	ebe_release_maybe_done(e, o);
+}
+
+/* The replica applied the delete of our entry x (called before x's
+ * request may be freed). */
+void
+ebe_release_applied(struct ebe *e, struct eentry *x)
+{
+	struct eowner *o = x->req->owner;
+
+	if (x->op_gen == 0 || x->op_gen != o->op_gen || !o->op_open ||
+	    o->op_unseen == 0)
 		return;
-	memset(&r, 0, sizeof(r));
-	r.op = o->op;
-	r.value = o->op_n;
-	ebe_done(e, o, &r);
+	x->op_gen = 0;
+	o->op_unseen--;
+	ebe_release_maybe_done(e, o);
 }
 
 /* ---- the lease ---- */
@@ -491,8 +522,11 @@ ebe_owner_free(struct backend *be, struct lt_owner *lo, uint64_t now_ms)
 		next = TAILQ_NEXT(r, entry);
 		r->withdrawing = true;
 		r->why = LT_WHY_DISCONNECT;
-		for (size_t i = 0; i < r->nent; i++)
+		for (size_t i = 0; i < r->nent; i++) {
+			if (!r->ent[i].releasing)
+				r->ent[i].why = LT_WHY_DISCONNECT;
 			r->ent[i].releasing = true;
+		}
 		if (e->state != EBE_LOST)
 			commit_delete_req(e, r);
 	}
@@ -600,8 +634,15 @@ ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
 	o->op = op;
 	o->op_open = true;
 	o->op_n = n;
+	o->op_gen++;
+	o->op_unseen = 0;
+	for (size_t i = 0; i < n; i++)
+		if (ents[i]->rep == ENT_LIVE || ents[i]->rep == ENT_HELD) {
+			ents[i]->op_gen = o->op_gen;
+			o->op_unseen++;
+		}
 	o->op_left = commit_delete(e, ents, n, o);
-	if (o->op_left == 0) {
+	if (o->op_left == 0 && o->op_unseen == 0) {
 		o->op_open = false;
 		return BE_DONE;
 	}

@@ -89,6 +89,12 @@ struct eentry {
 	bool		 del_reply;	/* its ack completes the owner's
 					 * UNLOCK (with del_wait) */
 	bool		 releasing;	/* ours: UNLOCK, ttl or close asked */
+	enum lt_why	 why;		/* ours: which (UNLOCK, EXPIRED,
+					 * DISCONNECT): the counter its
+					 * release bumps here */
+	uint64_t	 op_gen;	/* ours: its delete's application
+					 * completes the owner's open UNLOCK
+					 * numbered so (eowner.op_gen) */
 	uint64_t	 ttl_ms;	/* ours: the hold's ttl; 0: none */
 	struct event	*ttl;		/* ours: its expiry */
 	struct eentry	*hnext;		/* ebe.entries, by ekey */
@@ -133,6 +139,8 @@ struct eowner {
 	enum be_op		 op;		/* ours: the open operation */
 	bool			 op_open;
 	size_t			 op_left;	/* its deletes not yet acked */
+	size_t			 op_unseen;	/* nor applied by the replica */
+	uint64_t		 op_gen;	/* numbers the open operation */
 	uint64_t		 op_n;		/* its result */
 	TAILQ_ENTRY(eowner)	 entry;		/* ebe.owners */
 	struct eowner		*hnext;		/* ebe.by_id */
@@ -268,6 +276,7 @@ void		 ebe_end_turn(struct ebe *e);
 void		 ebe_ready(struct ebe *e, int64_t rev);
 void		 ebe_release_acked(struct ebe *e, struct eowner *o, size_t n,
 		    const char *why);
+void		 ebe_release_applied(struct ebe *e, struct eentry *x);
 
 /* backend_etcd_replica.c */
 int		 ehash_init(struct ehash *h);

@@ -670,6 +670,7 @@ ttl_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (x->rep == ENT_HELD && !x->releasing && ebe_lease_safe(e)) {
 		x->releasing = true;
+		x->why = LT_WHY_EXPIRED;
 		commit_delete(e, &x, 1, NULL);
 	}
 	ebe_end_turn(e);
@@ -781,7 +782,9 @@ req_decide(struct ebe *e, struct ereq *r)
 			}
 			r->withdrawing = true;
 			commit_delete_req(e, r);
-		}
+		} else if (r->ours && !r->replied && !r->withdrawing &&
+		    !r->owner->gone && e->hooks.queued != NULL)
+			e->hooks.queued(e->hooks.arg, r->owner->lo);
 		return;
 	}
 	r->state = REQ_REFUSED;
@@ -922,7 +925,6 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 	struct eentry		*x = eentry_find(e, kv->key, kv->keylen);
 	struct ereq		*r;
 	struct be_result	 res;
-	size_t			 n, bad;
 	bool			 held;
 
 	if (x == NULL || (x->rep != ENT_LIVE && x->rep != ENT_HELD))
@@ -934,8 +936,11 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 	switch (r->state) {
 	case REQ_HELD:
 		if (held) {
-			locktable_release(e->lt, r->owner->lo, &x->lkey,
-			    &x->lkeylen, 1, kl_now_ms(), &n, &bad);
+			/* counted as backend local counts it on the owner's
+			 * front end; another's release is a plain one here */
+			locktable_release_why(e->lt, r->owner->lo, x->lkey,
+			    x->lkeylen, kl_now_ms(), r->ours ? x->why :
+			    LT_WHY_UNLOCK);
 			if (r->ours)
 				held_remove(e, x);
 			if (x->ttl != NULL)
@@ -967,6 +972,8 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 	default:
 		break;
 	}
+	if (r->ours)
+		ebe_release_applied(e, x);
 	ereq_maybe_free(r);
 }
 

@@ -219,6 +219,8 @@ why_counter(struct locktable *lt, enum lt_why why)
 		return &lt->c.releases;
 	case LT_WHY_DISCONNECT:
 		return &lt->c.disconnect_releases;
+	case LT_WHY_EXPIRED:
+		return &lt->c.expired;
 	case LT_WHY_TIMEOUT:
 	case LT_WHY_CANCEL:
 	case LT_WHY_SHUTDOWN:
@@ -676,6 +678,19 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 	if (n != NULL)
 		*n = 1;
 	return KL_OK;
+}
+
+bool
+locktable_release_why(struct locktable *lt, struct lt_owner *o,
+    const char *key, size_t keylen, uint64_t now_ms, enum lt_why why)
+{
+	struct lt_hold *h = owner_find_hold(lt, o, key, keylen);
+
+	if (h == NULL)
+		return false;
+	hold_end(lt, h, now_ms, why_counter(lt, why));
+	settle(lt, now_ms);
+	return true;
 }
 
 size_t

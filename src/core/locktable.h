@@ -33,7 +33,8 @@ enum lt_why {
 	LT_WHY_DISCONNECT,	/* the connection ended: disconnect_releases */
 	LT_WHY_TIMEOUT,		/* a wait ran out: timeouts */
 	LT_WHY_CANCEL,		/* CANCEL withdrew a wait: cancels */
-	LT_WHY_SHUTDOWN		/* the server is stopping: no counter */
+	LT_WHY_SHUTDOWN,	/* the server is stopping: no counter */
+	LT_WHY_EXPIRED		/* a hold's ttl ran out: expired */
 };
 
 /* Either pointer may be NULL: no callback, or tokens 1, 2, 3, ... (see
@@ -220,6 +221,16 @@ bool		 locktable_withdraw(struct locktable *lt, struct lt_owner *o,
 enum kl_err	 locktable_release(struct locktable *lt, struct lt_owner *o,
 		    const char *const *keys, const size_t *keylens,
 		    size_t nkeys, uint64_t now_ms, size_t *n, size_t *bad_index);
+
+/*
+ * Ends o's hold on one key, counted as ended for why: LT_WHY_UNLOCK in
+ * releases, LT_WHY_DISCONNECT in disconnect_releases, LT_WHY_EXPIRED in
+ * expired (backend etcd applies a release whose cause only the owner's
+ * front end knows). false if o does not hold key.
+ */
+bool		 locktable_release_why(struct locktable *lt,
+		    struct lt_owner *o, const char *key, size_t keylen,
+		    uint64_t now_ms, enum lt_why why);
 
 /* Withdraws o's wait and releases every hold; returns the holds released. */
 size_t		 locktable_release_owner(struct locktable *lt,

@@ -1680,11 +1680,26 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * After the end of c's input: drain now? Once its lines are answered, up
+ * to a LOCK that waits in the lock table, which the close withdraws
+ * (keylockd-protocol(7): closing releases everything, a waiting LOCK
+ * included). A request pending on the backend's round trip (backend
+ * etcd: every request until its commit) is answered first, as backend
+ * local answers it at once.
+ */
+static bool
+conn_eof_drains(const struct conn *c)
+{
+	return c->state == CONN_READY || (c->state == CONN_PENDING &&
+	    c->pending_lock && c->h.owner != NULL &&
+	    locktable_owner_is_waiting(c->h.owner));
+}
+
+/*
  * c's share of the turn: its channel's queued lines, then, for a
  * connection, its input not yet framed, then, after the end of its input
- * (keylockd-protocol(7): closing releases everything, a waiting LOCK
- * included), draining; then its output. A channel left with nothing is
- * forgotten.
+ * and its lines answered (conn_eof_drains()), draining; then its output.
+ * A channel left with nothing is forgotten.
  */
 static void
 conn_run(struct conn *c)
@@ -1701,8 +1716,7 @@ conn_run(struct conn *c)
 	if ((c->state == CONN_READY || c->state == CONN_PENDING) &&
 	    c->ilen > 0 && !c->deferred && !conn_consume(c, c->ibuf, c->ilen))
 		return;
-	if (c->eof != NULL && (c->state == CONN_READY ||
-	    c->state == CONN_PENDING))
+	if (c->eof != NULL && conn_eof_drains(c))
 		conn_set_state(c, CONN_DRAINING);
 	if (c->state == CONN_CLOSED || !conn_flush(c))
 		return;
@@ -1756,6 +1770,13 @@ conn_complete(struct conn *c, enum kl_err err)
 	if (c->timer != NULL)
 		evtimer_del(c->timer);
 	conn_set_state(c, c->quit_after ? CONN_DRAINING : CONN_READY);
+}
+
+void
+conn_lock_queued(struct conn *c)
+{
+	if (c->root->eof != NULL)
+		conn_schedule(c->root);
 }
 
 static void

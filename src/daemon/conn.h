@@ -93,6 +93,10 @@ void		 conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
 		    uint64_t start_ms);
 /* The open request's reply (err) was written: resume c's lines. */
 void		 conn_complete(struct conn *c, enum kl_err err);
+/* c's open LOCK, pending on the backend's round trip, now waits in the
+ * lock table: if c's input has ended, c drains and closes, which
+ * withdraws it. */
+void		 conn_lock_queued(struct conn *c);
 /* For the CANCEL handler: 1 if this CANCEL line was read ahead and
  * withdrew a LOCK, else 0. */
 uint64_t	 conn_cancel_result(struct conn *c);

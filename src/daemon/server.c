@@ -659,6 +659,18 @@ server_be_drop(void *arg, struct lt_owner *o, const char *why)
 		session_end(h->detached, why);
 }
 
+/* The backend queued o's LOCK: a connection whose input has ended stops
+ * waiting for it (conn_lock_queued()). */
+static void
+server_be_queued(void *arg, struct lt_owner *o)
+{
+	struct conn *c = owner_conn(o);
+
+	(void)arg;
+	if (c != NULL)
+		conn_lock_queued(c);
+}
+
 struct server *
 server_new(struct config *cfg)
 {
@@ -681,6 +693,7 @@ server_new(struct config *cfg)
 	hooks.drop = server_be_drop;
 	hooks.counters = &srv->stats.be;
 	hooks.arg = srv;
+	hooks.queued = server_be_queued;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||
 	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,

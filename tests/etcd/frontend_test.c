@@ -13,6 +13,7 @@
  * compacted. Short leases (3 s) keep the waits short; each fault test
  * starts with every member running and healthy.
  */
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <check.h>
@@ -401,6 +402,147 @@ START_TEST(cancel_racing_a_grant_from_another_front_end)
 }
 END_TEST
 
+/* ---- one front end's own view (issue 23) ---- */
+
+#define FE_RYW_ROUNDS	300
+
+/*
+ * Read your own writes: once a client's UNLOCK (or UNLOCKALL) is
+ * answered, STATS and INFO through another connection of the same front
+ * end show the key free, and once its LOCK is answered, held. Every round
+ * is checked; the failures are counted and reported together.
+ */
+START_TEST(answered_writes_are_seen_by_stats_and_info_of_the_front_end)
+{
+	struct kt_daemon	*a = fe_start();
+	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
+	int			 bad_grant = 0, bad_release = 0;
+	char			 first[160] = "";
+
+	for (int i = 0; i < FE_RYW_ROUNDS; i++) {
+		json_t	*st, *info;
+		bool	 all = i % 2 == 1;
+
+		kt_lock(h, all ? "LOCK ryw:k ryw:l" : "LOCK ryw:k");
+		st = kt_stats(o);
+		if (kt_jint(st, "held") != (all ? 2 : 1)) {
+			if (bad_grant++ == 0)
+				snprintf(first, sizeof(first), "round %d: held "
+				    "%lld after the grant", i,
+				    (long long)kt_jint(st, "held"));
+		}
+		json_decref(st);
+		if (all)
+			kt_req(h, "OK 2", "UNLOCKALL");
+		else
+			kt_req(h, "OK 1", "UNLOCK ryw:k");
+		st = kt_stats(o);
+		info = kt_info(o, "ryw:k");
+		if (kt_jint(st, "keys") != 0 || kt_jint(st, "held") != 0 ||
+		    kt_jint(info, "holders_total") != 0) {
+			if (bad_release++ == 0 && first[0] == '\0')
+				snprintf(first, sizeof(first), "round %d: keys "
+				    "%lld held %lld holders_total %lld after "
+				    "the release", i,
+				    (long long)kt_jint(st, "keys"),
+				    (long long)kt_jint(st, "held"),
+				    (long long)kt_jint(info, "holders_total"));
+		}
+		json_decref(st);
+		json_decref(info);
+	}
+	fprintf(stderr, "read your writes: %d rounds, %d grants and %d "
+	    "releases not seen at once\n", FE_RYW_ROUNDS, bad_grant,
+	    bad_release);
+	ck_assert_msg(bad_grant == 0 && bad_release == 0, "%d of %d grants "
+	    "and %d of %d releases not seen at once; first: %s", bad_grant,
+	    FE_RYW_ROUNDS, bad_release, FE_RYW_ROUNDS, first);
+}
+END_TEST
+
+/*
+ * STATS counts a ttl expiry in expired and a connection's end in
+ * disconnect_releases on the owner's front end, as backend local does;
+ * another front end learns only that the entries were deleted, and
+ * counts plain releases.
+ */
+START_TEST(expiries_and_disconnects_are_counted_as_in_backend_local)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	json_t			*st;
+
+	kt_lock(c, "LOCK cnt:u");
+	kt_req(c, "OK 1", "UNLOCK cnt:u");
+	kt_lock(c, "LOCK cnt:t ttl=100");
+	kt_wait_stat(o, "expired", 1);
+	kt_lock(c, "LOCK cnt:d1 cnt:d2");
+	kt_lock(c, "LOCK cnt:d3 ttl=60000");
+	kt_conn_close(c);
+	kt_wait_stat(o, "disconnect_releases", 3);
+	st = kt_stats(o);
+	ck_assert_int_eq(kt_jint(st, "releases"), 1);
+	ck_assert_int_eq(kt_jint(st, "expired"), 1);
+	ck_assert_int_eq(kt_jint(st, "disconnect_releases"), 3);
+	ck_assert_int_eq(kt_jint(st, "keys"), 0);
+	json_decref(st);
+	kt_wait_stat(ob, "releases", 5);
+	st = kt_stats(ob);
+	ck_assert_int_eq(kt_jint(st, "expired"), 0);
+	ck_assert_int_eq(kt_jint(st, "disconnect_releases"), 0);
+	ck_assert_int_eq(kt_jint(st, "keys"), 0);
+	json_decref(st);
+}
+END_TEST
+
+/*
+ * printf 'LOCK k\nUNLOCK k\n' | nc -N: a connection whose input ends
+ * while its requests wait for their commits gets every reply, as through
+ * backend local; a LOCK that then waits behind another client is
+ * withdrawn by the close, as backend local withdraws it.
+ */
+START_TEST(a_half_closed_connection_gets_its_replies)
+{
+	struct kt_daemon	*a = fe_start();
+	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
+	const char		 script[] = "LOCK hc:k\nUNLOCK hc:k\n"
+				    "LOCK hc:k hc:l\nPING\n";
+
+	for (int i = 0; i < 20; i++) {
+		struct kt_conn *c = kt_connect_to(a, KT_TCP);
+
+		kt_send_raw(c, script, sizeof(script) - 1);
+		ck_assert_int_eq(shutdown(c->fd, SHUT_WR), 0);
+		kt_expect_token(c);
+		kt_expect_line(c, "OK 1");
+		kt_expect_token(c);
+		kt_expect_line(c, "OK PONG");
+		kt_expect_eof(c, kt_ms(5000));
+		kt_conn_close(c);
+		/* and the connection's end released what it held */
+		kt_wait_stat(o, "keys", 0);
+	}
+	/* a LOCK queued behind another client is withdrawn at the close */
+	kt_lock(o, "LOCK hc:k");
+	{
+		struct kt_conn	*c = kt_connect_to(a, KT_TCP);
+		const char	 wait[] = "LOCK hc:k\n";
+		json_t		*info;
+
+		kt_send_raw(c, wait, sizeof(wait) - 1);
+		ck_assert_int_eq(shutdown(c->fd, SHUT_WR), 0);
+		kt_expect_eof(c, kt_ms(5000));
+		kt_conn_close(c);
+		info = kt_wait_queue(o, "hc:k", 1, 0);
+		json_decref(info);
+	}
+	kt_req(o, "OK 1", "UNLOCK hc:k");
+}
+END_TEST
+
 /* ---- failures ---- */
 
 START_TEST(a_disconnect_releases_at_once)
@@ -694,6 +836,16 @@ frontend_suite(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, cancel_withdraws_a_wait_behind_another_front_end);
 	tcase_add_test(tc, cancel_racing_a_grant_from_another_front_end);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("own_view");
+	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc,
+	    answered_writes_are_seen_by_stats_and_info_of_the_front_end);
+	tcase_add_test(tc,
+	    expiries_and_disconnects_are_counted_as_in_backend_local);
+	tcase_add_test(tc, a_half_closed_connection_gets_its_replies);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("failures");

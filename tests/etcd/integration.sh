@@ -22,10 +22,8 @@ protocol_waits_test protocol_server_test concurrency_test"
 
 # suite:tcase:test  why (keylockd(8), BACKEND ETCD)
 DIFFERENCES='
-protocol_framing_test:framing:half_closed_connection_gets_its_replies every LOCK waits for its revision: input that ends meanwhile withdraws it
-protocol_server_test:counters:stats_counters_follow_the_requests a ttl expiry is a delete of its front end, counted in releases, not expired
 '
-RACES='protocol_framing_test:framing:half_closed_connection_gets_its_replies'
+RACES=''
 
 ec_start 3
 KL_ETCD_ENDPOINTS=$ETCD_ENDPOINTS
