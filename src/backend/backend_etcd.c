@@ -63,6 +63,7 @@ ebe_note_ready(struct ebe *e)
 {
 	e->count->ready = e->state == EBE_READY && e->fe != 0 &&
 	    kl_now_ms() + e->margin_ms < e->lease_until;
+	e->count->frontend = e->fe;
 }
 
 void

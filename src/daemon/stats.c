@@ -5,7 +5,9 @@
  * setters so each has exactly one owner, and the root is released once
  * dumped. Keys and names are valid UTF-8 (proto.c checked them).
  */
+#include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +101,13 @@ stats_to_json_keys(const struct stats *st, const struct locktable *lt,
 	json_object_set_new(o, "hold_ms", stats_hist_json(&c->hold_ms));
 	json_object_set_new(o, "hot_keys", stats_hot_json(lt, keep, arg));
 	json_object_set_new(o, "backend", json_string(backend));
+	if (st->be.frontend != 0) {
+		char id[24];
+
+		/* as the front end's entries in etcd name it */
+		snprintf(id, sizeof(id), "%016" PRIx64, st->be.frontend);
+		json_object_set_new(o, "frontend", json_string(id));
+	}
 	SET_U(o, "pid", st->pid);
 	return stats_dump(o);
 }

@@ -543,6 +543,40 @@ START_TEST(a_half_closed_connection_gets_its_replies)
 }
 END_TEST
 
+/*
+ * STATS names the front end that answered, as its entries in etcd name
+ * it (its lease, 16 hex digits), and shows the cluster's table: keys
+ * held through another front end count.
+ */
+START_TEST(stats_names_its_front_end_and_counts_the_cluster)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
+	json_t			*sa, *sb, *sa2;
+	const char		*ida, *idb;
+
+	kt_lock(cb, "LOCK fe:k fe:l");
+	sa = kt_stats(ca);
+	sb = kt_stats(cb);
+	ida = json_string_value(json_object_get(sa, "frontend"));
+	idb = json_string_value(json_object_get(sb, "frontend"));
+	ck_assert_msg(ida != NULL && idb != NULL, "no \"frontend\" in STATS");
+	ck_assert_uint_eq(strlen(ida), 16);
+	ck_assert_uint_eq(strspn(ida, "0123456789abcdef"), 16);
+	ck_assert_str_ne(ida, idb);
+	ck_assert_int_eq(kt_jint(sa, "keys"), 2);
+	ck_assert_int_eq(kt_jint(sa, "held"), 2);
+	sa2 = kt_stats(ca);
+	ck_assert_str_eq(json_string_value(json_object_get(sa2, "frontend")),
+	    ida);
+	json_decref(sa);
+	json_decref(sa2);
+	json_decref(sb);
+	kt_req(cb, "OK 2", "UNLOCKALL");
+}
+END_TEST
+
 /* ---- failures ---- */
 
 START_TEST(a_disconnect_releases_at_once)
@@ -846,6 +880,7 @@ frontend_suite(void)
 	tcase_add_test(tc,
 	    expiries_and_disconnects_are_counted_as_in_backend_local);
 	tcase_add_test(tc, a_half_closed_connection_gets_its_replies);
+	tcase_add_test(tc, stats_names_its_front_end_and_counts_the_cluster);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("failures");
