@@ -24,9 +24,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -99,55 +96,56 @@ upgrade_prefault(void *p, size_t n)
 #endif
 }
 
-#if defined(__GLIBC__) && defined(M_TOP_PAD)
-#define UPGRADE_TOP_PAD		(128 * 1024)	/* glibc's default */
-#define UPGRADE_HEAP_STEP	(64 * 1024)	/* below its mmap threshold */
+#define UPGRADE_HEAP_STEP	(64 * 1024)	/* below malloc's mmap threshold */
 #define UPGRADE_HEAP_MAX	((size_t)1 << 30)
+#define UPGRADE_HEAP_BARRIERS	4
+
+static void	*upgrade_barrier[UPGRADE_HEAP_BARRIERS];
 
 void
 upgrade_heap_prefault(size_t n)
 {
-	void	*step[32];
-	char	*lo, *hi;
-	size_t	 k = 0;
+	void	**step;
+	char	 *lo, *hi;
+	size_t	  k, max, b;
 
-	if (n < UPGRADE_HEAP_STEP)
+	for (b = 0; b < UPGRADE_HEAP_BARRIERS && upgrade_barrier[b] != NULL;
+	    b++)
+		continue;
+	if (n < 2 * UPGRADE_HEAP_STEP || b == UPGRADE_HEAP_BARRIERS)
 		return;
 	if (n > UPGRADE_HEAP_MAX)
 		n = UPGRADE_HEAP_MAX;
-	if (mallopt(M_TOP_PAD, (int)n) != 1)
+	max = n / UPGRADE_HEAP_STEP;
+	if ((step = kl_calloc(max, sizeof(*step))) == NULL)
 		return;
-	/* the next growth of the heap takes the pad: a few allocations of
-	 * a step each bring it, and free goes back to the top, kept (it is
-	 * within the pad) */
+	/* steps of the heap, one after the other as the heap grows by brk
+	 * (glibc's, at least; elsewhere lo and hi may well say nothing) */
 	lo = sbrk(0);
-	while (k < sizeof(step) / sizeof(step[0]) && (char *)sbrk(0) == lo &&
-	    (step[k] = kl_malloc(UPGRADE_HEAP_STEP)) != NULL)
-		k++;
+	for (k = 0; k < max && (step[k] = kl_malloc(UPGRADE_HEAP_STEP)) !=
+	    NULL; k++)
+		continue;
 	hi = sbrk(0);
-	while (k > 0)
-		kl_free(step[--k]);
 	if (lo != (char *)-1 && hi > lo)
 		upgrade_prefault(lo, (size_t)(hi - lo));
+	/* all back but the last: freed, they make one free chunk that the
+	 * rebuild's allocations are carved from, and the last one, kept
+	 * until upgrade_heap_done(), keeps it from the top of the heap,
+	 * where free() would give it back to the system at once */
+	for (size_t i = 0; i + 1 < k; i++)
+		kl_free(step[i]);
+	upgrade_barrier[b] = k > 0 ? step[k - 1] : NULL;
+	kl_free(step);
 }
 
 void
 upgrade_heap_done(void)
 {
-	(void)mallopt(M_TOP_PAD, UPGRADE_TOP_PAD);
+	for (size_t b = 0; b < UPGRADE_HEAP_BARRIERS; b++) {
+		kl_free(upgrade_barrier[b]);
+		upgrade_barrier[b] = NULL;
+	}
 }
-#else
-void
-upgrade_heap_prefault(size_t n)
-{
-	(void)n;
-}
-
-void
-upgrade_heap_done(void)
-{
-}
-#endif
 
 void
 upgrade_note_path(void)

@@ -48,12 +48,15 @@ void		 upgrade_mark(const char *phase);
  */
 void		 upgrade_prefault(void *p, size_t n);
 /*
- * The new process, before it rebuilds from the state: makes the heap
- * grow by about n bytes at once and faults them in (upgrade_prefault), so
- * that the many small allocations of the rebuild find their pages ready.
- * glibc only (its heap grows by brk, by M_TOP_PAD more than it must);
- * upgrade_heap_done() puts the pad back, and the heap is trimmed again
- * as usual.
+ * The new process, before it rebuilds from the state: grows the heap by
+ * about n bytes at once (a step of it at a time, then all freed but the
+ * last, which keeps the free space from being trimmed off the top) and
+ * faults them in (upgrade_prefault), so that the many small allocations
+ * of the rebuild are carved from pages that are ready. Where the heap
+ * does not grow by brk it only costs the allocations. upgrade_heap_done()
+ * frees what was kept; the heap is trimmed again as usual. No malloc
+ * setting changes (an M_TOP_PAD would stop glibc adapting its mmap
+ * threshold for the life of the process).
  */
 void		 upgrade_heap_prefault(size_t n);
 void		 upgrade_heap_done(void);
