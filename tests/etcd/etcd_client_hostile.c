@@ -202,7 +202,10 @@ h_watch(size_t size, size_t chunks)
 	h_chunks = chunks;
 	t_e = h_client();
 	ck_assert_int_eq(etcd_watch_start(t_e, "k", 1, 1, &wrec_cbs, &w), 0);
-	t_run_for(1500);
+	/* until the reply is delivered or the stream cut, however slow the
+	 * machine */
+	for (int i = 0; i < 600 && w.nev == 0 && w.down == 0; i++)
+		t_run_for(50);
 	etcd_watch_stop(t_e);
 	return &w;
 }
