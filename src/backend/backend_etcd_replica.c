@@ -513,6 +513,8 @@ value_parse(const char *v, size_t len, uint64_t *client,
 	if (!value_num(v, len, &off, false, &limit) || limit < 1 ||
 	    limit > KL_LIMIT_MAX)
 		return "bad limit";
+	if (a->mode == LT_SHARED && limit != 1)
+		return "limit with a shared mode";
 	if (!value_num(v, len, &off, true, &maxw) || maxw < -1 ||
 	    maxw > KL_LIMIT_MAX)
 		return "bad max_waiters";

@@ -178,6 +178,12 @@ int		 etcd_result_decode(const json_t *root, struct etcd_result *r,
 		    void **arena);
 /* The kv at v into *kv, its bytes at *p (advanced). */
 int		 etcd_kv_decode(const json_t *v, struct etcd_kv *kv, char **p);
+/* A watch reply's "events" (NULL: none) into *out, one allocation the
+ * caller frees with kl_free, *n of them, in order: every event's kv
+ * decoded, with a mod_revision above 0 and none going back. 0, -1 for
+ * anything else, -2 out of memory. */
+int		 etcd_events_decode(const json_t *evs,
+		    struct etcd_event **out, size_t *n);
 /* Bytes etcd_kv_decode needs for the kv at v. */
 size_t		 etcd_kv_size(const json_t *v);
 /* An error reply ({"error":...,"code":N}, or the stream form

@@ -260,6 +260,47 @@ etcd_kv_decode(const json_t *v, struct etcd_kv *kv, char **p)
 	return 0;
 }
 
+int
+etcd_events_decode(const json_t *evs, struct etcd_event **out, size_t *n)
+{
+	size_t			 bytes = 0;
+	struct etcd_event	*ev;
+	char			*p;
+
+	*out = NULL;
+	*n = 0;
+	if (evs == NULL)
+		return 0;
+	if (!json_is_array(evs))
+		return -1;
+	if (json_array_size(evs) == 0)
+		return 0;
+	for (size_t i = 0; i < json_array_size(evs); i++)
+		bytes += etcd_kv_size(json_object_get(json_array_get(evs, i),
+		    "kv"));
+	if ((ev = kl_malloc(json_array_size(evs) * sizeof(*ev) + bytes +
+	    1)) == NULL)
+		return -2;
+	p = (char *)(ev + json_array_size(evs));
+	for (size_t i = 0; i < json_array_size(evs); i++) {
+		const json_t	*je = json_array_get(evs, i);
+		const json_t	*type = json_object_get(je, "type");
+
+		ev[i].is_delete = json_is_string(type) &&
+		    strcmp(json_string_value(type), "DELETE") == 0;
+		if (etcd_kv_decode(json_object_get(je, "kv"), &ev[i].kv,
+		    &p) != 0 || ev[i].kv.mod_revision <= 0 ||
+		    (i > 0 && ev[i].kv.mod_revision <
+		    ev[i - 1].kv.mod_revision)) {
+			kl_free(ev);
+			return -1;
+		}
+	}
+	*out = ev;
+	*n = json_array_size(evs);
+	return 0;
+}
+
 static int
 decode_kvs(const json_t *kvs, struct etcd_result *r, void **arena)
 {

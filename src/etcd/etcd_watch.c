@@ -240,44 +240,22 @@ watch_reply(struct etcd *e, const json_t *root)
 			return false;
 	}
 	evs = json_object_get(res, "events");
-	if (evs == NULL)
-		return true;
-	if (!json_is_array(evs)) {
-		watch_cut(e, ETCD_ERR_PROTO, "malformed watch events");
+
+	size_t			 n, k = 0;
+	struct etcd_event	*ev;
+	int			 rc;
+
+	if ((rc = etcd_events_decode(evs, &ev, &n)) != 0) {
+		watch_cut(e, rc == -2 ? ETCD_ERR_NOMEM : ETCD_ERR_PROTO,
+		    rc == -2 ? "out of memory" : "malformed watch event");
 		return false;
 	}
-
-	size_t			 n = json_array_size(evs), bytes = 0, k = 0;
-	struct etcd_event	*ev;
-	char			*p;
-
-	for (size_t i = 0; i < n; i++)
-		bytes += etcd_kv_size(json_object_get(json_array_get(evs, i),
-		    "kv"));
 	if (n == 0)
 		return true;
-	if ((ev = kl_malloc(n * sizeof(*ev) + bytes + 1)) == NULL) {
-		watch_cut(e, ETCD_ERR_NOMEM, "out of memory");
-		return false;
-	}
-	p = (char *)(ev + n);
-	for (size_t i = 0; i < n; i++) {
-		const json_t	*je = json_array_get(evs, i);
-		const json_t	*type = json_object_get(je, "type");
-
-		ev[k].is_delete = json_is_string(type) &&
-		    strcmp(json_string_value(type), "DELETE") == 0;
-		if (etcd_kv_decode(json_object_get(je, "kv"), &ev[k].kv,
-		    &p) != 0 || ev[k].kv.mod_revision <= 0 ||
-		    (k > 0 && ev[k].kv.mod_revision < ev[k - 1].kv.mod_revision)) {
-			kl_free(ev);
-			watch_cut(e, ETCD_ERR_PROTO, "malformed watch event");
-			return false;
-		}
-		/* never an event twice, even from a restarted stream */
-		if (ev[k].kv.mod_revision >= w->next_rev)
-			k++;
-	}
+	/* never an event twice, even from a restarted stream */
+	for (size_t i = 0; i < n; i++)
+		if (ev[i].kv.mod_revision >= w->next_rev)
+			ev[k++] = ev[i];
 	if (k > 0) {
 		w->next_rev = ev[k - 1].kv.mod_revision + 1;
 		w->cbs.events(w->arg, ev, k, hrev);

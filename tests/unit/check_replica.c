@@ -761,6 +761,7 @@ START_TEST(entries_against_the_rules_are_left_out)
 		{ NULL, "k1 1 z 1 -1 0 0 1 a\nname" },
 		{ NULL, "k1 1 x 0 -1 0 0 1 a\nname" },
 		{ NULL, "k1 1 x 2000000000 -1 0 0 1 a\nname" },
+		{ NULL, "k1 1 s 2 -1 0 0 1 a\nname" },
 		{ NULL, "k1 1 x 1 -2 0 0 1 a\nname" },
 		{ NULL, "k1 1 x 1 2000000000 0 0 1 a\nname" },
 		{ NULL, "k1 1 x 1 -1 2 0 1 a\nname" },
