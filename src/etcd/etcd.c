@@ -858,7 +858,7 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 	json_t			*root;
 	json_error_t		 jerr;
 	void			*arena = NULL;
-	char			 msg[300];
+	char			 msg[300], safe[256];
 
 	memset(&r, 0, sizeof(r));
 	r.endpoint = e->eps[c->ep].url;
@@ -883,6 +883,7 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 		return;
 	}
 	etcd_result_decode(root, &r, &arena);
+	r.message = etcd_text_safe(r.message, safe, sizeof(safe));
 	if (r.status == ETCD_ERR_GRPC && c != e->auth && e->user != NULL &&
 	    etcd_token_refused(r.grpc_code, r.message)) {
 		/* an expired token: once more, with a new one */

@@ -186,6 +186,9 @@ int		 etcd_events_decode(const json_t *evs,
 		    struct etcd_event **out, size_t *n);
 /* Bytes etcd_kv_decode needs for the kv at v. */
 size_t		 etcd_kv_size(const json_t *v);
+/* s with control bytes as '?', cut to len - 1 bytes, in buf: a text
+ * from etcd, on its way to a log line or a client. */
+const char	*etcd_text_safe(const char *s, char *buf, size_t len);
 /* An error reply ({"error":...,"code":N}, or the stream form
  * {"error":{"grpc_code":N,"message":...}}): its code and text. */
 bool		 etcd_json_error(const json_t *root, int *code,

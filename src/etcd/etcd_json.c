@@ -184,6 +184,20 @@ etcd_json_b64(const char *p, size_t len)
 	return j;
 }
 
+const char *
+etcd_text_safe(const char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	if (s == NULL || len == 0)
+		return s;
+	for (; s[n] != '\0' && n < len - 1; n++)
+		buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' :
+		    s[n];
+	buf[n] = '\0';
+	return buf;
+}
+
 bool
 etcd_json_error(const json_t *root, int *code, const char **message)
 {

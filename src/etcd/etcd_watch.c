@@ -191,11 +191,13 @@ watch_reply(struct etcd *e, const json_t *root)
 	int			 code;
 	const char		*msg;
 	uint64_t		 gen = w->gen;
+	char			 safe[256];
 
 	if (etcd_json_error(root, &code, &msg)) {
 		if (etcd_token_refused(code, msg))
 			etcd_auth_refused(e, w->token_gen);
-		watch_cut(e, ETCD_ERR_GRPC, msg);
+		watch_cut(e, ETCD_ERR_GRPC, etcd_text_safe(msg, safe,
+		    sizeof(safe)));
 		return false;
 	}
 	if (!json_is_object(res) ||
@@ -227,7 +229,8 @@ watch_reply(struct etcd *e, const json_t *root)
 		    "permission denied") != NULL)
 			etcd_auth_refused(e, w->token_gen);
 		watch_cut(e, ETCD_ERR_GRPC, json_is_string(why) ?
-		    json_string_value(why) : "watch canceled");
+		    etcd_text_safe(json_string_value(why), safe, sizeof(safe)) :
+		    "watch canceled");
 		return false;
 	}
 	if (json_is_true(json_object_get(res, "created"))) {

@@ -107,6 +107,11 @@ h_request(struct evhttp_request *req, void *arg)
 			evbuffer_free(c);
 		}
 		/* the stream stays open, as etcd's does */
+	} else if (h_size == 0) {
+		/* an error whose text would split a reply line */
+		evbuffer_add_printf(b, "{\"error\":\"no\\r\\nOK 1\\u001bx\","
+		    "\"message\":\"no\",\"code\":3}");
+		evhttp_send_reply(req, 400, "Bad Request", b);
 	} else {
 		range_reply(b, h_size);
 		evhttp_send_reply(req, 200, "OK", b);
@@ -240,6 +245,19 @@ START_TEST(a_watch_reply_over_max_line_in_many_chunks_cuts_the_stream)
 }
 END_TEST
 
+/* etcd's texts reach logs and clients: no control byte gets through. */
+START_TEST(an_error_text_loses_its_control_bytes)
+{
+	struct res r;
+
+	t_e = h_client();
+	r = h_range(0);
+	ck_assert_int_eq(r.status, ETCD_ERR_GRPC);
+	ck_assert_int_eq(r.grpc_code, 3);
+	ck_assert_str_eq(r.msg, "no??OK 1?x");
+}
+END_TEST
+
 Suite *
 etcd_hostile_suite(void)
 {
@@ -251,6 +269,7 @@ etcd_hostile_suite(void)
 	tcase_add_test(tc,
 	    a_reply_over_max_body_fails_the_call_and_one_under_it_passes);
 	tcase_add_test(tc, a_watch_reply_under_max_line_is_delivered);
+	tcase_add_test(tc, an_error_text_loses_its_control_bytes);
 	tcase_add_test(tc,
 	    a_watch_reply_over_max_line_in_one_chunk_cuts_the_stream);
 	tcase_add_test(tc,
