@@ -53,11 +53,11 @@ expect_eq 1 "$(grep -c 'warn: client [0-9]* from 127\.0\.0\.1:[0-9]*: AUTH faile
 expect_nogrep 's3cret' "$TMP/daemon.log" "the secret in the log"
 pass "one warning for three failures, with the peer address, no secret"
 
-# No option takes the secret itself: --help lists auth-file and
-# admin-auth-file only (files; auth-timeout is a time), and the names a
-# secret option might have are unknown (exit 64).
+# No option takes the secret itself: --help lists auth-file,
+# admin-auth-file and etcd-password-file only (files; auth-timeout is a
+# time), and the names a secret option might have are unknown (exit 64).
 run_keylockd --help >"$TMP/help"
-expect_eq "$(printf 'auth-file\nadmin-auth-file')" \
+expect_eq "$(printf 'auth-file\nadmin-auth-file\netcd-password-file')" \
     "$(sed -n 's/^  --\([a-z-]*\) .*/\1/p' "$TMP/help" |
     grep -i -e secret -e auth -e pass | grep -vx auth-timeout)" \
     "the options about secrets"
