@@ -20,7 +20,7 @@
 
 #define KS_MAGIC	"KLDSTATE"	/* 8 bytes, no NUL */
 #define KS_MAGIC_LEN	8
-#define KS_VERSION	2		/* the one this binary writes and reads */
+#define KS_VERSION	3		/* the one this binary writes and reads */
 #define KS_HEADER_LEN	24		/* magic, version, sections, length */
 #define KS_SECTION_HEAD	12		/* tag (4), length (8) */
 #define KS_WHY_MAX	160

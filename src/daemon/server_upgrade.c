@@ -141,6 +141,11 @@ server_upgrade_request(void *arg, struct conn *c, char *why, size_t whylen)
 
 /* ---- the state ---- */
 
+/*
+ * The counters of struct stats since start (its gauges are rebuilt: clients,
+ * sessions, channels; pid and the upgrade's own are set afresh). A new
+ * counter goes here and in server_get_stats(), with a new KS_VERSION.
+ */
 static void
 server_put_stats(struct ks_writer *w, const struct stats *st)
 {
@@ -153,6 +158,9 @@ server_put_stats(struct ks_writer *w, const struct stats *st)
 	ks_put_u64(w, st->output_closes);
 	ks_put_u64(w, st->nomem_closes);
 	ks_put_u64(w, st->auth_timeouts);
+	ks_put_u64(w, st->write_timeouts);
+	ks_put_u64(w, st->idle_timeouts);
+	ks_put_u64(w, st->output_budget_closes);
 	ks_put_u64(w, st->sessions_resumed);
 	ks_put_u64(w, st->sessions_expired);
 	ks_put_u64(w, st->upgrade_failures);
@@ -170,6 +178,9 @@ server_get_stats(struct ks_reader *r, struct stats *st)
 	st->output_closes = ks_get_u64(r);
 	st->nomem_closes = ks_get_u64(r);
 	st->auth_timeouts = ks_get_u64(r);
+	st->write_timeouts = ks_get_u64(r);
+	st->idle_timeouts = ks_get_u64(r);
+	st->output_budget_closes = ks_get_u64(r);
 	st->sessions_resumed = ks_get_u64(r);
 	st->sessions_expired = ks_get_u64(r);
 	st->upgrade_failures = ks_get_u64(r);
@@ -305,6 +316,7 @@ server_upgrade_handoff(struct server *srv)
 		server_upgrade_failed(srv, why);
 		return;
 	}
+	kl_free(fds);		/* the new process has them now */
 	done_ms = kl_clock_read_ms();
 	log_info("upgrade: pid %d took over (%zu bytes of state, frozen "
 	    "%" PRIu64 " ms); pid %d exits", (int)child, w.len,

@@ -129,7 +129,10 @@ upgrade_fails "a binary that hangs" "was not ready within [0-9]+ ms"
 
 # The real binary, handed the same state with a version it does not know:
 # a future one, and the one before (a binary reads its own version only).
-for v in 3 1; do
+KS=$(sed -n 's/^#define KS_VERSION[[:space:]]*\([0-9]*\).*/\1/p' \
+    "$top_srcdir/src/core/kstate.h")
+[ -n "$KS" ] || fail "no KS_VERSION in src/core/kstate.h"
+for v in $((KS + 1)) $((KS - 1)); do
 	cat >"$BIN/keylockd" <<EOF
 #!/bin/sh
 case " \$* " in *" --check-config "*) exec "$REAL" "\$@";; esac
@@ -141,7 +144,7 @@ exec 7<"$TMP/future"
 KEYLOCKD_UPGRADE=7,\${KEYLOCKD_UPGRADE#*,} exec "$REAL" "\$@"
 EOF
 	upgrade_fails "a state of version $v" \
-	    "state version $v, this binary reads version 2 only"
+	    "state version $v, this binary reads version $KS only"
 done
 
 # The good binary takes over everything: the holder (with a ttl lock too
