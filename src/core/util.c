@@ -97,3 +97,57 @@ kl_parse_u64(const char *s, size_t len, uint64_t min, uint64_t max,
 	*out = v;
 	return true;
 }
+
+#define KL_ROTL(x, b)	(((x) << (b)) | ((x) >> (64 - (b))))
+
+/* One SipRound over the state v[0..3]. */
+static inline void
+kl_sipround(uint64_t v[4])
+{
+	v[0] += v[1]; v[1] = KL_ROTL(v[1], 13); v[1] ^= v[0];
+	v[0] = KL_ROTL(v[0], 32);
+	v[2] += v[3]; v[3] = KL_ROTL(v[3], 16); v[3] ^= v[2];
+	v[0] += v[3]; v[3] = KL_ROTL(v[3], 21); v[3] ^= v[0];
+	v[2] += v[1]; v[1] = KL_ROTL(v[1], 17); v[1] ^= v[2];
+	v[2] = KL_ROTL(v[2], 32);
+}
+
+/* Bytes p[0..n), n <= 8, as a little-endian number. */
+static inline uint64_t
+kl_le64(const unsigned char *p, size_t n)
+{
+	uint64_t	m = 0;
+
+	for (size_t i = n; i > 0; i--)
+		m = m << 8 | p[i - 1];
+	return m;
+}
+
+uint64_t
+kl_siphash(uint64_t k0, uint64_t k1, const void *data, size_t len)
+{
+	const unsigned char	*p = data;
+	uint64_t		 v[4] = {
+		k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL,
+		k0 ^ 0x6c7967656e657261ULL, k1 ^ 0x7465646279746573ULL
+	};
+	uint64_t		 m;
+	size_t			 left = len;
+
+	for (; left >= 8; p += 8, left -= 8) {
+		m = kl_le64(p, 8);
+		v[3] ^= m;
+		kl_sipround(v);
+		kl_sipround(v);
+		v[0] ^= m;
+	}
+	m = (uint64_t)len << 56 | kl_le64(p, left);
+	v[3] ^= m;
+	kl_sipround(v);
+	kl_sipround(v);
+	v[0] ^= m;
+	v[2] ^= 0xff;
+	for (int i = 0; i < 4; i++)
+		kl_sipround(v);
+	return v[0] ^ v[1] ^ v[2] ^ v[3];
+}

@@ -24,6 +24,13 @@ void	 kl_free(void *p);
 void	 kl_alloc_fail_at(uint64_t n, bool sticky);
 
 /*
+ * SipHash-2-4 (Aumasson and Bernstein) of p[0..len) under the 128-bit key
+ * k0, k1: a keyed hash for tables whose keys come from the network, so a
+ * sender who does not know the key cannot aim at one bucket.
+ */
+uint64_t kl_siphash(uint64_t k0, uint64_t k1, const void *p, size_t len);
+
+/*
  * Parses s[0..len) as a decimal number: digits only, no sign, no spaces,
  * no overflow, and min <= value <= max. Returns false otherwise.
  */

@@ -229,6 +229,27 @@ START_TEST(strndup_copies_n_bytes_and_a_nul)
 }
 END_TEST
 
+/* SipHash-2-4 against the paper's vectors (key 00..0f, messages 00..):
+ * the empty message and the 15-byte one of its appendix. */
+START_TEST(siphash_matches_the_reference_vectors)
+{
+	unsigned char	 msg[64];
+	uint64_t	 k0 = 0x0706050403020100ULL, k1 = 0x0f0e0d0c0b0a0908ULL;
+
+	for (size_t i = 0; i < sizeof(msg); i++)
+		msg[i] = (unsigned char)i;
+	ck_assert_uint_eq(kl_siphash(k0, k1, msg, 0), 0x726fdb47dd0e0e31ULL);
+	ck_assert_uint_eq(kl_siphash(k0, k1, msg, 15), 0xa129ca6149be45e5ULL);
+	/* every length its own value, and another key another value */
+	for (size_t n = 1; n < sizeof(msg); n++) {
+		ck_assert_uint_ne(kl_siphash(k0, k1, msg, n),
+		    kl_siphash(k0, k1, msg, n - 1));
+		ck_assert_uint_ne(kl_siphash(k0, k1, msg, n),
+		    kl_siphash(k0 + 1, k1, msg, n));
+	}
+}
+END_TEST
+
 static Suite *
 util_suite(void)
 {
@@ -244,6 +265,7 @@ util_suite(void)
 	tcase_add_test(tc, decimal_matches_printf_across_values);
 	tcase_add_test(tc, ok_line_matches_printf);
 	tcase_add_test(tc, strndup_copies_n_bytes_and_a_nul);
+	tcase_add_test(tc, siphash_matches_the_reference_vectors);
 	suite_add_tcase(s, tc);
 	return s;
 }
