@@ -128,8 +128,12 @@ ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
 	if (!o->op_open)
 		return;
 	if (why != NULL) {
+		/* the details (a member's address, etcd's own text) are
+		 * for the log, not for every client (review L7) */
+		log_info("backend etcd: a release failed: %s; it is tried "
+		    "again", why);
 		snprintf(e->why, sizeof(e->why), "etcd did not take the release "
-		    "in time (%s); it is tried again", why);
+		    "in time; it is tried again");
 		be_backend(&r, o->op, e->why);
 		ebe_done(e, o, &r);
 		return;
@@ -294,7 +298,8 @@ ebe_lose(struct ebe *e, const char *why)
 		return;
 	log_warnx("backend etcd: %s: disconnecting the clients that hold or "
 	    "wait, and starting over", why);
-	snprintf(e->why, sizeof(e->why), "etcd: %s; reconnecting", why);
+	snprintf(e->why, sizeof(e->why), "etcd: the front end lost its "
+	    "lease; reconnecting");
 	e->state = EBE_LOST;
 	e->gen++;
 	e->count->losses++;
@@ -326,7 +331,9 @@ ebe_fail(struct ebe *e, const char *fmt, ...)
 	va_end(ap);
 	if (e->state == EBE_READY || e->state == EBE_STOPPING)
 		return;
-	snprintf(e->why, sizeof(e->why), "etcd: %s", msg);
+	snprintf(e->why, sizeof(e->why), "etcd cannot be reached; trying "
+	    "again (the server's log says why)");
+	snprintf(e->failed, sizeof(e->failed), "%s", msg);
 	log_warnx("backend etcd: %s; trying again", msg);
 	if (e->state == EBE_RESYNC) {
 		ebe_lose(e, msg);
@@ -1017,8 +1024,8 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 	e->in_new = false;
 	if (e->state != EBE_READY) {
 		snprintf(err, errlen, "backend etcd: not ready within %" PRId64
-		    " ms: %s", cfg->etcd_timeout * 10, e->why[0] != '\0' ?
-		    e->why : "no answer from etcd");
+		    " ms: %s", cfg->etcd_timeout * 10, e->failed[0] != '\0' ?
+		    e->failed : "no answer from etcd");
 		ebe_free(&e->be);
 		return NULL;
 	}

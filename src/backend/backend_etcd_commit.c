@@ -486,8 +486,9 @@ commit_item_failed(struct ebe *e, struct eitem *it, const char *why)
 			r.op = BE_LOCK;
 			r.err = KL_ERR_BACKEND;
 			r.text = e->why;
+			log_info("backend etcd: a LOCK's put failed: %s", why);
 			snprintf(e->why, sizeof(e->why), "etcd did not take the "
-			    "LOCK: %s", why);
+			    "LOCK in time");
 			q->replied = true;
 			ebe_done(e, q->owner, &r);
 		}

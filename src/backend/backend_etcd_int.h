@@ -194,6 +194,9 @@ struct ebe {
 	bool			 in_new;	/* inside backend_etcd_new() */
 	bool			 revoked;	/* ebe_free(): the lease is */
 	char			 why[320];	/* ERR BACKEND's text */
+	char			 failed[256];	/* the last step's failure, in
+						 * full: for the log and a
+						 * start-up error only */
 	/* entries read back from etcd and left out (ebe_entry_decode) */
 	uint64_t		 bad_entries;
 	uint64_t		 bad_unlogged;	/* since the last warning */

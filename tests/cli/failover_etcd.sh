@@ -88,6 +88,9 @@ sh "$EC_SH" "$TMP/etcd" kill m1 || fail "cannot kill m1"
 "$KEYLOCK" -S "$FE3" -w 20 cut -- true 2>"$TMP/err3"
 expect_status 69 $? "keylock -S fe3 once m1 is gone"
 expect_grep "BACKEND" "$TMP/err3" "the refusal through fe3"
+# the details (etcd's members, their texts) are the log's, not the client's
+! grep -q "${M1#*://}" "$TMP/err3" ||
+    fail "the refusal names an etcd member: $(cat "$TMP/err3")"
 # (not ready once its lease can no longer be renewed in time)
 wait_for "[ \"\$(curl -s -o /dev/null -w '%{http_code}' '$MURL/healthz')\" = 503 ]" \
     $((LEASE_S + 5)) || fail "fe3's /healthz once cut off:" \
