@@ -197,8 +197,8 @@ struct ebe {
 	char			 failed[256];	/* the last step's failure, in
 						 * full: for the log and a
 						 * start-up error only */
-	/* entries read back from etcd and left out (ebe_entry_decode) */
-	uint64_t		 bad_entries;
+	/* entries read back from etcd and left out (ebe_entry_decode),
+	 * counted in count->bad_entries */
 	uint64_t		 bad_unlogged;	/* since the last warning */
 	uint64_t		 bad_log_ms;	/* of the last warning */
 

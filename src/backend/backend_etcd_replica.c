@@ -636,7 +636,7 @@ entry_skip(struct ebe *e, const struct etcd_kv *kv, const char *why)
 	uint64_t	now = kl_now_ms();
 	char		k[128];
 
-	e->bad_entries++;
+	e->count->bad_entries++;
 	if (e->bad_log_ms != 0 && now < e->bad_log_ms + 1000) {
 		e->bad_unlogged++;
 		return;

@@ -128,7 +128,10 @@ struct stats {
 	X(etcd_rebuilds, counter, st->be.rebuilds,			\
 	    "backend etcd: lock table rebuilt after a compaction.")	\
 	X(etcd_losses, counter, st->be.losses,				\
-	    "backend etcd: lease lost, its clients dropped.")
+	    "backend etcd: lease lost, its clients dropped.")		\
+	X(etcd_bad_entries, counter, st->be.bad_entries,		\
+	    "backend etcd: entries read back that failed the checks "	\
+	    "and were left out of the table.")
 
 /* Names a lock-table owner (its connection's NAME) or NULL, and says
  * how long its session has been detached (-1: it has a connection); may

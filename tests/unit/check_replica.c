@@ -795,9 +795,9 @@ START_TEST(entries_against_the_rules_are_left_out)
 		} else
 			klen = strlen(k);
 		put_one(p, k, klen, seq++, v, strlen(v), rev++);
-		ck_assert_msg(p->e->bad_entries == (good ? i : i + 1),
+		ck_assert_msg(p->e->count->bad_entries == (good ? i : i + 1),
 		    "entry %zu (%s): bad_entries %" PRIu64, i, v,
-		    p->e->bad_entries);
+		    p->e->count->bad_entries);
 		ck_assert_msg(holders(p, k, klen) == (good ? 1 : 0),
 		    "entry %zu (%s) in the table", i, v);
 	}
@@ -808,7 +808,7 @@ START_TEST(entries_against_the_rules_are_left_out)
 	put_one(p, longkey, sizeof(longkey), seq++, value, strlen(value),
 	    rev++);
 	ck_assert_uint_eq(holders(p, longkey, sizeof(longkey)), 0);
-	ck_assert_uint_eq(p->e->bad_entries, sizeof(bad) / sizeof(bad[0]));
+	ck_assert_uint_eq(p->e->count->bad_entries, sizeof(bad) / sizeof(bad[0]));
 	rep_free(p);
 }
 END_TEST

@@ -106,6 +106,7 @@ setup(void)
 	st.be.txn_failures = 4;
 	st.be.rebuilds = 5;
 	st.be.losses = 6;
+	st.be.bad_entries = 7;
 }
 
 static void
