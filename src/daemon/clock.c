@@ -8,10 +8,12 @@
 #include <sys/random.h>
 
 #include <errno.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "log.h"
 
 struct kl_clock_hold kl_clock_held;
 
@@ -42,20 +44,29 @@ kl_random(void *buf, size_t len)
 {
 	unsigned char	*p = buf;
 	size_t		 off = 0;
+	int		 n_err = 0;
 
 	while (off < len) {
 		ssize_t	n = getrandom(p + off, len - off, 0);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (n <= 0) {
+			n_err = n < 0 ? errno : 0;
 			break;
+		}
 		off += (size_t)n;
 	}
 	if (off < len) {
 		struct timespec	ts;
 		uint64_t	x;
 
+		/* said, not silent (review L9): a seed from the clock and the
+		 * pid can be guessed, so a flood of chosen keys could be aimed
+		 * at one bucket (CPU, never a wrong answer) */
+		log_warnx("getrandom: %s; a hash seed comes from the clock "
+		    "and the pid instead", n_err != 0 ? strerror(n_err) :
+		    "short read");
 		clock_gettime(CLOCK_REALTIME, &ts);
 		x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
 		    ((uint64_t)getpid() << 40);
