@@ -120,6 +120,22 @@ cmd_read_secrets(const struct config *cfg, struct cmd_secret *client,
 		client->s = NULL;
 		return false;
 	}
+	/* one secret for both would make every client an operator (review
+	 * L2): refused, as a reload would be */
+	if (client->s != NULL && admin->s != NULL &&
+	    client->len == admin->len &&
+	    memcmp(client->s, admin->s, client->len) == 0) {
+		snprintf(err, errlen, "auth-file %s and admin-auth-file %s "
+		    "hold the same secret: every client would be an operator; "
+		    "give the operator a secret of its own", cfg->auth_file,
+		    cfg->admin_auth_file);
+		explicit_bzero(client->s, client->len);
+		explicit_bzero(admin->s, admin->len);
+		kl_free(client->s);
+		kl_free(admin->s);
+		client->s = admin->s = NULL;
+		return false;
+	}
 	return true;
 }
 

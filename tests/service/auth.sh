@@ -68,6 +68,22 @@ done
 pass "the secret is never taken on the command line"
 daemon_stop
 
+# One secret for clients and the operator would make every client an
+# operator: refused at start (78), naming both files.
+printf 'one-for-all\n' >"$TMP/client.secret"
+printf 'one-for-all\n' >"$TMP/admin.secret"
+chmod 600 "$TMP/client.secret" "$TMP/admin.secret"
+run_keylockd --check-config --auth-file "$TMP/client.secret" \
+    --admin-auth-file "$TMP/admin.secret" >"$TMP/out" 2>&1
+expect_status 78 $? "the same secret in auth-file and admin-auth-file"
+expect_grep 'hold the same secret: every client would be an operator' \
+    "$TMP/out" "the refusal"
+printf 'another-one\n' >"$TMP/admin.secret"
+run_keylockd --check-config --auth-file "$TMP/client.secret" \
+    --admin-auth-file "$TMP/admin.secret" >"$TMP/out" 2>&1
+expect_status 0 $? "two secrets: $(cat "$TMP/out")"
+pass "auth-file and admin-auth-file may not hold the same secret"
+
 # The unix socket gets the configured mode and group.
 group=$(id -gn)
 daemon_start --unix-mode 0600 --unix-group "$group"
