@@ -47,7 +47,7 @@
 static void	server_accept_cb(evutil_socket_t, short, void *);
 static void	server_open_configured(struct server *);
 static void	server_warn_exposed(const struct server *,
-		    const struct sockaddr_storage *, const char *);
+		    const struct sockaddr_storage *, const char *, bool);
 
 static void
 server_set_keepalive(const struct config *cfg, int fd)
@@ -241,14 +241,23 @@ server_is_loopback(const struct sockaddr_storage *ss)
 	return true;
 }
 
+/* A listener (tls: a TLS one) that others can reach, said at start. */
 static void
 server_warn_exposed(const struct server *srv,
-    const struct sockaddr_storage *ss, const char *addr)
+    const struct sockaddr_storage *ss, const char *addr, bool tls)
 {
-	if (!server_is_loopback(ss) && !commands_need_auth(srv->cmds))
+	if (server_is_loopback(ss))
+		return;
+	if (!commands_need_auth(srv->cmds))
 		log_warnx("%s is not a loopback address and no auth-file is "
 		    "set: anyone who can reach it can take and break locks",
 		    addr);
+	else if (!tls && srv->cfg->tls_cert != NULL)
+		/* review L3: a client pointed at the wrong port sends its
+		 * secret in clear, and nothing refuses it */
+		log_warnx("%s is plain TCP beside the TLS listener and not a "
+		    "loopback address: a secret sent there travels in clear "
+		    "(set no-tcp, or bind plain TCP to loopback)", addr);
 }
 
 /* Binds host (an IPv4 or IPv6 literal or a name) at the configured port. */
@@ -286,7 +295,7 @@ server_listen_tcp(struct server *srv, const char *host, int lport, bool tls)
 		server_peer_name(&ss, addr, sizeof(addr));
 		snprintf(name, sizeof(name), "%s %s", tls ? "tls" : "tcp",
 		    addr);
-		server_warn_exposed(srv, &ss, addr);
+		server_warn_exposed(srv, &ss, addr, tls);
 		int *first = tls ? &srv->tls_port : &srv->tcp_port;
 
 		if (*first == 0)
@@ -526,7 +535,7 @@ server_adopt(struct server *srv)
 		else {
 			server_peer_name(&ss, peer, sizeof(peer));
 			snprintf(addr, sizeof(addr), "tcp %s", peer);
-			server_warn_exposed(srv, &ss, peer);
+			server_warn_exposed(srv, &ss, peer, false);
 			if (srv->tcp_port == 0)
 				srv->tcp_port = ntohs(ss.ss_family == AF_INET ?
 				    ((struct sockaddr_in *)&ss)->sin_port :

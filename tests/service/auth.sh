@@ -105,3 +105,20 @@ expect_nogrep 'not a loopback address' "$TMP/daemon.log" \
     "the warning with a secret"
 daemon_stop
 pass "non-loopback without a secret: warned at start"
+
+# Plain TCP beyond loopback beside a TLS listener: a secret sent to the
+# wrong port travels in clear, so that is warned about; not on loopback.
+TLSOPTS="--tls-port 0 --tls-cert $TEST_CERTS/srv.pem --tls-key $TEST_CERTS/srv.key"
+: >"$TMP/daemon.log"
+# shellcheck disable=SC2086
+daemon_start --bind 0.0.0.0 --auth-file "$TMP/secret" $TLSOPTS
+expect_grep 'warn: 0\.0\.0\.0:[0-9]+ is plain TCP beside the TLS listener' \
+    "$TMP/daemon.log" "the warning for plain TCP beside TLS"
+daemon_stop
+: >"$TMP/daemon.log"
+# shellcheck disable=SC2086
+daemon_start --auth-file "$TMP/secret" $TLSOPTS
+expect_nogrep 'beside the TLS listener' "$TMP/daemon.log" \
+    "the warning on loopback"
+daemon_stop
+pass "plain TCP beyond loopback beside TLS: warned at start"
