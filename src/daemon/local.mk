@@ -17,4 +17,5 @@ src_libkeylockd_a_SOURCES += \
 	src/daemon/server_upgrade.c \
 	src/daemon/upgrade.c src/daemon/upgrade.h \
 	src/daemon/notify.c src/daemon/notify.h \
-	src/daemon/tls.c src/daemon/tls.h
+	src/daemon/tls.c src/daemon/tls.h \
+	src/daemon/ssl_rt.c src/daemon/ssl_rt.h
