@@ -78,8 +78,6 @@ bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
 	struct lt_key_view	 v;
 
 	r->op = BE_LOCK;
-	r->limit = a->limit;
-	r->max_waiters = a->max_waiters;
 	if (!token_ready(bl_of(be)->tokens, now_ms)) {
 		r->err = KL_ERR_BACKEND;
 		r->text = "the fencing-token mark cannot be written to the "
@@ -88,12 +86,17 @@ bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
 	}
 	r->err = locktable_acquire(lt, o, a, now_ms, &granted, &r->value,
 	    &r->why);
+	if (r->err == KL_OK)
+		return granted ? BE_DONE : BE_PENDING;
+	/* what a refusal's text names (commands.c) */
+	r->limit = a->limit;
+	r->max_waiters = a->max_waiters;
 	if (r->err == KL_ERR_CONFLICT) {
 		locktable_key_view(locktable_find(lt, r->why.key,
 		    r->why.keylen), &v);
 		r->key_limit = v.limit;
 	}
-	return r->err == KL_OK && !granted ? BE_PENDING : BE_DONE;
+	return BE_DONE;
 }
 
 /* NOTHELD names the key at bad. */

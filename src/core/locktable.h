@@ -191,7 +191,8 @@ void		 locktable_owner_hold_walk(const struct locktable *lt,
  * The key in *why: for LOCKED the first key, in request order, that is not
  * free; for BUSY the first such key with max_waiters waiters; for DEADLOCK
  * the first key through which the request would wait on a cycle. why may
- * be NULL. Nothing is left in the table after an error.
+ * be NULL; a grant at once may leave it as it was, any other result
+ * zeroes it first. Nothing is left in the table after an error.
  *
  * Requests proto_parse() never makes get SYNTAX (no keys, limit 0, shared
  * with limit > 1), BADKEY (a key of 0 or over KL_KEY_MAX bytes) or LIMIT

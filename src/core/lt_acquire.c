@@ -25,7 +25,7 @@ static void	 probes_unalloc(struct locktable *, struct lt_probes *);
 static void	 probes_done(struct lt_probes *);
 static struct lt_key *probe_commit(struct locktable *, struct lt_probe *);
 static bool	 key_blocks(const struct lt_key *, enum lt_mode);
-static enum kl_err acquire_validate(const struct lt_acquire *);
+static inline enum kl_err acquire_validate(const struct lt_acquire *);
 static enum kl_err acquire_check(struct locktable *, struct lt_owner *,
 		    const struct lt_acquire *, const struct lt_probes *,
 		    struct lt_blocker *);
@@ -197,7 +197,7 @@ key_blocks(const struct lt_key *k, enum lt_mode mode)
 }
 
 /* Requests proto_parse() never produces; see the header. */
-static enum kl_err
+static inline enum kl_err
 acquire_validate(const struct lt_acquire *a)
 {
 	size_t	i;
@@ -432,18 +432,31 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 }
 
 /*
- * Every request but the common one, its keys looked up here (first: the
- * one key of a one-key request, looked up by the caller). Out of line, so
- * that the common request needs none of its stack or registers.
+ * Every request but the common one: a request that is refused before any
+ * lookup (first is NULL and the checks of the header fail), or whose keys
+ * are looked up here (first: the one key of a one-key request, looked up
+ * by the caller after those checks passed). It writes every result the
+ * common path leaves alone. Out of line, so that the common request needs
+ * none of its stack or registers.
  */
 static enum kl_err
 acquire_probed(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, const struct lt_probe *first, uint64_t now_ms,
     bool *granted, uint64_t *token, struct lt_blocker *why)
 {
+	struct lt_blocker	dummy;
 	struct lt_probes	ps;
 	enum kl_err		err;
 
+	*granted = false;
+	*token = 0;
+	if (why == NULL)
+		why = &dummy;
+	memset(why, 0, sizeof(*why));
+	if (first == NULL && (err = acquire_validate(a)) != KL_OK)
+		return err;
+	if (first == NULL && o->wait != NULL)
+		return KL_ERR_LIMIT;
 	if (!probes_init(lt, &ps, a, first))
 		return lt_nomem();
 	if ((err = acquire_check(lt, o, a, &ps, why)) == KL_OK) {
@@ -460,27 +473,17 @@ acquire_probed(struct locktable *lt, struct lt_owner *o,
 
 /*
  * Each key is hashed and looked up once: the one key of a one-key request
- * here, any other in probes_init().
+ * here, any other in probes_init(). A request the checks refuse is
+ * answered by acquire_probed() too, which checks it again, in order.
  */
 enum kl_err
 locktable_acquire(struct locktable *lt, struct lt_owner *o,
     const struct lt_acquire *a, uint64_t now_ms, bool *granted,
     uint64_t *token, struct lt_blocker *why)
 {
-	struct lt_blocker	dummy;
 	struct lt_probe		p;
-	enum kl_err		err;
 
-	*granted = false;
-	*token = 0;
-	if (why == NULL)
-		why = &dummy;
-	memset(why, 0, sizeof(*why));
-	if ((err = acquire_validate(a)) != KL_OK)
-		return err;
-	if (o->wait != NULL)
-		return KL_ERR_LIMIT;
-	if (a->nkeys != 1)
+	if (a->nkeys != 1 || o->wait != NULL || acquire_validate(a) != KL_OK)
 		return acquire_probed(lt, o, a, NULL, now_ms, granted, token,
 		    why);
 	p.key = a->keys[0];
