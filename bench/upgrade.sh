@@ -20,6 +20,12 @@
 # not --enable-sanitizers). The server runs on CPU SERVER_CPU (0), the
 # clients on CLIENT_CPU (1), with taskset. The descriptor limit is raised
 # to its hard limit, which must allow the connections plus 64.
+#
+# RT=1 runs the server (and so the new process it starts) and the clients
+# under SCHED_FIFO (chrt -f 5), so that the other work of a shared
+# machine does not stretch the pause. BEFORE=PATH runs each row first with
+# the keylockd binary at PATH (e.g. one built from an earlier commit), so
+# that the table compares the two in the same run.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,7 +44,12 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 KEYLOCKD=${KEYLOCKD:-$build/src/keylockd}
 RESULTS=${RESULTS:-$here/RESULTS.md}
+RT=${RT:-0}
+BEFORE=${BEFORE:-}
 [ -x "$KEYLOCKD" ] || { echo "no $KEYLOCKD: run make" >&2; exit 1; }
+[ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { echo "no $BEFORE" >&2; exit 1; }
+RT_PREFIX=
+[ "$RT" != 1 ] || RT_PREFIX="chrt -f 5"
 ulimit -n "$(ulimit -Hn)"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/keylockd-upgrade-bench.XXXXXX")
@@ -60,27 +71,29 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rows=
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for locks in $LOCKS; do
-for n in $CONNS; do
+# run_row BINARY CONNS LOCKS: one row's upgrades with BINARY; sets
+# SUMMARY ("conns locks rounds gap_p50 gap_max pause_p50 pause_max") and
+# BYTES (the state's size).
+run_row() {
+	local bin=$1 n=$2 locks=$3
 	mkdir -p "$tmp/bin"
-	cp "$KEYLOCKD" "$tmp/bin/keylockd"
+	cp "$bin" "$tmp/bin/keylockd"
 	rm -f "$tmp/port" "$tmp/daemon.log"
-	taskset -c "$SERVER_CPU" "$tmp/bin/keylockd" --config /dev/null \
-	    --bind 127.0.0.1 --port 0 --port-file "$tmp/port" \
-	    --unix "$tmp/sock" --state-dir "$tmp" --max-clients $((n + 64)) \
-	    --auth-timeout 0 --log-level info >"$tmp/daemon.log" 2>&1 &
+	$RT_PREFIX taskset -c "$SERVER_CPU" "$tmp/bin/keylockd" \
+	    --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --port-file "$tmp/port" --unix "$tmp/sock" --state-dir "$tmp" \
+	    --max-clients $((n + 64)) --auth-timeout 0 --log-level info \
+	    >"$tmp/daemon.log" 2>&1 &
 	dpid=$!
 	for _ in $(seq 100); do
 		[ -s "$tmp/port" ] && break
 		sleep 0.1
 	done
 	port=$(head -n 1 "$tmp/port")
-	taskset -c "$CLIENT_CPU" python3 "$here/upgrade_pause.py" "$port" \
-	    "$tmp/sock" "$n" "$locks" "$ROUNDS" | tee "$tmp/out"
-	bytes=$(grep -o 'took over ([0-9]* bytes' "$tmp/daemon.log" |
-	    tail -n 1 | tr -dc 0-9) || bytes=
+	$RT_PREFIX taskset -c "$CLIENT_CPU" python3 "$here/upgrade_pause.py" \
+	    "$port" "$tmp/sock" "$n" "$locks" "$ROUNDS" | tee "$tmp/out"
+	BYTES=$(grep -o 'took over ([0-9]* bytes' "$tmp/daemon.log" |
+	    tail -n 1 | tr -dc 0-9) || BYTES=
 	for p in $(ours); do
 		kill -TERM "$p" 2>/dev/null || true
 	done
@@ -90,20 +103,48 @@ for n in $CONNS; do
 	done
 	wait "$dpid" 2>/dev/null || true
 	dpid=
-	read -r _ c l r gp50 gmax pp50 pmax < <(grep '^SUMMARY' "$tmp/out")
-	rows="$rows| $c | $l | $r | $gp50 | **$gmax** | $pp50 | $pmax | ${bytes:-?} |
+	SUMMARY=$(grep '^SUMMARY' "$tmp/out" | cut -d' ' -f2-)
+}
+
+rows=
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+for locks in $LOCKS; do
+for n in $CONNS; do
+	before=
+	if [ -n "$BEFORE" ]; then
+		echo "== $n connections, $locks locks: $BEFORE"
+		run_row "$BEFORE" "$n" "$locks"
+		read -r _ _ _ bp50 bmax _ bpmax <<<"$SUMMARY"
+		before=" $bp50 | $bmax | $bpmax |"
+	fi
+	echo "== $n connections, $locks locks: $KEYLOCKD"
+	run_row "$KEYLOCKD" "$n" "$locks"
+	read -r c l r gp50 gmax pp50 pmax <<<"$SUMMARY"
+	rows="$rows| $c | $l | $r |$before $gp50 | **$gmax** | $pp50 | $pmax | ${BYTES:-?} |
 "
 done
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+head="| connections | locks | upgrades | gap p50 | gap max | pause p50 | pause max | state bytes |
+|---:|---:|---:|---:|---:|---:|---:|---:|"
+compared=
+if [ -n "$BEFORE" ]; then
+	head="| connections | locks | upgrades | before: gap p50 | before: gap max | before: pause max | gap p50 | gap max | pause p50 | pause max | state bytes |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	compared="
+The \"before\" columns: the binary $(basename "$BEFORE") run first on each
+row, in the same run."
+fi
+sched="server on CPU $SERVER_CPU, clients on CPU $CLIENT_CPU"
+[ "$RT" != 1 ] || sched="$sched, both under SCHED_FIFO (RT=1: chrt -f 5)"
 section="<!-- bench/upgrade.sh: begin -->
 ## Live upgrade: the pause (issue 21)
 
 Written by \`bench/upgrade.sh\` on $(date -u '+%Y-%m-%d %H:%M') UTC, keylockd
 $(git -C "$here" describe --always --dirty 2>/dev/null || echo '?'), $cpu,
-$(nproc) CPUs online, server on CPU $SERVER_CPU, clients on CPU $CLIENT_CPU.
+$(nproc) CPUs online, $sched.
 Load average $load0 at the start, $load1 at the end (other work shares
 this machine). Locks held between the connections, a probe pinging,
 $ROUNDS upgrades back to back by \`UPGRADE\` over the unix socket; the gap is the
@@ -112,10 +153,9 @@ of the old process to the first of the new), the pause the one the new
 process reports (\`pause_ms\`: from the freeze to its taking over), both
 in ms, median and largest of the rounds; the state's size in bytes.
 Targets: largest gap at most 50 ms with 100 connections, 500 ms with
-10,000, both with 100,000 locks.
+10,000, both with 100,000 locks.$compared
 
-| connections | locks | upgrades | gap p50 | gap max | pause p50 | pause max | state bytes |
-|---:|---:|---:|---:|---:|---:|---:|---:|
+$head
 $rows<!-- bench/upgrade.sh: end -->"
 printf '%s\n' "$section"
 if [ "$write" = 1 ]; then
