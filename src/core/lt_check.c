@@ -95,16 +95,18 @@ check_queue(const struct lt_key *k, uint64_t *tally)
 	return NULL;
 }
 
-static const char *
-check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
-    uint64_t *tally)
+/*
+ * What one entry must satisfy on its own, whatever the rest of the table:
+ * its bytes, its gauges, its holders and its queue. The live upgrade's
+ * reader (lt_state.c) checks each entry with this as it rebuilds it, so
+ * that the rebuilt table needs no second pass; locktable_check() runs it
+ * on every entry, so the rule is written here once.
+ */
+const char *
+lt_check_entry(const struct lt_key *k, uint64_t *tally)
 {
-	const struct lt_slot	*head = lt_key_qhead(k);
-	const char		*err;
+	const char	*err;
 
-	if (k->hash != lt_key_hash(lt, k->key, k->keylen) ||
-	    lt_key_bucket(lt, k->hash) != bucket)
-		return "key in the wrong bucket or with a wrong hash";
 	if (k->keylen == 0 || k->keylen > KL_KEY_MAX || k->key[k->keylen])
 		return "key bytes malformed";
 	if (lt_key_nholders(k) == 0 && lt_key_nwaiters(k) == 0)
@@ -123,11 +125,26 @@ check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
 		return err;
 	if ((err = check_queue(k, tally)) != NULL)
 		return err;
+	tally[4] += lt_key_nwaiters(k) > 0;
+	return NULL;
+}
+
+static const char *
+check_key(const struct locktable *lt, const struct lt_key *k, size_t bucket,
+    uint64_t *tally)
+{
+	const struct lt_slot	*head = lt_key_qhead(k);
+	const char		*err;
+
+	if (k->hash != lt_key_hash(lt, k->key, k->keylen) ||
+	    lt_key_bucket(lt, k->hash) != bucket)
+		return "key in the wrong bucket or with a wrong hash";
+	if ((err = lt_check_entry(k, tally)) != NULL)
+		return err;
 	if (!lt->frozen && head != NULL && lt_req_is_grantable(head->req))
 		return "a queued request is grantable (settling incomplete)";
 	if (k->x != NULL && k->x->max_waiters > lt->c.max_waiters)
 		return "counter max_waiters below a key's";
-	tally[4] += lt_key_nwaiters(k) > 0;
 	return NULL;
 }
 

@@ -490,6 +490,10 @@ void		 lt_queue_append(struct locktable *, struct lt_key *,
 		    struct lt_slot *);
 bool		 lt_req_is_grantable(const struct lt_req *);
 
+/* lt_check.c: one entry's own invariants (locktable_check() and the live
+ * upgrade's reader); tally as locktable_check()'s, NULL if they hold. */
+const char	*lt_check_entry(const struct lt_key *, uint64_t *tally);
+
 /* lt_hash.c */
 bool		 lt_hash_init(struct locktable *, uint64_t);
 size_t		 lt_hash_keys_low(size_t);
