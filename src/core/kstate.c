@@ -14,7 +14,7 @@
 
 #define KS_GROW_MIN	4096
 
-static void
+void
 ks_append(struct ks_writer *w, const void *p, size_t n)
 {
 	unsigned char	*buf;
@@ -31,12 +31,18 @@ ks_append(struct ks_writer *w, const void *p, size_t n)
 			}
 			cap *= 2;
 		}
-		if ((buf = kl_realloc(w->buf, cap)) == NULL) {
+		if (w->grow != NULL) {
+			if (!w->grow(w, cap)) {
+				w->nomem = true;
+				return;
+			}
+		} else if ((buf = kl_realloc(w->buf, cap)) == NULL) {
 			w->nomem = true;
 			return;
+		} else {
+			w->buf = buf;
+			w->cap = cap;
 		}
-		w->buf = buf;
-		w->cap = cap;
 	}
 	memcpy(w->buf + w->len, p, n);
 	w->len += n;
@@ -70,12 +76,32 @@ ks_writer_init(struct ks_writer *w)
 }
 
 void
+ks_writer_init_on(struct ks_writer *w, void *buf, size_t cap,
+    bool (*grow)(struct ks_writer *, size_t), void *arg)
+{
+	unsigned char	head[KS_HEADER_LEN];
+
+	memset(w, 0, sizeof(*w));
+	w->buf = buf;
+	w->cap = buf != NULL ? cap : 0;
+	w->grow = grow;
+	w->grow_arg = arg;
+	memset(head, 0, sizeof(head));
+	ks_append(w, head, sizeof(head));
+}
+
+void
 ks_writer_reserve(struct ks_writer *w, size_t n)
 {
 	unsigned char	*buf;
 
-	if (w->nomem || n <= w->cap - w->len ||
-	    (buf = kl_realloc(w->buf, w->len + n)) == NULL)
+	if (w->nomem || n <= w->cap - w->len)
+		return;
+	if (w->grow != NULL) {
+		(void)w->grow(w, w->len + n);	/* appends try again */
+		return;
+	}
+	if ((buf = kl_realloc(w->buf, w->len + n)) == NULL)
 		return;		/* appends grow it then, or fail */
 	w->buf = buf;
 	w->cap = w->len + n;
@@ -84,10 +110,13 @@ ks_writer_reserve(struct ks_writer *w, size_t n)
 void
 ks_writer_cleanup(struct ks_writer *w)
 {
-	/* a state holds session IDs, secrets (ks_sessions.h) */
-	if (w->buf != NULL)
-		explicit_bzero(w->buf, w->cap);
-	kl_free(w->buf);
+	/* a state holds session IDs, secrets (ks_sessions.h); a buffer of
+	 * the caller's is the caller's to clear */
+	if (w->grow == NULL) {
+		if (w->buf != NULL)
+			explicit_bzero(w->buf, w->cap);
+		kl_free(w->buf);
+	}
 	memset(w, 0, sizeof(*w));
 }
 
@@ -126,39 +155,6 @@ ks_writer_finish(struct ks_writer *w)
 	ks_le(w->buf + 12, w->nsections, 4);
 	ks_le(w->buf + 16, w->len, 8);
 	return true;
-}
-
-void
-ks_put_u8(struct ks_writer *w, uint8_t v)
-{
-	ks_append(w, &v, 1);
-}
-
-void
-ks_put_u16(struct ks_writer *w, uint16_t v)
-{
-	unsigned char	b[2];
-
-	ks_le(b, v, 2);
-	ks_append(w, b, 2);
-}
-
-void
-ks_put_u32(struct ks_writer *w, uint32_t v)
-{
-	unsigned char	b[4];
-
-	ks_le(b, v, 4);
-	ks_append(w, b, 4);
-}
-
-void
-ks_put_u64(struct ks_writer *w, uint64_t v)
-{
-	unsigned char	b[8];
-
-	ks_le(b, v, 8);
-	ks_append(w, b, 8);
 }
 
 void
@@ -277,36 +273,12 @@ ks_take(struct ks_reader *r, size_t n)
 	return p;
 }
 
-uint8_t
-ks_get_u8(struct ks_reader *r)
-{
-	const unsigned char	*p = ks_take(r, 1);
-
-	return p != NULL ? p[0] : 0;
-}
-
-uint16_t
-ks_get_u16(struct ks_reader *r)
-{
-	const unsigned char	*p = ks_take(r, 2);
-
-	return p != NULL ? (uint16_t)ks_from_le(p, 2) : 0;
-}
-
-uint32_t
-ks_get_u32(struct ks_reader *r)
-{
-	const unsigned char	*p = ks_take(r, 4);
-
-	return p != NULL ? (uint32_t)ks_from_le(p, 4) : 0;
-}
-
 uint64_t
-ks_get_u64(struct ks_reader *r)
+ks_take_n(struct ks_reader *r, size_t n)
 {
-	const unsigned char	*p = ks_take(r, 8);
+	const unsigned char	*p = ks_take(r, n);
 
-	return p != NULL ? ks_from_le(p, 8) : 0;
+	return p != NULL ? ks_from_le(p, n) : 0;
 }
 
 bool

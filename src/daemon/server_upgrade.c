@@ -55,6 +55,14 @@
 
 static void	server_upgrade_checked(void *, bool, const char *);
 
+/* About the bytes of this server's state. */
+static size_t
+server_state_size(const struct server *srv)
+{
+	return locktable_state_size(backend_local_table(srv->be)) +
+	    (size_t)srv->stats.clients * SU_CONN_BYTES;
+}
+
 /* Whether this server's state can be handed over now; why if not. */
 static bool
 server_upgrade_possible(const struct server *srv, uint64_t requester,
@@ -90,6 +98,8 @@ server_upgrade_start(struct server *srv, uint64_t requester, char *why,
 	srv->upgrading = true;
 	srv->upgrade_requester = requester;
 	log_info("upgrade: %s --check-config", upgrade_path());
+	/* meanwhile, the state's memory, outside the freeze */
+	upgrade_state_prepare(server_state_size(srv));
 	return true;
 }
 
@@ -100,6 +110,7 @@ server_upgrade_failed(struct server *srv, const char *why)
 
 	srv->upgrading = false;
 	srv->upgrade_check = NULL;
+	upgrade_state_discard();
 	srv->stats.upgrade_failures++;
 	log_warnx("upgrade failed: %s; this process (pid %d) carries on",
 	    why, (int)getpid());
@@ -200,8 +211,8 @@ server_note_owner(void *arg, struct lt_owner *o, uint32_t index)
 }
 
 /*
- * The whole state, and in fds every descriptor it names. false on no
- * memory.
+ * The whole state into w (upgrade_state_writer's), and in fds every
+ * descriptor it names. false on no memory.
  */
 static bool
 server_write_state(struct server *srv, struct ks_writer *w,
@@ -209,11 +220,6 @@ server_write_state(struct server *srv, struct ks_writer *w,
 {
 	struct locktable	*lt = backend_local_table(srv->be);
 
-	ks_writer_init(w);
-	/* the whole state in one buffer, its pages faulted in at once */
-	ks_writer_reserve(w, locktable_state_size(lt) +
-	    (size_t)srv->stats.clients * SU_CONN_BYTES);
-	upgrade_prefault(w->buf, w->cap);
 	ks_section_begin(w, KS_TAG_HANDOFF);
 	ks_put_u32(w, (uint32_t)getpid());
 	ks_put_u64(w, freeze_ms);
@@ -301,9 +307,15 @@ server_upgrade_handoff(struct server *srv)
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
 	}
+	if (!upgrade_state_writer(&w, server_state_size(srv), why,
+	    sizeof(why))) {
+		kl_free(fds);
+		server_upgrade_failed(srv, why);
+		return;
+	}
 	if (!server_write_state(srv, &w, freeze_ms, tls_closed, fds, &nfds)) {
 		kl_free(fds);
-		ks_writer_cleanup(&w);
+		upgrade_state_end(&w);
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
 	}
@@ -312,7 +324,7 @@ server_upgrade_handoff(struct server *srv)
 	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
 	    why, sizeof(why))) {
 		kl_free(fds);
-		ks_writer_cleanup(&w);
+		upgrade_state_end(&w);
 		server_upgrade_failed(srv, why);
 		return;
 	}

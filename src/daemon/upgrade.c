@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -263,6 +264,7 @@ upgrade_check_end(struct upgrade_check *uc, bool timed_out)
 void
 upgrade_check_cancel(struct upgrade_check *uc)
 {
+	upgrade_state_discard();
 	if (uc == NULL)
 		return;
 	event_free(uc->ev);
@@ -397,33 +399,153 @@ upgrade_envp(char *var)
 	return e;
 }
 
-static int
-upgrade_memfd(const struct ks_writer *w, char *why, size_t whylen)
-{
-	size_t	off = 0;
-	ssize_t	n;
-	int	fd;
+/*
+ * The state is written once, in place: into a shared mapping of the memfd
+ * the new process maps, made and faulted in before the freeze where it
+ * can be (upgrade_state_prepare), grown (ftruncate and mremap) if the
+ * state outgrows it. No buffer, no copy.
+ */
+struct upgrade_state {
+	int		 fd;
+	unsigned char	*map;
+	size_t		 size;		/* of the mapping and the file */
+};
 
-	if ((fd = memfd_create("keylockd-state", MFD_CLOEXEC |
+static struct upgrade_state	*upgrade_prepared;
+
+static void
+upgrade_state_free(struct upgrade_state *us)
+{
+	if (us == NULL)
+		return;
+	if (us->map != NULL)
+		munmap(us->map, us->size);
+	if (us->fd != -1)
+		close(us->fd);
+	kl_free(us);
+}
+
+static bool
+upgrade_state_resize(struct upgrade_state *us, size_t n)
+{
+	void	*p;
+
+	if (n <= us->size)
+		return true;
+	if (ftruncate(us->fd, (off_t)n) == -1)
+		return false;
+	p = us->map == NULL ? mmap(NULL, n, PROT_READ | PROT_WRITE,
+	    MAP_SHARED | MAP_POPULATE, us->fd, 0) :
+	    mremap(us->map, us->size, n, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		return false;
+	if (us->map != NULL)
+		upgrade_prefault((unsigned char *)p + us->size, n - us->size);
+	us->map = p;
+	us->size = n;
+	return true;
+}
+
+static struct upgrade_state *
+upgrade_state_new(size_t n, char *why, size_t whylen)
+{
+	struct upgrade_state	*us;
+
+	if ((us = kl_calloc(1, sizeof(*us))) == NULL) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	if ((us->fd = memfd_create("keylockd-state", MFD_CLOEXEC |
 	    MFD_ALLOW_SEALING)) == -1) {
 		snprintf(why, whylen, "memfd_create: %s", strerror(errno));
+		kl_free(us);
+		return NULL;
+	}
+	if (!upgrade_state_resize(us, n < 4096 ? 4096 : n)) {
+		snprintf(why, whylen, "a state of %zu bytes: %s", n,
+		    strerror(errno));
+		upgrade_state_free(us);
+		return NULL;
+	}
+	return us;
+}
+
+static bool
+upgrade_state_grow(struct ks_writer *w, size_t n)
+{
+	struct upgrade_state	*us = w->grow_arg;
+
+	if (!upgrade_state_resize(us, n))
+		return false;
+	w->buf = us->map;
+	w->cap = us->size;
+	return true;
+}
+
+void
+upgrade_state_prepare(size_t n)
+{
+	char	why[KL_UPGRADE_WHY_MAX];
+
+	upgrade_state_discard();
+	if ((upgrade_prepared = upgrade_state_new(n, why, sizeof(why))) ==
+	    NULL)
+		log_warnx("upgrade: %s (tried again when frozen)", why);
+}
+
+void
+upgrade_state_discard(void)
+{
+	upgrade_state_free(upgrade_prepared);
+	upgrade_prepared = NULL;
+}
+
+bool
+upgrade_state_writer(struct ks_writer *w, size_t n, char *why,
+    size_t whylen)
+{
+	struct upgrade_state	*us = upgrade_prepared;
+
+	upgrade_prepared = NULL;
+	if (us == NULL && (us = upgrade_state_new(n, why, whylen)) == NULL)
+		return false;
+	ks_writer_init_on(w, us->map, us->size, upgrade_state_grow, us);
+	ks_writer_reserve(w, n);
+	return true;
+}
+
+void
+upgrade_state_end(struct ks_writer *w)
+{
+	if (w->grow == upgrade_state_grow)
+		upgrade_state_free(w->grow_arg);
+	memset(w, 0, sizeof(*w));
+}
+
+/* The state written: the file cut to its length, unmapped here, sealed;
+ * its descriptor, still the writer's (upgrade_state_end closes it). */
+static int
+upgrade_state_seal(struct ks_writer *w, char *why, size_t whylen)
+{
+	struct upgrade_state	*us = w->grow_arg;
+
+	if (w->grow != upgrade_state_grow) {
+		snprintf(why, whylen, "no state");
 		return -1;
 	}
-	while (off < w->len) {
-		if ((n = write(fd, w->buf + off, w->len - off)) <= 0) {
-			if (n == -1 && errno == EINTR)
-				continue;
-			snprintf(why, whylen, "writing the state: %s",
-			    n == 0 ? "no progress" : strerror(errno));
-			close(fd);
-			return -1;
-		}
-		off += (size_t)n;
+	munmap(us->map, us->size);
+	us->map = NULL;
+	w->buf = NULL;
+	if (ftruncate(us->fd, (off_t)w->len) == -1) {
+		snprintf(why, whylen, "the state's length: %s",
+		    strerror(errno));
+		return -1;
 	}
+	us->size = 0;
 	/* what the new process maps is what was written, and stays so */
-	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+	(void)fcntl(us->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
 	    F_SEAL_WRITE | F_SEAL_SEAL);
-	return fd;
+	return us->fd;
 }
 
 /* Reads one line from fd until deadline_ms: 1 a line, 0 end of file,
@@ -520,8 +642,24 @@ fail:
 	return 0;
 }
 
+/*
+ * After GO this process only logs and exits, and its exit (unmapping a
+ * heap as large as the table) takes milliseconds of CPU: at the lowest
+ * priority there is, it no longer keeps the new process (which may well
+ * share its CPU, and its real-time priority, inherited) from serving.
+ */
+static void
+upgrade_step_aside(void)
+{
+#ifdef SCHED_IDLE
+	struct sched_param	sp = { 0 };
+
+	(void)sched_setscheduler(0, SCHED_IDLE, &sp);
+#endif
+}
+
 bool
-upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
+upgrade_handoff(struct ks_writer *w, char **argv, const int *fds,
     size_t nfds, uint64_t deadline_ms, void (*ready)(pid_t), pid_t *child,
     char *why, size_t whylen)
 {
@@ -532,9 +670,9 @@ upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
 	bool		  ok = false;
 
 	*child = -1;
-	if ((state = upgrade_memfd(w, why, whylen)) == -1)
+	if ((state = upgrade_state_seal(w, why, whylen)) == -1)
 		return false;
-	upgrade_mark("state in a memfd");
+	upgrade_mark("state sealed");
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) == -1) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
 		goto done;
@@ -563,6 +701,7 @@ upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
 		ready(pid);
 		if (write(chan[0], "GO\n", 3) == 3) {
 			upgrade_mark("GO sent");
+			upgrade_step_aside();
 			ok = true;
 			goto done;
 		}
@@ -588,7 +727,6 @@ upgrade_handoff(const struct ks_writer *w, char **argv, const int *fds,
 done:
 	kl_free(v);
 	kl_free(e);
-	close(state);
 	if (chan[0] != -1)
 		close(chan[0]);
 	if (chan[1] != -1)

@@ -75,12 +75,29 @@ struct upgrade_check *upgrade_check_start(struct event_base *base,
 		    char **argv, void (*done)(void *arg, bool ok,
 		    const char *why), void *arg, char *why, size_t whylen);
 
-/* The server stops during the check: the check is killed and freed. NULL
- * does nothing. */
+/* The server stops during the check: the check is killed and freed, and
+ * a state prepared for it (upgrade_state_prepare) too. */
 void		 upgrade_check_cancel(struct upgrade_check *uc);
 
 /*
- * The hand-off, frozen: the state w goes into a memfd; a child clears
+ * The state's writer (kstate.h) on a memfd's shared mapping of about n
+ * bytes, which grows if it must: the state is written in place, once.
+ * upgrade_state_prepare() makes and faults it in before the freeze (a
+ * failure is only logged: the writer then makes its own);
+ * upgrade_state_writer() takes that one, or makes one (false, why set,
+ * if it cannot). upgrade_state_end() frees the writer's memfd and
+ * mapping, upgrade_state_discard() a prepared one not taken (the attempt
+ * failed before the freeze, or the server stops).
+ */
+void		 upgrade_state_prepare(size_t n);
+void		 upgrade_state_discard(void);
+bool		 upgrade_state_writer(struct ks_writer *w, size_t n, char *why,
+		    size_t whylen);
+void		 upgrade_state_end(struct ks_writer *w);
+
+/*
+ * The hand-off, frozen: the state w (upgrade_state_writer's, finished)
+ * is cut to its length and sealed; a child clears
  * close-on-exec on fds[0..nfds) and the two descriptors of its own and
  * execs the binary with argv; then this waits, blocking, until the child
  * reports (or deadline_ms of CLOCK_MONOTONIC passes). Once it reported
@@ -88,9 +105,10 @@ void		 upgrade_check_cancel(struct upgrade_check *uc);
  * told GO. true: the child
  * took over (it was sent GO): the caller must exit at once without
  * touching a socket. false: why says what failed, the child is reaped
- * and every descriptor made here is closed.
+ * and every descriptor made here is closed (the state's is the writer's:
+ * upgrade_state_end()).
  */
-bool		 upgrade_handoff(const struct ks_writer *w, char **argv,
+bool		 upgrade_handoff(struct ks_writer *w, char **argv,
 		    const int *fds, size_t nfds, uint64_t deadline_ms,
 		    void (*ready)(pid_t child), pid_t *child, char *why,
 		    size_t whylen);
