@@ -14,6 +14,7 @@ PYTHON_TESTS = \
 	python/tests/test_lost.py python/tests/test_fork.py \
 	python/tests/test_seed.py python/tests/test_package.py \
 	python/tests/test_cancel.py python/tests/test_failover.py \
+	python/tests/test_failover_etcd.py \
 	python/tests/test_session.py python/tests/test_channels.py \
 	python/tests/test_upgrade.py
 EXTRA_DIST += python/run-tests.sh $(PYTHON_PACKAGE) $(PYTHON_TESTS)

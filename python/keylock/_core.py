@@ -21,7 +21,13 @@ one loop, so no state needs a lock. Rules it keeps (keylockd-protocol(7)):
   exactly then, or at once on GONE;
 - a LOCK whose caller stops waiting is withdrawn with CANCEL, and a grant
   that won the race is released before the caller hears of the
-  cancellation (CANCEL's section of the man page).
+  cancellation (CANCEL's section of the man page);
+- a LOCK refused with ERR BACKEND or ERR SHUTDOWN, of an owner that holds
+  nothing and without a session, moves to the next server of the list
+  that this acquire has not tried, for what is left of its timeout; the
+  refusing server is cut off (new connections start past it, its
+  connections take no new owner), and the locks held through it are left
+  to that server (libkeylock's keylock_failover()).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import functools
 import ipaddress
 import json
+import logging
 import math
 import os
 import random
@@ -38,12 +45,12 @@ import socket
 import ssl
 import threading
 from collections import deque
-from typing import (Any, Callable, Coroutine, Deque, Dict, List, Optional,
-                    Set, Tuple, Union)
+from typing import (Any, Callable, Coroutine, Deque, Dict, FrozenSet, List,
+                    Optional, Set, Tuple, Union)
 
 from . import _fork
-from ._errors import (AuthError, ConnectionFailed, Error, LockLost,
-                      ProtocolError)
+from ._errors import (AuthError, Backend, ConnectionFailed, Error, LockLost,
+                      ProtocolError, Shutdown)
 from ._wire import (Address, Key, check_name, default_name, parse_reply,
                     parse_servers, seconds_to_ms, unique)
 
@@ -60,6 +67,8 @@ CHANNELS_PER_CONN = 65535    # owners on one connection (the server's
                              # max-channels is 65536 by default)
 SUSPENDED_POLL = 0.05        # s: how often a withdrawal looks whether
                              # the resume it waits for has settled
+
+_log = logging.getLogger("keylock")
 
 # A reply line, or None: the connection closed before it came.
 Reply = Optional[str]
@@ -484,6 +493,9 @@ class Conn:
         self.suspended: bool = False
         self.ending = False     # dropped on purpose: never resumed
         self.retire = False     # back to the pool while suspended
+        self.cut = False        # its server refused a LOCK (ERR BACKEND
+                                # or SHUTDOWN): no new owner here; closed
+                                # once its owners let go
         self.in_use = False     # out of the pool: an owner's, or a call's
         self.noticed = 0.0      # when the drop was seen
         self.resumes = 0
@@ -937,6 +949,22 @@ HandleFactory = Callable[[int, Tuple[Key, ...], List[str], Chan, "Owner",
                           Optional[int]], HandleBase]
 
 
+class _Failover:
+    """One acquire's walk of the server list after refusals (ERR BACKEND,
+    ERR SHUTDOWN): the servers it tried and why, and its timeout."""
+
+    __slots__ = ("start", "line", "timeout_ms", "tried", "failures")
+
+    def __init__(self, start: float, line: str) -> None:
+        self.start = start          # (the loop's clock) the first LOCK
+        self.line = line            # the LOCK as first sent
+        m = _TIMEOUT_OPT.search(line)
+        #: its timeout= (ms), or None: as the server's default says
+        self.timeout_ms = int(m.group(1)) if m else None
+        self.tried: Set[Address] = set()
+        self.failures: List[str] = []
+
+
 class Owner:
     """A task's or thread's channel while it holds locks (``key``: the
     task or thread, while it does)."""
@@ -973,6 +1001,10 @@ class Core:
         self.session_ms = (None if session is None else
                            seconds_to_ms("session", session, 1))
         self.addrs = parse_servers(server)
+        #: The working server: new connections try the list from this
+        #: index, round from its start. A LOCK refused with ERR BACKEND or
+        #: ERR SHUTDOWN moves it past the refusing server (failover).
+        self.at = 0
         self.name = check_name(name) if name is not None else None
         if secret is None:
             path = auth_file or os.environ.get("KEYLOCK_AUTH_FILE")
@@ -998,8 +1030,12 @@ class Core:
         # with channels: the connections whose channels the owners ride
         self.muxes: List[Conn] = []
         self.chan_mode: Optional[bool] = None   # None: not known yet
-        self._opening: Optional["asyncio.Task[Conn]"] = None
-        self._waiters: List["asyncio.Future[None]"] = []    # for it
+        # the openings of a connection with channels under way, one per
+        # set of servers to avoid (none; those a failover has tried), and
+        # the futures of those waiting for each
+        self._openings: Dict[FrozenSet[Address],
+                             Tuple["asyncio.Task[Conn]",
+                                   List["asyncio.Future[None]"]]] = {}
         # the owners that hold (or wait for) something now, by task or
         # thread; one that holds nothing is forgotten
         self.owners: Dict[Any, Owner] = {}
@@ -1049,65 +1085,79 @@ class Core:
         if conn.mux and conn in self.muxes:
             self.muxes.remove(conn)
 
-    async def _checkout(self, loop: asyncio.AbstractEventLoop) -> Chan:
+    async def _checkout(self, loop: asyncio.AbstractEventLoop,
+                        avoid: FrozenSet[Address] = frozenset()) -> Chan:
         """A channel for an owner that holds nothing: of the shared
         connection where channels are used, else a pooled or new
-        connection's own."""
+        connection's own; on a server not in ``avoid`` (those a failover
+        has tried already)."""
         if self.channels and self.chan_mode is not False:
-            mux = await self._mux(loop, CHANNELS_PER_CONN)
+            mux = await self._mux(loop, CHANNELS_PER_CONN, avoid)
             if mux is not None:
                 return mux.take_chan()
-        while self.pool:
-            conn = self.pool.pop()
-            if conn.closed:
-                continue
-            if conn.suspended:
-                conn.retire = True      # out of the pool: QUIT once resumed
-                continue
-            conn.in_use = True
-            return conn.ch0
-        conn = await self._connect(loop)
+        kept: List[Conn] = []
+        try:
+            while self.pool:
+                conn = self.pool.pop()
+                if conn.closed:
+                    continue
+                if conn.suspended:
+                    conn.retire = True  # out of the pool: QUIT once resumed
+                    continue
+                if conn.addr in avoid:
+                    kept.append(conn)
+                    continue
+                conn.in_use = True
+                return conn.ch0
+        finally:
+            self.pool.extend(reversed(kept))
+        conn = await self._connect(loop, avoid=avoid)
         conn.in_use = True
         return conn.ch0
 
-    async def _mux(self, loop: asyncio.AbstractEventLoop,
-                   room: int) -> Optional[Conn]:
+    async def _mux(self, loop: asyncio.AbstractEventLoop, room: int,
+                   avoid: FrozenSet[Address] = frozenset()
+                   ) -> Optional[Conn]:
         """A connection with channels and fewer than ``room`` of them
-        given out, opened if need be (one opening at a time, whoever
-        asks); None when the server speaks no channels."""
+        given out, on a server not in ``avoid``, opened if need be (one
+        opening at a time per ``avoid``, whoever asks); None when the
+        server speaks no channels."""
         while True:
             now = loop.time()
             for mux in self.muxes:
                 # (one being resumed past its window is not lent out:
                 # its resume may still fail)
                 if mux.busy < room and not mux.closed and not (
-                        mux.suspended and now >= mux.window_end()):
+                        mux.suspended and now >= mux.window_end()) and \
+                        mux.addr not in avoid:
                     return mux
-            opening = self._opening
-            if opening is None:
-                opening = self._opening = loop.create_task(
-                    self._open_mux(loop))
+            entry = self._openings.get(avoid)
+            if entry is None:
+                opening = loop.create_task(self._open_mux(loop, avoid))
                 opening.add_done_callback(_retrieve)
-                self._waiters = []
+                entry = self._openings[avoid] = (opening, [])
                 opening.add_done_callback(
-                    functools.partial(_wake_all, self._waiters))
+                    functools.partial(_wake_all, entry[1]))
+            opening, waiters = entry
             try:
                 if not opening.done():
                     # a future of its own (a cancelled task cancels it,
                     # not the opening): cheaper than asyncio.shield()
                     # for the thousand tasks a new KeyedLock may start
                     waiter = loop.create_future()
-                    self._waiters.append(waiter)
+                    waiters.append(waiter)
                     await waiter
                 opening.result()        # its error, if it failed
             finally:
-                if self._opening is opening and opening.done():
-                    self._opening = None
+                if opening.done() and \
+                        self._openings.get(avoid, (None,))[0] is opening:
+                    del self._openings[avoid]
             if self.chan_mode is False:
                 return None
 
-    async def _open_mux(self, loop: asyncio.AbstractEventLoop) -> Conn:
-        conn = await self._connect(loop, probe=True)
+    async def _open_mux(self, loop: asyncio.AbstractEventLoop,
+                        avoid: FrozenSet[Address] = frozenset()) -> Conn:
+        conn = await self._connect(loop, probe=True, avoid=avoid)
         if conn.mux:
             self.chan_mode = True
             if not conn.closed:
@@ -1132,9 +1182,14 @@ class Core:
         conn = chan.conn
         if conn.mux:
             conn.give_back(chan)
+            if conn.cut and not conn.busy:
+                self._close_cut(conn)
             return
         conn.in_use = False
         if conn.closed:
+            return
+        if conn.cut and not conn.suspended:
+            conn.close()            # its server refused: not pooled
             return
         if conn.suspended:
             conn.retire = True      # ended (QUIT) once it is resumed
@@ -1148,10 +1203,65 @@ class Core:
         else:
             self.pool.append(conn)
 
+    def _cut_off(self, addr: Address) -> None:
+        """``addr`` refused a LOCK with ERR BACKEND or ERR SHUTDOWN (a
+        front end cut off from its store, a stopping server): while it is
+        the working server, the next one of the list becomes it. Its
+        connections take no new owner: idle ones are closed now, the
+        others once their owners let go (their locks are theirs until
+        that server drops them)."""
+        addrs = self.addrs
+        for _ in addrs:
+            if addrs[self.at] != addr:
+                break
+            self.at = (self.at + 1) % len(addrs)
+        for conn in [c for c in self.muxes if c.addr == addr]:
+            self.muxes.remove(conn)
+            conn.cut = True
+            if not conn.busy:
+                self._close_cut(conn)
+        for conn in [c for c in self.pool if c.addr == addr]:
+            self.pool.remove(conn)
+            conn.cut = True
+            if not conn.suspended:
+                conn.close()
+        for conn in self.conns:
+            if conn.addr == addr:
+                conn.cut = True     # in use: closed at its check-in
+
+    def _close_cut(self, mux: Conn) -> None:
+        """Closes a connection with channels whose server refused, once
+        the requests of its channel 0 (STATS, INFO) are answered."""
+        if mux.closed or mux.busy:
+            return
+        link = mux.link
+        if link is not None and link.waiters and not mux.suspended:
+            last = link.waiters[-1]
+            then = last.hook
+
+            def again(line: Reply) -> None:
+                if then is not None:
+                    then(line)
+                mux.loop.call_soon(self._close_cut, mux)
+            last.hook = again
+            return
+        if mux.suspended:
+            mux.retire = True       # ended (QUIT) once it is resumed
+            return
+        mux.close()
+
     async def _connect(self, loop: asyncio.AbstractEventLoop,
-                       probe: bool = False) -> Conn:
+                       probe: bool = False,
+                       avoid: FrozenSet[Address] = frozenset()) -> Conn:
+        """A connection to the first server that answers, trying the list
+        from the working server round to its start, but those in
+        ``avoid``."""
         failures = []
-        for addr in self.addrs:
+        addrs = self.addrs
+        at = self.at
+        for addr in addrs[at:] + addrs[:at]:
+            if addr in avoid:
+                continue
             try:
                 return await asyncio.wait_for(self._open(loop, addr, probe),
                                               self.connect_timeout)
@@ -1301,7 +1411,10 @@ class Core:
     async def acquire(self, owner: Any, keys: Tuple[Key, ...],
                       names: List[str], line: str, ttl_ms: Optional[int],
                       refresh: bool, factory: HandleFactory) -> HandleBase:
-        """LOCK for ``owner``, through its connection if it holds locks."""
+        """LOCK for ``owner``, through its connection if it holds locks.
+        An owner that holds nothing whose LOCK is refused with ERR
+        BACKEND or ERR SHUTDOWN moves to the next server of the list
+        (``_failover``)."""
         loop = self._enter()
         st = self.owners.get(owner)
         if st is not None and st.depth:
@@ -1323,39 +1436,58 @@ class Core:
                     conn = await self._checkout(loop)   # dropped, unused
             st = Owner(conn, owner)
             self.owners[owner] = st
-        st.depth += 1
-        try:
-            pending = conn.send(line, LOCK)
+        failover: Optional[_Failover] = None
+        sent = loop.time()
+        while True:
+            st.depth += 1
             try:
-                reply = await pending.fut
-            except asyncio.CancelledError:
-                # CANCEL leaves now (or once the session is resumed); the
-                # rest must finish whatever comes
-                pending.cancelling = True
-                cancel = conn.request("CANCEL", CANCEL)
-                await self._settle(conn, self._withdraw(conn, pending,
-                                                        cancel, names))
-                raise
-            if reply is None:
-                if st.depth > 1:
-                    raise LockLost(f"the connection to {conn.addr.text} "
-                                   f"dropped ({conn.reason}) with this "
-                                   "task's locks")
-                raise ConnectionFailed(f"{conn.addr.text}: {conn.reason} "
-                                       "before LOCK was answered")
-            if reply.startswith("OK ") and reply[3:].isdigit():
-                token = int(reply[3:])      # the grant (and its token)
-            else:
-                value = parse_reply(reply)
+                pending = conn.send(line, LOCK)
+                try:
+                    reply = await pending.fut
+                except asyncio.CancelledError:
+                    # CANCEL leaves now (or once the session is resumed);
+                    # the rest must finish whatever comes
+                    pending.cancelling = True
+                    cancel = conn.request("CANCEL", CANCEL)
+                    await self._settle(conn, self._withdraw(
+                        conn, pending, cancel, names))
+                    raise
+                if reply is None:
+                    if st.depth > 1:
+                        raise LockLost(f"the connection to "
+                                       f"{conn.addr.text} dropped "
+                                       f"({conn.reason}) with this task's "
+                                       "locks")
+                    raise ConnectionFailed(f"{conn.addr.text}: "
+                                           f"{conn.reason} before LOCK was "
+                                           "answered")
+                if reply.startswith("OK ") and reply[3:].isdigit():
+                    token = int(reply[3:])  # the grant (and its token)
+                    break
+                value = parse_reply(reply)  # ERR: raises
                 if not value.isdigit():
                     conn.abort("LOCK's reply carried no token")
                     raise ProtocolError(f"LOCK answered {reply[:60]!r}")
                 token = int(value)
-        except BaseException:
-            st.depth -= 1
-            if not st.depth:
-                self._let_go(st)
-            raise
+                break
+            except (Backend, Shutdown) as e:
+                alone = st.depth == 1       # the owner holds nothing else
+                st.depth -= 1
+                if not st.depth:
+                    self._let_go(st)
+                if not alone or conn.conn.session is not None or \
+                        len(set(self.addrs)) < 2:
+                    raise       # as libkeylock: no failover (README)
+                if failover is None:
+                    failover = _Failover(sent, line)
+                conn, line = await self._failover(loop, failover, conn, e)
+                st = Owner(conn, owner)
+                self.owners[owner] = st
+            except BaseException:
+                st.depth -= 1
+                if not st.depth:
+                    self._let_go(st)
+                raise
         handle = factory(token, keys, names, conn, st, ttl_ms)
         conn.add_grant(handle)
         if ttl_ms is not None:
@@ -1369,6 +1501,43 @@ class Core:
                 loop.time() - conn.last_ok >= conn.grace / 3:
             await self._confirm(conn, handle)
         return handle
+
+    async def _failover(self, loop: asyncio.AbstractEventLoop,
+                        fo: "_Failover", conn: Chan,
+                        refusal: Error) -> Tuple[Chan, str]:
+        """``conn``'s server refused the LOCK of an owner that holds
+        nothing (ERR BACKEND: a front end cut off from its store; ERR
+        SHUTDOWN: a stopping server), as libkeylock's keylock_failover():
+        that server is cut off (``_cut_off``) and a channel on the next
+        server of the list that this acquire has not tried is returned,
+        with the LOCK line for what is left of its timeout. Raises the
+        refusal's class, naming every server tried and why, once none is
+        left (or no time is)."""
+        addr = conn.addr
+        fo.tried.add(addr)
+        fo.failures.append(f"{addr.text}: {refusal}")
+        self._cut_off(addr)
+        code = type(refusal)
+        if all(a in fo.tried for a in self.addrs):
+            raise code("no server of the list could grant it: " +
+                       "; ".join(fo.failures))
+        _log.info("%s: %s; trying the next server", addr.text, refusal)
+        try:
+            chan = await self._checkout(loop, frozenset(fo.tried))
+        except ConnectionFailed as e:
+            raise code("; ".join(fo.failures) + f"; {e}") from None
+        line = fo.line
+        if fo.timeout_ms:
+            # what is left of it (timeout=0 stays: granted only if free)
+            left = math.ceil((fo.start + fo.timeout_ms / 1e3 - loop.time())
+                             * 1000.0)
+            if left <= 0:
+                self._checkin(chan)
+                raise code("; ".join(fo.failures) + f"; its timeout of "
+                           f"{fo.timeout_ms} ms ran out before the next "
+                           "server was tried")
+            line = _TIMEOUT_OPT.sub(f" timeout={left}", line, 1)
+        return chan, line
 
     async def _confirm(self, conn: Chan, handle: HandleBase) -> None:
         """A grant whose LOCK waited a third of the grace or more: by the

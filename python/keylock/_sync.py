@@ -223,8 +223,10 @@ class KeyedLock:
 
     The arguments are those of :class:`keylock.aio.KeyedLock`: ``server``
     as for libkeylock (``host:port``, ``[v6]:port``, a unix socket path,
-    ``tls://host:port``, a comma-separated list tried in order; ``None``:
-    ``$KEYLOCK_SERVER`` or ``127.0.0.1:7711``), ``name``, ``secret`` or
+    ``tls://host:port``, a comma-separated list tried in order, whose
+    next server a lock refused with ``ERR BACKEND`` or ``ERR SHUTDOWN``
+    moves to; ``None``: ``$KEYLOCK_SERVER`` or ``127.0.0.1:7711``),
+    ``name``, ``secret`` or
     ``auth_file``, ``ssl_context``, ``max_idle`` idle connections kept,
     ``connect_timeout``, ``cancel_timeout``, the default ``refresh``,
     ``session`` (seconds of grace; off by default) and ``channels`` (on

@@ -132,7 +132,9 @@ class KeyedLock:
 
     ``server`` is written as for libkeylock: ``host:port``, ``[v6]:port``,
     a unix socket path, ``tls://host:port``, or a comma-separated list of
-    those tried in order; ``None`` means ``$KEYLOCK_SERVER`` or
+    those tried in order (a lock that a server refuses with ``ERR
+    BACKEND`` or ``ERR SHUTDOWN`` before granting it moves to the next
+    one: python/README.md, "Failover"); ``None`` means ``$KEYLOCK_SERVER`` or
     ``127.0.0.1:7711``. ``name`` labels the connections in ``INFO`` and in
     other clients' error texts (default ``python:HOST:PID``). ``secret`` (or
     the first line of ``auth_file``, default ``$KEYLOCK_AUTH_FILE``) is
