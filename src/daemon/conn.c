@@ -980,35 +980,35 @@ conn_reply_ok_str(struct conn *c, const char *s)
 	conn_appended(c, n + 4);
 }
 
-/*
- * "OK N": the reply of most requests, without printf: a digit, UNLOCK's
- * "OK 1" among them, as a constant line; a longer number in place while
- * the buffer has room for the longest, else through conn_room().
- */
-void
-conn_reply_u64(struct conn *c, uint64_t v)
+/* conn_reply_u64() through conn_room(): a channel's line, a buffer
+ * without room for the longest line, or a number of nine digits or more. */
+static void __attribute__((noinline))
+conn_reply_u64_room(struct conn *c, uint64_t v)
 {
 	char	 line[KL_U64_OK_ROOM], *p;
-	size_t	 n;
+	size_t	 n = kl_u64_put_ok(line, v);
 
-	if (v < 10) {
-		if ((p = conn_room(c, 5)) == NULL)
-			return;
-		memcpy(p, "OK 0\n", 5);
-		p[3] = (char)('0' + v);
-		conn_appended(c, 5);
-		return;
-	}
-	if (c->plen == 0 && c->ocap - c->olen >= KL_U64_OK_ROOM &&
-	    c->state != CONN_CLOSED) {
-		conn_appended(c, kl_u64_put_ok(c->obuf + c->olen, v));
-		return;
-	}
-	n = kl_u64_put_ok(line, v);
 	if ((p = conn_room(c, n)) == NULL)
 		return;
 	memcpy(p, line, n);
 	conn_appended(c, n);
+}
+
+/*
+ * "OK N": the reply of most requests, without printf, written in place
+ * while the buffer has room for the longest line (a digit, UNLOCK's
+ * "OK 1" among them, is one store; no loop below 10^8); else out of
+ * line, through conn_room(), so that this needs no frame.
+ */
+void
+conn_reply_u64(struct conn *c, uint64_t v)
+{
+	if (c->plen == 0 && c->ocap - c->olen >= KL_U64_OK_ROOM &&
+	    c->state != CONN_CLOSED && v < 100000000) {
+		conn_appended(c, kl_u64_put_ok(c->obuf + c->olen, v));
+		return;
+	}
+	conn_reply_u64_room(c, v);
 }
 
 void
