@@ -3,19 +3,23 @@
  *
  * backend etcd (keylockd(8), BACKEND ETCD): the lock table as a state
  * machine replicated by etcd. A LOCK is one transaction putting one entry
- * per key (backend_etcd_commit.c); every front end applies the same watch events
- * in revision order to its own table (backend_etcd_replica.c), which decides the
- * request there; the front end whose client asked answers it. Releases,
- * withdrawals and ttl expiries are deletes of the owner's entries. Every
- * operation is BE_PENDING but REFRESH, which only restarts our own timers.
+ * per key (backend_etcd_commit.c); every front end applies the same watch
+ * events in revision order to its own table (backend_etcd_replica.c), which
+ * decides the request there; the front end whose client asked answers
+ * it. Releases, withdrawals and ttl expiries are deletes of the owner's
+ * entries. Every operation is BE_PENDING but REFRESH, which only restarts
+ * our own timers.
  *
- * Here: the seam's operations, start-up (lease, heartbeat, range, watch;
- * backend_etcd_new() returns once the table is built), the lease kept alive
- * every TTL/3, and its loss: when etcd has not confirmed the lease for TTL
- * minus a margin, or says it is gone, every client that holds or waits is
- * disconnected (a dropped connection is the protocol's "lock lost"), new
- * requests get ERR BACKEND, and a new lease and a fresh range bring the
- * front end back by itself.
+ * Here: the seam's operations and the one place a client's answer leaves
+ * (ebe_done), start-up (lease, heartbeat, range, watch;
+ * backend_etcd_new() returns once the table is built), the lease kept
+ * alive every TTL/3, and its loss: when etcd has not confirmed the lease
+ * for TTL minus a margin, or says it is gone, every client that holds or
+ * waits is disconnected (a dropped connection is the protocol's "lock
+ * lost"), new requests get ERR BACKEND, and a new lease and a fresh range
+ * bring the front end back by itself. struct ebe owns the lease (struct
+ * elease), the replica and the committer, and connects the two through
+ * their hooks.
  */
 #include <sys/time.h>
 
@@ -39,8 +43,60 @@
 #include "users.h"
 #include "util.h"
 
+enum ebe_state {
+	EBE_STARTING,		/* lease, heartbeat, range, watch */
+	EBE_READY,
+	EBE_RESYNC,		/* the watch fell behind: range again */
+	EBE_LOST,		/* lease lost or at risk: clients dropped */
+	EBE_STOPPING,		/* ebe_free(): the lease is being revoked */
+	EBE_STOPPED		/* revoked, or given up: free */
+};
+
+/* The lease: everything this front end writes carries it. */
+struct elease {
+	uint64_t		 fe;		/* its id; 0: none */
+	uint64_t		 old_fe;	/* to revoke after a loss */
+	uint64_t		 until;		/* it lasts at least until */
+	int64_t			 ttl_s;
+	uint64_t		 margin_ms;
+	struct event		*keepalive;
+	struct event		*guard;		/* until - margin */
+	struct etcd_call	*ka_call;
+	uint64_t		 ka_sent;
+	int64_t			 hb_rev;	/* our heartbeat's revision */
+	uint64_t		 hb_acked_ms;	/* its txn's ack; 0: none yet */
+	bool			 hb_seen;	/* the watch brought it */
+};
+
+struct ebe {
+	struct backend		 be;		/* first: the seam's view */
+	struct be_hooks		 hooks;		/* end_turn NULL while
+						 * backend_etcd_new() runs */
+	struct event_base	*base;
+	struct etcd		*etcd;
+	enum ebe_state		 state;
+	char			 why[320];	/* ERR BACKEND's text */
+	char			 failed[256];	/* the last step's failure, in
+						 * full: for the log and a
+						 * start-up error only */
+	char			*prefix;
+	size_t			 max_ops;
+	int			 timeout_ms;
+	uint64_t		 seq;		/* our LOCKs so far */
+	struct elease		 lease;
+	struct replica		*rp;
+	struct committer	*cm;
+	struct event		*start;		/* steps of start/recovery */
+	int			 start_pause_ms;
+	struct be_counters	*count;		/* hooks.counters or own */
+	struct be_counters	 own;
+};
+
 static void	ebe_step(struct ebe *e);
 static void	ebe_recover_in(struct ebe *e, int ms);
+static void	ebe_fail(struct ebe *e, const char *fmt, ...)
+		    __attribute__((format(printf, 2, 3)));
+static bool	ebe_lease_safe(struct ebe *e);
 
 static struct ebe *
 ebe_of(struct backend *be)
@@ -61,32 +117,45 @@ tv_ms(struct timeval *tv, uint64_t ms)
 static void
 ebe_note_ready(struct ebe *e)
 {
-	e->count->ready = e->state == EBE_READY && e->fe != 0 &&
-	    kl_now_ms() + e->margin_ms < e->lease_until;
-	e->count->frontend = e->fe;
+	e->count->ready = e->state == EBE_READY && e->lease.fe != 0 &&
+	    kl_now_ms() + e->lease.margin_ms < e->lease.until;
+	e->count->frontend = e->lease.fe;
 }
 
-void
-ebe_end_turn(struct ebe *e)
+static void
+ebe_end_turn(void *arg)
 {
+	struct ebe *e = arg;
+
 	ebe_note_ready(e);
-	commit_flush(e);
+	commit_flush(e->cm);
 	/* in backend_etcd_new() the caller's side is not built yet; in
 	 * ebe_free() it is gone */
-	if (!e->in_new && e->state != EBE_STOPPING)
+	if (e->hooks.end_turn != NULL && e->state < EBE_STOPPING)
 		e->hooks.end_turn(e->hooks.arg);
 }
 
-void
+/* o's open request is complete: the one way an answer leaves. */
+static void
 ebe_done(struct ebe *e, struct eowner *o, const struct be_result *r)
 {
-	if (o->gone || !o->ours)
+	if (o->state == OWN_THEIRS || o->state == OWN_GONE)
 		return;
-	if (r->op == BE_LOCK)
-		o->open = NULL;
-	else
-		o->op_open = false;
+	o->open = NULL;
+	o->state = OWN_IDLE;
 	e->hooks.done(e->hooks.arg, o->lo, r);
+}
+
+/* Our LOCK r's answer: told if its client waits for one; after a grant
+ * the client holds, after an error its entries go. */
+static void
+ebe_answer(void *arg, struct ereq *r, const struct be_result *res)
+{
+	bool awaited = ereq_awaited(r);
+
+	r->side = res->err == KL_OK ? SIDE_ANSWERED : SIDE_ENDED;
+	if (awaited)
+		ebe_done(arg, r->owner, res);
 }
 
 static void
@@ -111,7 +180,7 @@ ebe_release_maybe_done(struct ebe *e, struct eowner *o)
 {
 	struct be_result r;
 
-	if (!o->op_open || o->op_left > 0 || o->op_unseen > 0)
+	if (o->state != OWN_RELEASE || o->op_left > 0 || o->op_unseen > 0)
 		return;
 	memset(&r, 0, sizeof(r));
 	r.op = o->op;
@@ -120,20 +189,21 @@ ebe_release_maybe_done(struct ebe *e, struct eowner *o)
 }
 
 /* An UNLOCK's or UNLOCKALL's deletes: n more committed, or failed. */
-void
-ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
+static void
+ebe_released(void *arg, struct eowner *o, size_t n, const char *why)
 {
-	struct be_result r;
+	struct ebe		*e = arg;
+	struct be_result	 r;
 
-	if (!o->op_open)
+	if (o->state != OWN_RELEASE)
 		return;
 	if (why != NULL) {
 		/* the details (a member's address, etcd's own text) are
 		 * for the log, not for every client (review L7) */
 		log_info("backend etcd: a release failed: %s; it is tried "
 		    "again", why);
-		snprintf(e->why, sizeof(e->why), "etcd did not take the release "
-		    "in time; it is tried again");
+		snprintf(e->why, sizeof(e->why), "etcd did not take the "
+		    "release in time; it is tried again");
 		be_backend(&r, o->op, e->why);
 		ebe_done(e, o, &r);
 		return;
@@ -144,13 +214,14 @@ ebe_release_acked(struct ebe *e, struct eowner *o, size_t n, const char *why)
 
 /* The replica applied the delete of our entry x (called before x's
  * request may be freed). */
-void
-ebe_release_applied(struct ebe *e, struct eentry *x)
+static void
+ebe_deleted(void *arg, struct eentry *x)
 {
-	struct eowner *o = x->req->owner;
+	struct ebe	*e = arg;
+	struct eowner	*o = x->req->owner;
 
-	if (x->op_gen == 0 || x->op_gen != o->op_gen || !o->op_open ||
-	    o->op_unseen == 0)
+	if (x->op_gen == 0 || x->op_gen != o->op_gen ||
+	    o->state != OWN_RELEASE || o->op_unseen == 0)
 		return;
 	x->op_gen = 0;
 	o->op_unseen--;
@@ -163,10 +234,11 @@ static void
 guard_arm(struct ebe *e)
 {
 	struct timeval	tv;
-	uint64_t	now = kl_now_ms(), at = e->lease_until - e->margin_ms;
+	uint64_t	now = kl_now_ms(), at = e->lease.until -
+	    e->lease.margin_ms;
 
 	tv_ms(&tv, at > now ? at - now : 0);
-	evtimer_add(e->guard, &tv);
+	evtimer_add(e->lease.guard, &tv);
 }
 
 /*
@@ -174,17 +246,17 @@ guard_arm(struct ebe *e)
  * etcd's word on it: by then etcd may have let it go and given our
  * clients' locks to others. Checked before anything is answered.
  */
-bool
+static bool
 ebe_lease_safe(struct ebe *e)
 {
 	char why[96];
 
-	if (e->state == EBE_LOST || e->state == EBE_STOPPING || e->fe == 0)
+	if (e->state >= EBE_LOST || e->lease.fe == 0)
 		return false;
-	if (kl_now_ms() + e->margin_ms < e->lease_until)
+	if (kl_now_ms() + e->lease.margin_ms < e->lease.until)
 		return true;
 	snprintf(why, sizeof(why), "etcd has not renewed our lease for "
-	    "%" PRId64 " s", e->ttl_s);
+	    "%" PRId64 " s", e->lease.ttl_s);
 	ebe_lose(e, why);
 	return false;
 }
@@ -205,24 +277,25 @@ keepalive_in(struct ebe *e, uint64_t ms)
 	struct timeval tv;
 
 	tv_ms(&tv, ms);
-	evtimer_add(e->keepalive, &tv);
+	evtimer_add(e->lease.keepalive, &tv);
 }
 
 static void
 keepalive_cb_done(void *arg, const struct etcd_result *r)
 {
 	struct ebe	*e = arg;
-	uint64_t	 period = (uint64_t)e->ttl_s * 1000 / 3;
+	uint64_t	 period = (uint64_t)e->lease.ttl_s * 1000 / 3;
 
-	e->ka_call = NULL;
-	if (e->state == EBE_LOST || e->state == EBE_STOPPING)
+	e->lease.ka_call = NULL;
+	if (e->state >= EBE_LOST)
 		return;
 	if (r->status == ETCD_OK && r->ttl > 0) {
-		e->lease_until = e->ka_sent + (uint64_t)r->ttl * 1000;
+		e->lease.until = e->lease.ka_sent + (uint64_t)r->ttl * 1000;
 		guard_arm(e);
 		keepalive_in(e, period);
 	} else if (r->status == ETCD_OK ||
-	    (r->status == ETCD_ERR_GRPC && r->grpc_code == ETCD_GRPC_NOT_FOUND)) {
+	    (r->status == ETCD_ERR_GRPC &&
+	    r->grpc_code == ETCD_GRPC_NOT_FOUND)) {
 		ebe_lose(e, "etcd let our lease expire");
 	} else {
 		log_debug("backend etcd: keepalive: %s: %s",
@@ -241,32 +314,54 @@ static void
 keepalive_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct ebe	*e = arg;
+	struct elease	*l = &e->lease;
 	uint64_t	 now = kl_now_ms();
 
 	if (!ebe_lease_safe(e)) {
 		ebe_end_turn(e);
 		return;
 	}
-	if (e->ka_call == NULL) {
-		e->ka_sent = now;
-		e->ka_call = etcd_lease_keepalive(e->etcd, (int64_t)e->fe,
+	if (l->ka_call == NULL) {
+		l->ka_sent = now;
+		l->ka_call = etcd_lease_keepalive(e->etcd, (int64_t)l->fe,
 		    ETCD_RETRY, keepalive_cb_done, e);
 	}
-	if (e->rev >= e->hb_rev)
-		e->hb_seen = true;	/* the range may have been past it */
-	if (e->state == EBE_READY && e->hb_acked_ms != 0 && !e->hb_seen &&
-	    now - e->hb_acked_ms > (uint64_t)e->timeout_ms) {
+	if (replica_rev(e->rp) >= l->hb_rev)
+		l->hb_seen = true;	/* the range may have been past it */
+	if (e->state == EBE_READY && l->hb_acked_ms != 0 && !l->hb_seen &&
+	    now - l->hb_acked_ms > (uint64_t)e->timeout_ms) {
 		log_info("backend etcd: the watch did not bring our heartbeat "
 		    "(revision %" PRId64 ") in %d ms: watching again",
-		    e->hb_rev, e->timeout_ms);
+		    l->hb_rev, e->timeout_ms);
 		etcd_watch_restart(e->etcd);
-		e->hb_acked_ms = 0;
+		l->hb_acked_ms = 0;
 	}
-	if (e->state == EBE_READY && (e->hb_acked_ms == 0 || e->hb_seen))
-		commit_heartbeat(e);
-	if (e->ka_call == NULL)
+	if (e->state == EBE_READY && (l->hb_acked_ms == 0 || l->hb_seen))
+		commit_heartbeat(e->cm);
+	if (l->ka_call == NULL)
 		keepalive_in(e, EBE_RETRY_MS * 2);
 	ebe_end_turn(e);
+}
+
+/* The committer: our heartbeat's transaction is acked at rev. */
+static void
+ebe_heartbeat_acked(void *arg, int64_t rev)
+{
+	struct ebe *e = arg;
+
+	e->lease.hb_acked_ms = kl_now_ms();
+	e->lease.hb_rev = rev;
+	e->lease.hb_seen = replica_rev(e->rp) >= rev;
+}
+
+/* The replica: our heartbeat at rev is applied. */
+static void
+ebe_heartbeat_seen(void *arg, int64_t rev)
+{
+	struct ebe *e = arg;
+
+	if (rev >= e->lease.hb_rev)
+		e->lease.hb_seen = true;
 }
 
 /* ---- loss and recovery ---- */
@@ -283,44 +378,57 @@ drop_clients(struct ebe *e, const char *why)
 {
 	struct eowner *o, *next;
 
-	for (o = TAILQ_FIRST(&e->owners); o != NULL; o = next) {
+	for (o = TAILQ_FIRST(replica_owners(e->rp)); o != NULL; o = next) {
 		next = TAILQ_NEXT(o, entry);
-		if (o->ours && !o->gone && (o->open != NULL || o->op_open ||
-		    !TAILQ_EMPTY(&o->reqs)))
+		if (o->state == OWN_LOCK || o->state == OWN_RELEASE ||
+		    (o->state == OWN_IDLE && !TAILQ_EMPTY(&o->reqs)))
 			e->hooks.drop(e->hooks.arg, o->lo, why);
 	}
+}
+
+/*
+ * Empties the replica, and the committer first: nothing queued or on the
+ * wire may refer to a request the replica drops (replies of transactions
+ * on the wire are not heard). Writes go on under the lease we have.
+ */
+static void
+ebe_clear(struct ebe *e)
+{
+	commit_drop(e->cm);
+	replica_clear(e->rp);
+	if (e->lease.fe != 0)
+		commit_start(e->cm, e->lease.fe);
 }
 
 void
 ebe_lose(struct ebe *e, const char *why)
 {
-	if (e->state == EBE_LOST || e->state == EBE_STOPPING)
+	if (e->state >= EBE_LOST)
 		return;
 	log_warnx("backend etcd: %s: disconnecting the clients that hold or "
 	    "wait, and starting over", why);
 	snprintf(e->why, sizeof(e->why), "etcd: the front end lost its "
 	    "lease; reconnecting");
 	e->state = EBE_LOST;
-	e->gen++;
 	e->count->losses++;
-	if (e->fe != 0)
-		e->old_fe = e->fe;
-	e->fe = 0;
+	if (e->lease.fe != 0)
+		e->lease.old_fe = e->lease.fe;
+	e->lease.fe = 0;
+	replica_set_fe(e->rp, 0);
 	etcd_watch_stop(e->etcd);
-	if (e->ka_call != NULL)
-		etcd_cancel(e->ka_call);
-	e->ka_call = NULL;
-	evtimer_del(e->keepalive);
-	evtimer_del(e->guard);
+	if (e->lease.ka_call != NULL)
+		etcd_cancel(e->lease.ka_call);
+	e->lease.ka_call = NULL;
+	evtimer_del(e->lease.keepalive);
+	evtimer_del(e->lease.guard);
 	drop_clients(e, "lock lost: the etcd backend lost its lease");
-	commit_drop(e);
-	replica_clear(e);
+	ebe_clear(e);
 	e->start_pause_ms = EBE_RETRY_MS;
 	ebe_recover_in(e, 0);
 }
 
 /* A step of start-up or recovery failed: again after a pause. */
-void
+static void
 ebe_fail(struct ebe *e, const char *fmt, ...)
 {
 	va_list	ap;
@@ -329,7 +437,7 @@ ebe_fail(struct ebe *e, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (e->state == EBE_READY || e->state == EBE_STOPPING)
+	if (e->state == EBE_READY || e->state >= EBE_STOPPING)
 		return;
 	snprintf(e->why, sizeof(e->why), "etcd cannot be reached; trying "
 	    "again (the server's log says why)");
@@ -355,7 +463,7 @@ grant_done(void *arg, const struct etcd_result *r)
 {
 	struct ebe *e = arg;
 
-	if (e->state == EBE_STOPPING)
+	if (e->state >= EBE_STOPPING)
 		return;
 	if (r->status != ETCD_OK || r->lease_id == 0) {
 		ebe_fail(e, "lease grant on %s: %s: %s", r->endpoint,
@@ -363,15 +471,17 @@ grant_done(void *arg, const struct etcd_result *r)
 		    r->message : "no lease");
 		return;
 	}
-	e->fe = (uint64_t)r->lease_id;
-	e->lease_until = e->ka_sent + (uint64_t)r->ttl * 1000;
+	e->lease.fe = (uint64_t)r->lease_id;
+	e->lease.until = e->lease.ka_sent + (uint64_t)r->ttl * 1000;
 	log_info("backend etcd: lease %016" PRIx64 " (%" PRId64 " s) from %s",
-	    e->fe, r->ttl, r->endpoint);
+	    e->lease.fe, r->ttl, r->endpoint);
 	guard_arm(e);
-	keepalive_in(e, (uint64_t)e->ttl_s * 1000 / 3);
-	e->hb_acked_ms = 0;
-	commit_heartbeat(e);
-	if (replica_rebuild_start(e) != 0)
+	keepalive_in(e, (uint64_t)e->lease.ttl_s * 1000 / 3);
+	e->lease.hb_acked_ms = 0;
+	replica_set_fe(e->rp, e->lease.fe);
+	commit_start(e->cm, e->lease.fe);
+	commit_heartbeat(e->cm);
+	if (replica_rebuild_start(e->rp, false) != 0)
 		ebe_fail(e, "out of memory");
 	ebe_end_turn(e);
 }
@@ -380,18 +490,18 @@ grant_done(void *arg, const struct etcd_result *r)
 static void
 ebe_step(struct ebe *e)
 {
-	if (e->state == EBE_STOPPING || e->state == EBE_READY)
+	if (e->state >= EBE_STOPPING || e->state == EBE_READY)
 		return;
-	if (e->old_fe != 0) {
+	if (e->lease.old_fe != 0) {
 		/* its entries, of clients we disconnected, go at once */
-		etcd_lease_revoke(e->etcd, (int64_t)e->old_fe, ETCD_RETRY,
+		etcd_lease_revoke(e->etcd, (int64_t)e->lease.old_fe, ETCD_RETRY,
 		    revoke_done, e);
-		e->old_fe = 0;
+		e->lease.old_fe = 0;
 	}
 	if (e->state == EBE_LOST)
 		e->state = EBE_STARTING;
-	e->ka_sent = kl_now_ms();
-	if (etcd_lease_grant(e->etcd, e->ttl_s, 0, ETCD_RETRY, grant_done,
+	e->lease.ka_sent = kl_now_ms();
+	if (etcd_lease_grant(e->etcd, e->lease.ttl_s, 0, ETCD_RETRY, grant_done,
 	    e) == NULL)
 		ebe_fail(e, "cannot ask etcd for a lease");
 }
@@ -422,9 +532,8 @@ watch_created(void *arg, int64_t rev)
 	struct ebe *e = arg;
 
 	if (e->state == EBE_STARTING || e->state == EBE_RESYNC) {
-		e->range_flat = false;
 		log_info("backend etcd: serving; table at revision %" PRId64
-		    ", watching %s on %s", e->rev, e->prefix,
+		    ", watching %s on %s", replica_rev(e->rp), e->prefix,
 		    etcd_current_endpoint(e->etcd));
 		e->state = EBE_READY;
 		e->start_pause_ms = EBE_RETRY_MS;
@@ -444,11 +553,11 @@ watch_compacted(void *arg, int64_t crev)
 
 	if (e->state == EBE_STARTING || e->state == EBE_RESYNC) {
 		/* compacted since the range: from the newest one alone */
-		log_info("backend etcd: the watch's first revision is compacted "
-		    "(at %" PRId64 "): building the table again", crev);
-		e->range_flat = true;
-		replica_clear(e);
-		if (replica_rebuild_start(e) != 0)
+		log_info("backend etcd: the watch's first revision is "
+		    "compacted (at %" PRId64 "): building the table again",
+		    crev);
+		ebe_clear(e);
+		if (replica_rebuild_start(e->rp, true) != 0)
 			ebe_fail(e, "out of memory");
 		ebe_end_turn(e);
 		return;
@@ -463,9 +572,8 @@ watch_compacted(void *arg, int64_t crev)
 	/* their deletes are dropped with the rest: the range shows their
 	 * entries, ours and unknown, and they are deleted then */
 	drop_clients(e, "lock lost: the etcd backend rebuilds its table");
-	commit_drop(e);
-	replica_clear(e);
-	if (replica_rebuild_start(e) != 0)
+	ebe_clear(e);
+	if (replica_rebuild_start(e->rp, false) != 0)
 		ebe_lose(e, "out of memory");
 	ebe_end_turn(e);
 }
@@ -477,18 +585,26 @@ watch_down(void *arg, enum etcd_status st, const char *why)
 	    etcd_status_name(st), why);
 }
 
+static void
+watch_events(void *arg, const struct etcd_event *ev, size_t n, int64_t rev)
+{
+	replica_events(((struct ebe *)arg)->rp, ev, n, rev);
+}
+
 static const struct etcd_watch_cbs ebe_watch_cbs = {
-	.events = replica_events,
+	.events = watch_events,
 	.created = watch_created,
 	.compacted = watch_compacted,
 	.down = watch_down
 };
 
-/* The table is built at rev: watch from the next one. */
-void
-ebe_ready(struct ebe *e, int64_t rev)
+/* The replica's table is built at rev: watch from the next one. */
+static void
+ebe_built(void *arg, int64_t rev)
 {
-	if (etcd_watch_start(e->etcd, e->prefix, e->prefixlen, rev + 1,
+	struct ebe *e = arg;
+
+	if (etcd_watch_start(e->etcd, e->prefix, strlen(e->prefix), rev + 1,
 	    &ebe_watch_cbs, e) != 0)
 		ebe_fail(e, "out of memory for the watch");
 }
@@ -508,7 +624,7 @@ ebe_serving(struct ebe *e, struct be_result *r, enum be_op op)
 static struct lt_owner *
 ebe_owner_new(struct backend *be, uint64_t id, void *udata)
 {
-	struct eowner *o = eowner_new_ours(ebe_of(be), id, udata);
+	struct eowner *o = eowner_new_ours(ebe_of(be)->rp, id, udata);
 
 	return o != NULL ? o->lo : NULL;
 }
@@ -517,26 +633,23 @@ static void
 ebe_owner_free(struct backend *be, struct lt_owner *lo, uint64_t now_ms)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct ereq	*r, *next;
 
 	if (o == NULL)
 		return;
-	o->gone = true;
+	o->state = OWN_GONE;
 	o->open = NULL;
-	o->op_open = false;
 	locktable_owner_set_udata(o->lo, NULL);
 	for (r = TAILQ_FIRST(&o->reqs); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, entry);
-		r->withdrawing = true;
+		r->side = SIDE_ENDED;
 		r->why = LT_WHY_DISCONNECT;
-		for (size_t i = 0; i < r->nent; i++) {
-			if (!r->ent[i].releasing)
+		for (size_t i = 0; i < r->nent; i++)
+			if (r->ent[i].w < W_DEL_WAIT)	/* not released yet */
 				r->ent[i].why = LT_WHY_DISCONNECT;
-			r->ent[i].releasing = true;
-		}
 		if (e->state != EBE_LOST)
-			commit_delete_req(e, r);
+			commit_delete_req(e->cm, r);
 	}
 	eowner_maybe_free(o);
 }
@@ -562,12 +675,12 @@ ebe_acquire(struct backend *be, struct lt_owner *lo,
     const struct lt_acquire *a, uint64_t now_ms, struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct ereq	*q;
 
 	if (!ebe_serving(e, r, BE_LOCK))
 		return BE_DONE;
-	if (o == NULL || o->open != NULL) {
+	if (o == NULL || o->state != OWN_IDLE) {
 		be_backend(r, BE_LOCK, "etcd: a LOCK is already open");
 		return BE_DONE;
 	}
@@ -578,18 +691,20 @@ ebe_acquire(struct backend *be, struct lt_owner *lo,
 		be_backend(r, BE_LOCK, e->why);
 		return BE_DONE;
 	}
-	if ((q = ereq_new(e, o, e->fe, ++e->seq, a)) == NULL ||
-	    ereq_value(q, NULL) != 0 || commit_put(e, q) != 0) {
+	if ((q = ereq_new(e->rp, o, e->lease.fe, ++e->seq, a)) == NULL ||
+	    ereq_value(q, NULL) != 0 || commit_put(e->cm, q) != 0) {
 		memset(r, 0, sizeof(*r));
 		r->op = BE_LOCK;
 		r->err = KL_ERR_NOMEM;
 		if (q != NULL) {
 			q->state = REQ_GONE;
+			q->side = SIDE_ENDED;
 			ereq_maybe_free(q);
 		}
 		return BE_DONE;
 	}
 	o->open = q;
+	o->state = OWN_LOCK;
 	return BE_PENDING;
 }
 
@@ -602,10 +717,11 @@ held_entries(struct ebe *e, struct eowner *o, const char *const *keys,
 {
 	*n = 0;
 	for (size_t i = 0; i < nkeys; i++) {
-		struct eentry	*x = eentry_held(e, o, keys[i], keylens[i]);
+		struct eentry	*x = eentry_held(e->rp, o, keys[i],
+		    keylens[i]);
 		bool		 dup = false;
 
-		if (x == NULL || x->releasing) {
+		if (x == NULL || x->w >= W_DEL_WAIT) {	/* released already */
 			for (size_t j = 0; j < *n && !dup; j++)
 				dup = out[j]->lkeylen == keylens[i] &&
 				    memcmp(out[j]->lkey, keys[i],
@@ -634,13 +750,11 @@ ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
 	r->value = n;
 	if (n == 0)
 		return BE_DONE;
-	for (size_t i = 0; i < n; i++) {
-		ents[i]->releasing = true;
+	for (size_t i = 0; i < n; i++)
 		if (ents[i]->ttl != NULL)
 			evtimer_del(ents[i]->ttl);
-	}
 	o->op = op;
-	o->op_open = true;
+	o->state = OWN_RELEASE;
 	o->op_n = n;
 	o->op_gen++;
 	o->op_unseen = 0;
@@ -649,9 +763,9 @@ ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
 			ents[i]->op_gen = o->op_gen;
 			o->op_unseen++;
 		}
-	o->op_left = commit_delete(e, ents, n, o);
+	o->op_left = commit_delete(e->cm, ents, n, o);
 	if (o->op_left == 0 && o->op_unseen == 0) {
-		o->op_open = false;
+		o->state = OWN_IDLE;
 		return BE_DONE;
 	}
 	return BE_PENDING;
@@ -663,7 +777,7 @@ ebe_release(struct backend *be, struct lt_owner *lo, const char *const *keys,
     struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct eentry	*stack[16], **ents = stack;
 	enum be_status	 st;
 	size_t		 n;
@@ -691,7 +805,7 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
     struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct eentry	**ents;
 	struct ereq	*q;
 	size_t		 n = 0, cap = 0;
@@ -713,7 +827,8 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 	}
 	TAILQ_FOREACH(q, &o->reqs, entry)
 		for (size_t i = 0; q->state == REQ_HELD && i < q->nent; i++)
-			if (q->ent[i].rep == ENT_HELD && !q->ent[i].releasing)
+			if (q->ent[i].rep == ENT_HELD &&
+			    q->ent[i].w < W_DEL_WAIT)
 				ents[n++] = &q->ent[i];
 	st = ebe_release_ents(e, o, BE_UNLOCKALL, ents, n, r);
 	kl_free(ents);
@@ -727,7 +842,7 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
     struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct eentry	*stack[16], **ents = stack;
 	size_t		 n = 0;
 
@@ -765,56 +880,54 @@ ebe_withdraw(struct backend *be, struct lt_owner *lo, enum lt_why why,
     uint64_t now_ms, struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
-	struct eowner	*o = eowner_of(e, lo);
+	struct eowner	*o = eowner_of(e->rp, lo);
 	struct ereq	*q = o != NULL ? o->open : NULL;
 
 	memset(r, 0, sizeof(*r));
 	r->op = BE_LOCK;
-	if (q == NULL || q->replied || q->withdrawing || q->deadline ||
+	if (q == NULL || q->side != SIDE_ASKED ||
 	    (why == LT_WHY_TIMEOUT && q->a.try))
 		return BE_DONE;
 	q->why = why;
 	if (why == LT_WHY_SHUTDOWN || e->state != EBE_READY) {
 		/* no wait for etcd: the lease goes with us */
-		q->replied = true;
-		q->withdrawing = true;
+		q->side = SIDE_ENDED;
 		o->open = NULL;
+		o->state = OWN_IDLE;
 		r->err = why == LT_WHY_SHUTDOWN ? KL_ERR_SHUTDOWN :
 		    KL_ERR_BACKEND;
 		r->text = e->why;
 		r->value = 1;
 		if (e->state == EBE_READY)
-			commit_delete_req(e, q);
+			commit_delete_req(e->cm, q);
 		return BE_DONE;
 	}
 	if (q->state == REQ_PUTTING) {
-		q->deadline = true;
+		q->side = SIDE_DEADLINE;
 		return BE_PENDING;
 	}
-	q->withdrawing = true;
-	commit_delete_req(e, q);
+	q->side = SIDE_WITHDRAWING;
+	commit_delete_req(e->cm, q);
 	return BE_PENDING;
 }
 
 static const struct locktable *
 ebe_table(const struct backend *be)
 {
-	return ((const struct ebe *)be)->lt;
+	return replica_table(((const struct ebe *)be)->rp);
 }
 
 static void
 ebe_freeze(struct backend *be)
 {
-	struct ebe *e = ebe_of(be);
-
-	e->frozen = true;
+	replica_freeze(ebe_of(be)->rp);
 }
 
 static void
 ebe_op_end_turn(struct backend *be)
 {
 	ebe_note_ready(ebe_of(be));
-	commit_flush(ebe_of(be));
+	commit_flush(ebe_of(be)->cm);
 }
 
 static void
@@ -822,9 +935,9 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-/* Runs the loop for up to ms, or until the state changes or
- * e->stopped is set (start-up and stop only: a tick of its own, never
- * event_base_loopexit(), which would end the daemon's own loop later). */
+/* Runs the loop for up to ms, or until the state changes (start-up and
+ * stop only: a tick of its own, never event_base_loopexit(), which would
+ * end the daemon's own loop later). */
 static void
 ebe_run_until(struct ebe *e, int ms)
 {
@@ -835,7 +948,7 @@ ebe_run_until(struct ebe *e, int ms)
 
 	if (tick == NULL)
 		return;
-	while (!e->revoked && e->state == was && kl_now_ms() < deadline) {
+	while (e->state == was && kl_now_ms() < deadline) {
 		evtimer_add(tick, &tv);
 		event_base_loop(e->base, EVLOOP_ONCE);
 	}
@@ -847,7 +960,7 @@ stop_revoked(void *arg, const struct etcd_result *r)
 {
 	struct ebe *e = arg;
 
-	e->revoked = true;
+	e->state = EBE_STOPPED;
 }
 
 static void
@@ -856,39 +969,35 @@ ebe_free(struct backend *be)
 	struct ebe	*e = ebe_of(be);
 	enum ebe_state	 was = e->state;
 
-	/* transactions still on the wire end unheard (commit_txn_cb) */
 	e->state = EBE_STOPPING;
-	e->gen++;
-	if (e->keepalive != NULL)
-		evtimer_del(e->keepalive);
-	if (e->guard != NULL)
-		evtimer_del(e->guard);
+	if (e->lease.keepalive != NULL)
+		evtimer_del(e->lease.keepalive);
+	if (e->lease.guard != NULL)
+		evtimer_del(e->lease.guard);
 	if (e->start != NULL)
 		evtimer_del(e->start);
-	if (e->retry != NULL)
-		evtimer_del(e->retry);
-	if (e->hold != NULL)
-		evtimer_del(e->hold);
-	if (e->fe != 0 && e->etcd != NULL && was != EBE_LOST) {
+	/* transactions still on the wire end unheard */
+	if (e->cm != NULL)
+		commit_drop(e->cm);
+	if (e->lease.fe != 0 && e->etcd != NULL && was != EBE_LOST) {
 		/* our entries go now, not at the lease's expiry */
 		etcd_watch_stop(e->etcd);
-		if (etcd_lease_revoke(e->etcd, (int64_t)e->fe, 0, stop_revoked,
-		    e) != NULL)
+		if (etcd_lease_revoke(e->etcd, (int64_t)e->lease.fe, 0,
+		    stop_revoked, e) != NULL)
 			ebe_run_until(e, e->timeout_ms);
 	}
-	commit_drop(e);
-	replica_free(e);
+	e->state = EBE_STOPPED;
+	if (e->cm != NULL)
+		commit_drop(e->cm);	/* what the loop queued */
+	replica_free(e->rp);
 	etcd_free(e->etcd);
-	if (e->keepalive != NULL)
-		event_free(e->keepalive);
-	if (e->guard != NULL)
-		event_free(e->guard);
+	commit_free(e->cm);
+	if (e->lease.keepalive != NULL)
+		event_free(e->lease.keepalive);
+	if (e->lease.guard != NULL)
+		event_free(e->lease.guard);
 	if (e->start != NULL)
 		event_free(e->start);
-	if (e->retry != NULL)
-		event_free(e->retry);
-	if (e->hold != NULL)
-		event_free(e->hold);
 	kl_free(e->prefix);
 	kl_free(e);
 }
@@ -944,11 +1053,97 @@ ebe_etcd_new(const struct config *cfg, struct event_base *base,
 	return etcd;
 }
 
+/* ---- what the replica and the committer report ---- */
+
+static void
+ebe_queued(void *arg, struct ereq *r)
+{
+	struct ebe *e = arg;
+
+	if (e->hooks.queued != NULL)
+		e->hooks.queued(e->hooks.arg, r->owner->lo);
+}
+
+static void
+ebe_del(void *arg, struct ereq *r, struct eentry *x)
+{
+	struct ebe *e = arg;
+
+	if (x == NULL)
+		commit_delete_req(e->cm, r);
+	else
+		commit_delete(e->cm, &x, 1, NULL);
+}
+
+static bool
+ebe_put_failed(void *arg, struct ereq *q, const char *why)
+{
+	struct ebe		*e = arg;
+	struct be_result	 r;
+
+	if (q->state == REQ_HELD && q->side == SIDE_ANSWERED)
+		/* the watch brought its put and the client has its token:
+		 * the put was made, whatever this reply says, and deleting
+		 * it now would end a hold the client still has (the next
+		 * waiter granted while it holds). A copy of it tried again
+		 * elsewhere that lands after our delete is a leftover,
+		 * deleted when it is seen. */
+		return true;
+	if (ereq_awaited(q)) {
+		log_info("backend etcd: a LOCK's put failed: %s", why);
+		snprintf(e->why, sizeof(e->why), "etcd did not take the LOCK "
+		    "in time");
+		be_backend(&r, BE_LOCK, e->why);
+		ebe_answer(e, q, &r);
+	}
+	q->side = SIDE_ENDED;
+	return false;
+}
+
+static bool
+ebe_lease_safe_cb(void *arg)
+{
+	return ebe_lease_safe(arg);
+}
+
+static void
+ebe_lose_cb(void *arg, const char *why)
+{
+	ebe_lose(arg, why);
+}
+
+static void
+ebe_fail_cb(void *arg, const char *why)
+{
+	ebe_fail(arg, "%s", why);
+}
+
+static const struct replica_hooks ebe_replica_hooks = {
+	.answer = ebe_answer,
+	.queued = ebe_queued,
+	.del = ebe_del,
+	.deleted = ebe_deleted,
+	.built = ebe_built,
+	.heartbeat = ebe_heartbeat_seen,
+	.lease_safe = ebe_lease_safe_cb,
+	.lose = ebe_lose_cb,
+	.fail = ebe_fail_cb,
+	.end_turn = ebe_end_turn,
+};
+
+static const struct commit_hooks ebe_commit_hooks = {
+	.put_failed = ebe_put_failed,
+	.released = ebe_released,
+	.heartbeat = ebe_heartbeat_acked,
+	.lose = ebe_lose_cb,
+	.end_turn = ebe_end_turn,
+};
+
 /*
  * The backend before its start-up: settings, the etcd client (nothing
- * sent yet) and an empty replica, state EBE_STARTING. backend_etcd_new()
- * starts it; the replica's tests (tests/unit/check_replica.c) feed it
- * events without etcd.
+ * sent yet), an empty replica and committer, state EBE_STARTING.
+ * backend_etcd_new() starts it; the replica's tests
+ * (tests/unit/check_replica.c) feed it events without etcd.
  */
 struct ebe *
 ebe_create(const struct config *cfg, struct event_base *base,
@@ -956,6 +1151,8 @@ ebe_create(const struct config *cfg, struct event_base *base,
 {
 	struct ebe		*e;
 	struct etcd_opts	 eo;
+	struct replica_hooks	 rh = ebe_replica_hooks;
+	struct commit_hooks	 ch = ebe_commit_hooks;
 
 	if ((e = kl_calloc(1, sizeof(*e))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -966,38 +1163,66 @@ ebe_create(const struct config *cfg, struct event_base *base,
 	e->count = hooks->counters != NULL ? hooks->counters : &e->own;
 	e->base = base;
 	e->state = EBE_STARTING;
-	e->ttl_s = cfg->etcd_lease_ttl;
+	e->lease.ttl_s = cfg->etcd_lease_ttl;
 	e->timeout_ms = (int)cfg->etcd_timeout;
 	e->max_ops = (size_t)cfg->etcd_max_txn_ops;
-	/* one connection of the pool stays free for keepalives */
-	e->max_inflight = cfg->etcd_connections > 1 ?
-	    (int)cfg->etcd_connections - 1 : 1;
-	e->margin_ms = (uint64_t)e->ttl_s * 1000 / 4;
-	if (e->margin_ms < EBE_MARGIN_MIN_MS)
-		e->margin_ms = EBE_MARGIN_MIN_MS;
+	e->lease.margin_ms = (uint64_t)e->lease.ttl_s * 1000 / 4;
+	if (e->lease.margin_ms < EBE_MARGIN_MIN_MS)
+		e->lease.margin_ms = EBE_MARGIN_MIN_MS;
 	e->start_pause_ms = EBE_RETRY_MS;
-	TAILQ_INIT(&e->queue);
-	TAILQ_INIT(&e->later);
 	memset(&eo, 0, sizeof(eo));
 	eo.conns = (int)cfg->etcd_connections;
 	eo.timeout_ms = e->timeout_ms;
+	if ((e->etcd = ebe_etcd_new(cfg, base, cfg->etcd_endpoints, &eo, err,
+	    errlen)) == NULL)
+		goto fail;
+	rh.arg = ch.arg = e;
 	if ((e->prefix = kl_strndup(cfg->etcd_prefix,
 	    strlen(cfg->etcd_prefix))) == NULL ||
-	    replica_new(e) != 0 ||
-	    (e->keepalive = evtimer_new(base, keepalive_cb, e)) == NULL ||
-	    (e->guard = evtimer_new(base, guard_cb, e)) == NULL ||
+	    (e->rp = replica_new(base, e->etcd, e->prefix, e->count,
+	    &rh)) == NULL ||
+	    /* one connection of the pool stays free for keepalives */
+	    (e->cm = commit_new(base, e->etcd, e->prefix, e->max_ops,
+	    cfg->etcd_connections > 1 ? (int)cfg->etcd_connections - 1 : 1,
+	    e->count, &ch)) == NULL ||
+	    (e->lease.keepalive = evtimer_new(base, keepalive_cb, e)) == NULL ||
+	    (e->lease.guard = evtimer_new(base, guard_cb, e)) == NULL ||
 	    (e->start = evtimer_new(base, start_cb, e)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	e->prefixlen = strlen(e->prefix);
-	if ((e->etcd = ebe_etcd_new(cfg, base, cfg->etcd_endpoints, &eo, err,
-	    errlen)) == NULL)
-		goto fail;
 	return e;
 fail:
 	ebe_free(&e->be);
 	return NULL;
+}
+
+void
+ebe_assume(struct ebe *e, uint64_t fe)
+{
+	e->state = EBE_READY;
+	e->lease.fe = fe;
+	e->lease.until = kl_now_ms() + 3600 * 1000;
+	replica_set_fe(e->rp, fe);
+	commit_start(e->cm, fe);
+}
+
+bool
+ebe_lost(const struct ebe *e)
+{
+	return e->state == EBE_LOST;
+}
+
+struct replica *
+ebe_replica(struct ebe *e)
+{
+	return e->rp;
+}
+
+struct backend *
+ebe_seam(struct ebe *e)
+{
+	return &e->be;
 }
 
 struct backend *
@@ -1010,18 +1235,18 @@ backend_etcd_new(const struct config *cfg, struct event_base *base,
 	if ((e = ebe_create(cfg, base, hooks, err, errlen)) == NULL)
 		return NULL;
 	log_info("backend etcd: endpoints %s, prefix %s, lease %" PRId64
-	    " s, timeout %d ms", cfg->etcd_endpoints, e->prefix, e->ttl_s,
+	    " s, timeout %d ms", cfg->etcd_endpoints, e->prefix, e->lease.ttl_s,
 	    e->timeout_ms);
 	/* start-up runs on the loop; the daemon is ready once the table is
 	 * built (READY=1 follows backend_new()) */
-	e->in_new = true;
+	e->hooks.end_turn = NULL;	/* the caller's side is not built yet */
 	ebe_step(e);
 	deadline = kl_now_ms() + (uint64_t)cfg->etcd_timeout * 10;
 	while (e->state != EBE_READY && kl_now_ms() < deadline) {
 		ebe_run_until(e, 50);
-		commit_flush(e);
+		commit_flush(e->cm);
 	}
-	e->in_new = false;
+	e->hooks.end_turn = hooks->end_turn;
 	if (e->state != EBE_READY) {
 		snprintf(err, errlen, "backend etcd: not ready within %" PRId64
 		    " ms: %s", cfg->etcd_timeout * 10, e->failed[0] != '\0' ?

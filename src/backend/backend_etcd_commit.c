@@ -28,6 +28,11 @@
  * anew). Deletes that fail are tried again until they succeed or the
  * lease goes; a LOCK whose put fails is answered ERR BACKEND and its
  * entries deleted, in case the put was made after all.
+ *
+ * It writes an entry's w (enum eentry_w) and a request's refs; it learns
+ * nothing else of the replica, which it never calls but to free a request
+ * it lets go (ereq_maybe_free); what the backend must hear goes up
+ * through struct commit_hooks.
  */
 #include <sys/time.h>
 
@@ -45,9 +50,54 @@
 #include "log.h"
 #include "util.h"
 
+/* What goes into one transaction together. */
+enum eitem_kind {
+	ITEM_PUT,		/* every entry of one LOCK */
+	ITEM_DEL,		/* deletes of entries */
+	ITEM_HEARTBEAT		/* P fe/FE */
+};
+
+struct eitem {
+	TAILQ_ENTRY(eitem)	 entry;
+	enum eitem_kind		 kind;
+	struct ereq		*req;		/* ITEM_PUT */
+	struct eentry		**del;		/* ITEM_DEL */
+	size_t			 ndel;
+	struct eowner		*reply;		/* its ack completes this
+						 * owner's UNLOCK */
+	int			 tries;
+	uint64_t		 queued_ms;
+};
+TAILQ_HEAD(eitemq, eitem);
+
+struct committer {
+	struct commit_hooks	 hooks;
+	struct event_base	*base;
+	struct etcd		*etcd;
+	const char		*prefix;	/* the backend's */
+	size_t			 max_ops;
+	int			 max_inflight;	/* transactions on the wire */
+	struct be_counters	*count;		/* txns, txn_failures */
+	uint64_t		 fe;		/* the lease writes carry; 0:
+						 * none, nothing is sent */
+	uint64_t		 gen;		/* commit_drop()s so far: the
+						 * reply of a transaction sent
+						 * before the last is unheard */
+	uint64_t		 hb_count;
+	struct eitemq		 queue;
+	size_t			 nqueue;
+	size_t			 queue_ops;	/* etcd operations queued */
+	int			 inflight;
+	struct event		*hold;		/* the held batch goes */
+	uint64_t		 linger_until;	/* us; 0: no wait */
+	size_t			 linger_ops;	/* queue_ops ending it early */
+	struct event		*retry;		/* failed deletes, again */
+	struct eitemq		 later;		/* waiting for retry */
+};
+
 struct etxn {
-	struct ebe	*e;
-	uint64_t	 gen;		/* e->gen when sent */
+	struct committer	*cm;
+	uint64_t	 gen;		/* cm->gen when sent */
 	uint64_t	 sent_ms;
 	size_t		 ops;
 	size_t		 n;
@@ -57,7 +107,7 @@ struct etxn {
 static void	commit_txn_cb(void *, const struct etcd_result *);
 
 static struct eitem *
-item_new(struct ebe *e, enum eitem_kind kind)
+item_new(struct committer *cm, enum eitem_kind kind)
 {
 	struct eitem *it = kl_calloc(1, sizeof(*it));
 
@@ -90,20 +140,20 @@ item_ops(const struct eitem *it)
 }
 
 static void
-item_queue(struct ebe *e, struct eitem *it)
+item_queue(struct committer *cm, struct eitem *it)
 {
 	it->queued_ms = kl_now_ms();
-	TAILQ_INSERT_TAIL(&e->queue, it, entry);
-	e->nqueue++;
-	e->queue_ops += item_ops(it);
+	TAILQ_INSERT_TAIL(&cm->queue, it, entry);
+	cm->nqueue++;
+	cm->queue_ops += item_ops(it);
 }
 
 static void
-item_unqueue(struct ebe *e, struct eitem *it)
+item_unqueue(struct committer *cm, struct eitem *it)
 {
-	TAILQ_REMOVE(&e->queue, it, entry);
-	e->nqueue--;
-	e->queue_ops -= item_ops(it);
+	TAILQ_REMOVE(&cm->queue, it, entry);
+	cm->nqueue--;
+	cm->queue_ops -= item_ops(it);
 }
 
 /* Drops the item's hold on its requests (they may be freed). */
@@ -123,20 +173,20 @@ item_release(struct eitem *it)
 }
 
 int
-commit_put(struct ebe *e, struct ereq *r)
+commit_put(struct committer *cm, struct ereq *r)
 {
-	struct eitem *it = item_new(e, ITEM_PUT);
+	struct eitem *it = item_new(cm, ITEM_PUT);
 
 	if (it == NULL)
 		return -1;
 	it->req = r;
 	r->refs++;
-	item_queue(e, it);
+	item_queue(cm, it);
 	return 0;
 }
 
 size_t
-commit_delete(struct ebe *e, struct eentry **ents, size_t n,
+commit_delete(struct committer *cm, struct eentry **ents, size_t n,
     struct eowner *reply)
 {
 	struct eitem	*it = NULL;
@@ -145,22 +195,22 @@ commit_delete(struct ebe *e, struct eentry **ents, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		struct eentry *x = ents[i];
 
-		if (x->del_queued)
+		if (x->w >= W_DEL_WAIT)
 			continue;
-		x->del_queued = true;
 		count++;
-		if (!x->put_acked) {
+		if (x->w == W_PUTTING) {
 			/* even if seen: a put still on the wire may be tried
 			 * again, and would make the entry anew after this
 			 * delete; commit_unwait() sends it */
-			x->del_wait = true;
-			x->del_reply = reply != NULL;
+			x->w = reply != NULL ? W_DEL_WAIT_REPLY : W_DEL_WAIT;
 			continue;
 		}
-		if (it == NULL && ((it = item_new(e, ITEM_DEL)) == NULL ||
+		x->w = W_DELETING;
+		if (it == NULL && ((it = item_new(cm, ITEM_DEL)) == NULL ||
 		    (it->del = kl_calloc(n, sizeof(*it->del))) == NULL)) {
 			item_free(it);
-			ebe_lose(e, "out of memory for deletes");
+			cm->hooks.lose(cm->hooks.arg,
+			    "out of memory for deletes");
 			return 0;
 		}
 		it->del[it->ndel++] = x;
@@ -168,58 +218,60 @@ commit_delete(struct ebe *e, struct eentry **ents, size_t n,
 	}
 	if (it != NULL) {
 		it->reply = reply;
-		item_queue(e, it);
+		item_queue(cm, it);
 	}
 	return count;
 }
 
 void
-commit_delete_req(struct ebe *e, struct ereq *r)
+commit_delete_req(struct committer *cm, struct ereq *r)
 {
 	struct eentry	*stack[16], **ents = stack;
 
 	if (r->nent > 16 && (ents = kl_calloc(r->nent, sizeof(*ents))) ==
 	    NULL) {
-		ebe_lose(e, "out of memory for deletes");
+		cm->hooks.lose(cm->hooks.arg, "out of memory for deletes");
 		return;
 	}
 	for (size_t i = 0; i < r->nent; i++)
 		ents[i] = &r->ent[i];
-	commit_delete(e, ents, r->nent, NULL);
+	commit_delete(cm, ents, r->nent, NULL);
 	if (ents != stack)
 		kl_free(ents);
 }
 
 int
-commit_heartbeat(struct ebe *e)
+commit_heartbeat(struct committer *cm)
 {
-	struct eitem *it = item_new(e, ITEM_HEARTBEAT);
+	struct eitem *it = item_new(cm, ITEM_HEARTBEAT);
 
 	if (it == NULL)
 		return -1;
-	item_queue(e, it);
+	item_queue(cm, it);
 	return 0;
 }
 
-/* r's entries are made (its put is acked, or the watch showed one): the
- * deletes that waited for them go. */
-void
-commit_unwait(struct ebe *e, struct ereq *r)
+/* r's entries are made (its put is acked): the deletes that waited for
+ * them go. */
+static void
+commit_unwait(struct committer *cm, struct ereq *r)
 {
 	struct eitem *it[2] = { NULL, NULL };	/* no reply, reply */
 
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry	*x = &r->ent[i];
-		int		 k = x->del_reply ? 1 : 0;
+		int		 k = x->w == W_DEL_WAIT_REPLY ? 1 : 0;
 
-		if (!x->del_wait || !x->put_acked)
+		if (x->w != W_DEL_WAIT && x->w != W_DEL_WAIT_REPLY)
 			continue;
-		x->del_wait = x->del_reply = false;
-		if (it[k] == NULL && ((it[k] = item_new(e, ITEM_DEL)) == NULL ||
+		x->w = W_DELETING;
+		if (it[k] == NULL && ((it[k] = item_new(cm, ITEM_DEL)) ==
+		    NULL ||
 		    (it[k]->del = kl_calloc(r->nent, sizeof(*it[k]->del))) ==
 		    NULL)) {
 			item_free(it[k]);
-			ebe_lose(e, "out of memory for deletes");
+			cm->hooks.lose(cm->hooks.arg,
+			    "out of memory for deletes");
 			return;
 		}
 		it[k]->del[it[k]->ndel++] = x;
@@ -228,20 +280,21 @@ commit_unwait(struct ebe *e, struct ereq *r)
 	for (int k = 0; k < 2; k++)
 		if (it[k] != NULL) {
 			it[k]->reply = k == 1 ? r->owner : NULL;
-			item_queue(e, it[k]);
+			item_queue(cm, it[k]);
 		}
 }
 
 static void
-commit_put_acked(struct ebe *e, struct ereq *r)
+commit_put_acked(struct committer *cm, struct ereq *r)
 {
 	for (size_t i = 0; i < r->nent; i++)
-		r->ent[i].put_acked = true;
-	commit_unwait(e, r);
+		if (r->ent[i].w == W_PUTTING)
+			r->ent[i].w = W_PUT;
+	commit_unwait(cm, r);
 }
 
 static void
-commit_send(struct ebe *e)
+commit_send(struct committer *cm)
 {
 	struct etcd_txn	*t;
 	struct etxn	*ctx;
@@ -249,10 +302,10 @@ commit_send(struct ebe *e)
 	size_t		 ops = 0, n = 0;
 	char		 key[512], val[128];
 
-	TAILQ_FOREACH(it, &e->queue, entry) {
+	TAILQ_FOREACH(it, &cm->queue, entry) {
 		size_t k = item_ops(it);
 
-		if (n > 0 && ops + k > e->max_ops)
+		if (n > 0 && ops + k > cm->max_ops)
 			break;
 		ops += k;
 		n++;
@@ -263,16 +316,17 @@ commit_send(struct ebe *e)
 	    (ctx = kl_calloc(1, sizeof(*ctx) + n * sizeof(ctx->items[0]))) ==
 	    NULL) {
 		etcd_txn_free(t);
-		ebe_lose(e, "out of memory for a transaction");
+		cm->hooks.lose(cm->hooks.arg,
+		    "out of memory for a transaction");
 		return;
 	}
-	ctx->e = e;
-	ctx->gen = e->gen;
+	ctx->cm = cm;
+	ctx->gen = cm->gen;
 	ctx->sent_ms = kl_now_ms();
 	ctx->ops = ops;
 	for (size_t i = 0; i < n; i++) {
-		ctx->items[i] = it = TAILQ_FIRST(&e->queue);
-		item_unqueue(e, it);
+		ctx->items[i] = it = TAILQ_FIRST(&cm->queue);
+		item_unqueue(cm, it);
 	}
 	ctx->n = n;
 	/* deletes first: a release is applied before a LOCK written with it */
@@ -294,27 +348,27 @@ commit_send(struct ebe *e)
 			for (size_t j = 0; j < r->nent; j++)
 				if (etcd_txn_put(t, true, r->ent[j].ekey,
 				    r->ent[j].ekeylen, r->value, r->valuelen,
-				    (int64_t)e->fe) != 0)
+				    (int64_t)cm->fe) != 0)
 					goto nomem;
 			break;
 		case ITEM_HEARTBEAT:
 			len = snprintf(key, sizeof(key), "%sfe/%016" PRIx64,
-			    e->prefix, e->fe);
+			    cm->prefix, cm->fe);
 			snprintf(val, sizeof(val), "keylockd %s %ld %" PRIu64,
-			    PACKAGE_VERSION, (long)getpid(), ++e->hb_count);
+			    PACKAGE_VERSION, (long)getpid(), ++cm->hb_count);
 			if (etcd_txn_put(t, true, key, (size_t)len, val,
-			    strlen(val), (int64_t)e->fe) != 0)
+			    strlen(val), (int64_t)cm->fe) != 0)
 				goto nomem;
 			break;
 		case ITEM_DEL:
 			break;
 		}
 	}
-	e->count->txns++;
-	e->inflight++;
+	cm->count->txns++;
+	cm->inflight++;
 	/* tried again on the next member when one fails: a put twice is a
 	 * rewrite (replicas ignore it), a delete twice nothing */
-	if (etcd_txn(e->etcd, t, ETCD_RETRY, commit_txn_cb, ctx) == NULL) {
+	if (etcd_txn(cm->etcd, t, ETCD_RETRY, commit_txn_cb, ctx) == NULL) {
 		struct etcd_result r;
 
 		/* the queue of the client is full: fail like etcd did */
@@ -329,7 +383,7 @@ nomem:
 	for (size_t i = 0; i < n; i++)
 		item_release(ctx->items[i]);
 	kl_free(ctx);
-	ebe_lose(e, "out of memory for a transaction");
+	cm->hooks.lose(cm->hooks.arg, "out of memory for a transaction");
 }
 
 static uint64_t
@@ -344,17 +398,17 @@ commit_now_us(void)
 static void
 hold_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct ebe *e = arg;
+	struct committer *cm = arg;
 
-	commit_flush(e);
-	ebe_end_turn(e);
+	commit_flush(cm);
+	cm->hooks.end_turn(cm->hooks.arg);
 }
 
 static bool
-commit_hold_timer(struct ebe *e)
+commit_hold_timer(struct committer *cm)
 {
-	return e->hold != NULL || (e->hold = evtimer_new(e->base, hold_cb,
-	    e)) != NULL;
+	return cm->hold != NULL || (cm->hold = evtimer_new(cm->base, hold_cb,
+	    cm)) != NULL;
 }
 
 /* With a transaction on the wire, the queue waits for its reply (which
@@ -363,68 +417,69 @@ commit_hold_timer(struct ebe *e)
  * much, not a timeout of their own on top of its. With none on the wire,
  * it waits while the linger after a reply lasts (commit_txn_cb). */
 static bool
-commit_hold(struct ebe *e)
+commit_hold(struct committer *cm)
 {
 	uint64_t	age, now;
 	struct timeval	tv;
 
-	if (e->queue_ops >= e->max_ops) {
-		e->linger_until = 0;
+	if (cm->queue_ops >= cm->max_ops) {
+		cm->linger_until = 0;
 		return false;
 	}
-	if (e->inflight == 0) {
-		if (e->linger_until == 0)
+	if (cm->inflight == 0) {
+		if (cm->linger_until == 0)
 			return false;
 		now = commit_now_us();
-		if (now >= e->linger_until || e->queue_ops >= e->linger_ops ||
-		    !commit_hold_timer(e)) {
-			e->linger_until = 0;
+		if (now >= cm->linger_until ||
+		    cm->queue_ops >= cm->linger_ops ||
+		    !commit_hold_timer(cm)) {
+			cm->linger_until = 0;
 			return false;
 		}
 		tv.tv_sec = 0;
-		tv.tv_usec = (suseconds_t)(e->linger_until - now);
-		evtimer_add(e->hold, &tv);
+		tv.tv_usec = (suseconds_t)(cm->linger_until - now);
+		evtimer_add(cm->hold, &tv);
 		return true;
 	}
-	age = kl_now_ms() - TAILQ_FIRST(&e->queue)->queued_ms;
+	age = kl_now_ms() - TAILQ_FIRST(&cm->queue)->queued_ms;
 	if (age >= EBE_HOLD_MS)
 		return false;
-	if (!commit_hold_timer(e))
+	if (!commit_hold_timer(cm))
 		return false;
-	if (!evtimer_pending(e->hold, NULL)) {
+	if (!evtimer_pending(cm->hold, NULL)) {
 		tv.tv_sec = 0;
 		tv.tv_usec = (suseconds_t)(EBE_HOLD_MS - age) * 1000;
-		evtimer_add(e->hold, &tv);
+		evtimer_add(cm->hold, &tv);
 	}
 	return true;
 }
 
 void
-commit_flush(struct ebe *e)
+commit_flush(struct committer *cm)
 {
-	while (e->inflight < e->max_inflight && !TAILQ_EMPTY(&e->queue) &&
-	    e->fe != 0 && e->state != EBE_LOST && e->state != EBE_STOPPING &&
-	    !commit_hold(e))
-		commit_send(e);
+	while (cm->inflight < cm->max_inflight && !TAILQ_EMPTY(&cm->queue) &&
+	    cm->fe != 0 &&
+	    !commit_hold(cm))
+		commit_send(cm);
 }
 
 static void
 retry_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct ebe	*e = arg;
+	struct committer	*cm = arg;
 	struct eitem	*it;
 
-	while ((it = TAILQ_FIRST(&e->later)) != NULL) {
-		TAILQ_REMOVE(&e->later, it, entry);
-		item_queue(e, it);
+	while ((it = TAILQ_FIRST(&cm->later)) != NULL) {
+		TAILQ_REMOVE(&cm->later, it, entry);
+		item_queue(cm, it);
 	}
-	commit_flush(e);
-	ebe_end_turn(e);
+	commit_flush(cm);
+	cm->hooks.end_turn(cm->hooks.arg);
 }
 
 /* A failed delete: again after a pause (deletes are idempotent). */
 static void
-item_later(struct ebe *e, struct eitem *it)
+item_later(struct committer *cm, struct eitem *it)
 {
 	int		ms = EBE_RETRY_MS << (it->tries < 4 ? it->tries : 4);
 	struct timeval	tv;
@@ -434,78 +489,55 @@ item_later(struct ebe *e, struct eitem *it)
 	tv.tv_sec = ms / 1000;
 	tv.tv_usec = (ms % 1000) * 1000;
 	it->tries++;
-	TAILQ_INSERT_TAIL(&e->later, it, entry);
-	if (e->retry == NULL)
-		e->retry = evtimer_new(e->base, retry_cb, e);
-	if (e->retry != NULL && !evtimer_pending(e->retry, NULL))
-		evtimer_add(e->retry, &tv);
+	TAILQ_INSERT_TAIL(&cm->later, it, entry);
+	if (cm->retry == NULL)
+		cm->retry = evtimer_new(cm->base, retry_cb, cm);
+	if (cm->retry != NULL && !evtimer_pending(cm->retry, NULL))
+		evtimer_add(cm->retry, &tv);
 }
 
 static void
-commit_item_ok(struct ebe *e, struct eitem *it, const struct etcd_result *res)
+commit_item_ok(struct committer *cm, struct eitem *it,
+    const struct etcd_result *res)
 {
 	switch (it->kind) {
 	case ITEM_PUT:
-		commit_put_acked(e, it->req);
+		commit_put_acked(cm, it->req);
 		break;
 	case ITEM_DEL:
 		if (it->reply != NULL)
-			ebe_release_acked(e, it->reply, it->ndel, NULL);
+			cm->hooks.released(cm->hooks.arg, it->reply, it->ndel,
+			    NULL);
 		break;
 	case ITEM_HEARTBEAT:
-		e->hb_acked_ms = kl_now_ms();
-		e->hb_rev = res->revision;
-		e->hb_seen = e->rev >= res->revision;
+		cm->hooks.heartbeat(cm->hooks.arg, res->revision);
 		break;
 	}
 	item_release(it);
 }
 
 static void
-commit_item_failed(struct ebe *e, struct eitem *it, const char *why)
+commit_item_failed(struct committer *cm, struct eitem *it, const char *why)
 {
-	struct be_result	 r;
-	struct ereq		*q;
-
 	switch (it->kind) {
 	case ITEM_PUT:
-		q = it->req;
-		if (q->state == REQ_HELD && q->replied && !q->withdrawing) {
-			/* the watch brought its put and the client has its
-			 * token: the put was made, whatever this reply says,
-			 * and deleting it now would end a hold the client
-			 * still has (the next waiter granted while it holds).
-			 * A copy of it tried again elsewhere that lands after
-			 * our delete is a leftover, deleted when it is seen. */
-			commit_put_acked(e, q);
+		if (cm->hooks.put_failed(cm->hooks.arg, it->req, why)) {
+			commit_put_acked(cm, it->req);
 			item_release(it);
 			break;
 		}
-		if (!q->replied && !q->owner->gone) {
-			memset(&r, 0, sizeof(r));
-			r.op = BE_LOCK;
-			r.err = KL_ERR_BACKEND;
-			r.text = e->why;
-			log_info("backend etcd: a LOCK's put failed: %s", why);
-			snprintf(e->why, sizeof(e->why), "etcd did not take the "
-			    "LOCK in time");
-			q->replied = true;
-			ebe_done(e, q->owner, &r);
-		}
 		/* made or not: delete its entries to be sure */
-		q->withdrawing = true;
-		for (size_t i = 0; i < q->nent; i++)
-			q->ent[i].put_acked = true;
-		commit_delete_req(e, q);
-		commit_unwait(e, q);
+		commit_put_acked(cm, it->req);
+		commit_delete_req(cm, it->req);
 		item_release(it);
 		break;
 	case ITEM_DEL:
 		if (it->reply != NULL) {
-			ebe_release_acked(e, it->reply, it->ndel, why);
+			cm->hooks.released(cm->hooks.arg, it->reply, it->ndel,
+			    why);
 			it->reply = NULL;
 		}
-		item_later(e, it);
+		item_later(cm, it);
 		break;
 	case ITEM_HEARTBEAT:
 		item_release(it);
@@ -517,71 +549,113 @@ static void
 commit_txn_cb(void *arg, const struct etcd_result *res)
 {
 	struct etxn	*ctx = arg;
-	struct ebe	*e = ctx->e;
+	struct committer	*cm = ctx->cm;
 	char		 why[160];
 
-	if (ctx->gen != e->gen) {
+	if (ctx->gen != cm->gen) {
 		/* from before a loss: the requests are gone */
 		for (size_t i = 0; i < ctx->n; i++)
 			item_free(ctx->items[i]);
 		kl_free(ctx);
 		return;
 	}
-	e->inflight--;
+	cm->inflight--;
 	if (log_is_debug())
 		log_debug("backend etcd: transaction of %zu operations at "
 		    "revision %" PRId64 ": %s in %" PRIu64 " ms", ctx->ops,
 		    res->revision, etcd_status_name(res->status),
 		    kl_now_ms() - ctx->sent_ms);
 	if (res->status == ETCD_OK) {
-		if (e->inflight == 0 && ctx->ops >= EBE_LINGER_MIN) {
+		if (cm->inflight == 0 && ctx->ops >= EBE_LINGER_MIN) {
 			/* its clients' next requests: wait a little for them */
-			e->linger_until = commit_now_us() + EBE_LINGER_US;
-			e->linger_ops = e->queue_ops + ctx->ops * 3 / 4;
+			cm->linger_until = commit_now_us() + EBE_LINGER_US;
+			cm->linger_ops = cm->queue_ops + ctx->ops * 3 / 4;
 		}
 		for (size_t i = 0; i < ctx->n; i++)
-			commit_item_ok(e, ctx->items[i], res);
+			commit_item_ok(cm, ctx->items[i], res);
 	} else if (res->status == ETCD_ERR_GRPC &&
 	    res->grpc_code == ETCD_GRPC_NOT_FOUND) {
 		for (size_t i = 0; i < ctx->n; i++)
 			item_release(ctx->items[i]);
 		kl_free(ctx);
-		ebe_lose(e, "etcd: our lease is gone");
-		ebe_end_turn(e);
+		cm->hooks.lose(cm->hooks.arg, "etcd: our lease is gone");
+		cm->hooks.end_turn(cm->hooks.arg);
 		return;
 	} else {
-		e->count->txn_failures++;
+		cm->count->txn_failures++;
 		snprintf(why, sizeof(why), "%s%s%s", etcd_status_name(
 		    res->status), res->message != NULL ? ": " : "",
 		    res->message != NULL ? res->message : "");
 		log_debug("backend etcd: a transaction of %zu items failed: %s",
 		    ctx->n, why);
 		for (size_t i = 0; i < ctx->n; i++)
-			commit_item_failed(e, ctx->items[i], why);
+			commit_item_failed(cm, ctx->items[i], why);
 	}
 	kl_free(ctx);
-	commit_flush(e);
-	ebe_end_turn(e);
+	commit_flush(cm);
+	cm->hooks.end_turn(cm->hooks.arg);
 }
 
-/* After a loss: nothing queued survives; our requests are dropped. */
 void
-commit_drop(struct ebe *e)
+commit_drop(struct committer *cm)
 {
 	struct eitem *it;
 
-	while ((it = TAILQ_FIRST(&e->queue)) != NULL) {
-		item_unqueue(e, it);
+	cm->gen++;
+	cm->fe = 0;
+	while ((it = TAILQ_FIRST(&cm->queue)) != NULL) {
+		item_unqueue(cm, it);
 		item_release(it);
 	}
-	while ((it = TAILQ_FIRST(&e->later)) != NULL) {
-		TAILQ_REMOVE(&e->later, it, entry);
+	while ((it = TAILQ_FIRST(&cm->later)) != NULL) {
+		TAILQ_REMOVE(&cm->later, it, entry);
 		item_release(it);
 	}
-	e->inflight = 0;
-	e->linger_until = 0;
-	if (e->retry != NULL)
-		evtimer_del(e->retry);
-	if (e->hold != NULL)
-		evtimer_del(e->hold);
+	cm->inflight = 0;
+	cm->linger_until = 0;
+	if (cm->retry != NULL)
+		evtimer_del(cm->retry);
+	if (cm->hold != NULL)
+		evtimer_del(cm->hold);
+}
+
+void
+commit_start(struct committer *cm, uint64_t fe)
+{
+	cm->fe = fe;
+}
+
+struct committer *
+commit_new(struct event_base *base, struct etcd *etcd, const char *prefix,
+    size_t max_ops, int max_inflight, struct be_counters *count,
+    const struct commit_hooks *hooks)
+{
+	struct committer *cm = kl_calloc(1, sizeof(*cm));
+
+	if (cm == NULL)
+		return NULL;
+	cm->hooks = *hooks;
+	cm->base = base;
+	cm->etcd = etcd;
+	cm->prefix = prefix;
+	cm->max_ops = max_ops;
+	cm->max_inflight = max_inflight;
+	cm->count = count;
+	TAILQ_INIT(&cm->queue);
+	TAILQ_INIT(&cm->later);
+	return cm;
+}
+
+/* After commit_drop() and etcd_free() (whose last callbacks are heard
+ * as stale ones). */
+void
+commit_free(struct committer *cm)
+{
+	if (cm == NULL)
+		return;
+	if (cm->retry != NULL)
+		event_free(cm->retry);
+	if (cm->hold != NULL)
+		event_free(cm->hold);
+	kl_free(cm);
 }

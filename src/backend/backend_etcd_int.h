@@ -1,11 +1,16 @@
 /*
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
- * What the files of backend etcd share (keylockd(8), BACKEND ETCD):
- * backend_etcd.c (the seam's operations, the lease, start, loss and
- * recovery), backend_etcd_replica.c (the replicated lock table: watch events and
- * ranges applied in revision order) and backend_etcd_commit.c (group commit: the
- * writes of every client since the last transaction, in the next one).
+ * What the files of backend etcd share (keylockd(8), BACKEND ETCD). Three
+ * owners, each struct private to its file: backend_etcd.c (struct ebe:
+ * the seam's operations, the lease, start, loss and recovery) holds a
+ * struct replica (backend_etcd_replica.c: the lock table every front end
+ * builds from the same watch events and ranges; it never writes to etcd)
+ * and a struct committer (backend_etcd_commit.c: group commit, every
+ * client's writes since the last transaction in the next one). The two
+ * never call each other; each reports to the backend through its hooks,
+ * and the backend connects them. The objects they pass are below, each
+ * field written by one of them (its comment says which).
  *
  * etcd's keys, under the prefix P:
  *   P q/KEY/FE-SEQ   one entry per key of a LOCK; all of one LOCK's in one
@@ -43,14 +48,39 @@ struct event;
 #define EBE_LINGER_MIN	8		/* ops of a reply that make it wait */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
 
-enum ebe_state {
-	EBE_STARTING,		/* lease, heartbeat, range, watch */
-	EBE_READY,
-	EBE_RESYNC,		/* the watch fell behind: range again */
-	EBE_LOST,		/* lease lost or at risk: clients dropped */
-	EBE_STOPPING
+/*
+ * What the replica has applied of an entry, the same on every front end:
+ * ABSENT -> LIVE -> GONE, or ABSENT -> HELD -> GONE when its request is
+ * granted before its put is applied (the first entry of a LOCK decides
+ * for all), or LIVE -> HELD when a waiter is granted. Written by the
+ * replica alone.
+ */
+enum eentry_rep {
+	ENT_ABSENT = 0,		/* its put not applied yet */
+	ENT_LIVE,		/* put applied; its key not held */
+	ENT_HELD,		/* put applied; its key held in the table */
+	ENT_GONE		/* its delete applied (or the table cleared) */
 };
 
+/*
+ * What we have asked of etcd for an entry of ours, written by the
+ * committer alone: PUTTING -> PUT -> DELETING, or PUTTING -> DEL_WAIT ->
+ * DELETING when the delete is asked before the put is acked (it waits:
+ * a put and a delete of one key in one transaction are refused, and a
+ * put tried again after its delete would make the entry anew).
+ * Another front end's entries stay PUTTING.
+ */
+enum eentry_w {
+	W_PUTTING = 0,		/* the put is not known to be made */
+	W_PUT,			/* the put is committed */
+	W_DEL_WAIT,		/* its delete waits for the put's ack */
+	W_DEL_WAIT_REPLY,	/* the same; the delete's ack completes the
+				 * owner's UNLOCK */
+	W_DELETING		/* its delete is queued or sent */
+};
+
+/* The table's verdict on a request, the same on every front end;
+ * written by the replica alone. */
 enum ereq_state {
 	REQ_PUTTING,		/* written, not yet decided by the table */
 	REQ_WAITING,		/* queued in the table */
@@ -60,16 +90,33 @@ enum ereq_state {
 };
 
 /*
- * What the replica has applied of an entry, the same on every front end:
- * ABSENT -> LIVE -> GONE, or ABSENT -> HELD -> GONE when its request is
- * granted before its put is applied (the first entry of a LOCK decides
- * for all), or LIVE -> HELD when a waiter is granted.
+ * What our client has been told of its LOCK: ASKED -> ANSWERED (a grant
+ * it holds) or ENDED (an error: its entries go); ASKED -> DEADLINE (its
+ * wait ran out before the verdict: a grant still wins, a queue turns it
+ * into WITHDRAWING); ASKED -> WITHDRAWING (CANCEL or a timeout: answered
+ * when its delete is applied) -> ENDED; ANSWERED -> ENDED when the
+ * connection closes. Written where the client is answered (ebe_answer())
+ * and where a withdrawal starts.
  */
-enum eentry_rep {
-	ENT_ABSENT = 0,		/* its put not applied yet */
-	ENT_LIVE,		/* put applied; its key not held */
-	ENT_HELD,		/* put applied; its key held in the table */
-	ENT_GONE		/* its delete applied (or the table cleared) */
+enum ereq_side {
+	SIDE_THEIRS = 0,	/* another front end's: nobody to tell here */
+	SIDE_ASKED,
+	SIDE_DEADLINE,
+	SIDE_WITHDRAWING,
+	SIDE_ANSWERED,
+	SIDE_ENDED		/* told, or nobody to tell: its entries go */
+};
+
+/* A client in the replica; ours move IDLE -> LOCK or RELEASE -> IDLE
+ * while connected, then GONE. Written by backend_etcd.c. */
+enum eowner_state {
+	OWN_THEIRS = 0,		/* another front end's, or one of ours that a
+				 * range shows and nobody answers for */
+	OWN_IDLE,		/* ours, connected, nothing open */
+	OWN_LOCK,		/* ours: its LOCK (open) waits for a verdict */
+	OWN_RELEASE,		/* ours: its UNLOCK or UNLOCKALL waits */
+	OWN_GONE		/* ours: the connection closed; freed with its
+				 * last request */
 };
 
 struct ereq;
@@ -83,34 +130,26 @@ struct eentry {
 	const char	*lkey;		/* the lock key, inside ekey */
 	size_t		 lkeylen;
 	enum eentry_rep	 rep;
-	bool		 put_acked;	/* ours: the put is committed */
-	bool		 del_queued;	/* ours: a delete is on its way */
-	bool		 del_wait;	/* ours: it waits for the put */
-	bool		 del_reply;	/* its ack completes the owner's
-					 * UNLOCK (with del_wait) */
-	bool		 releasing;	/* ours: UNLOCK, ttl or close asked */
-	enum lt_why	 why;		/* ours: which (UNLOCK, EXPIRED,
-					 * DISCONNECT): the counter its
-					 * release bumps here */
+	enum eentry_w	 w;
+	enum lt_why	 why;		/* ours: what asked its delete
+					 * (UNLOCK, EXPIRED, DISCONNECT): the
+					 * counter its release bumps here */
 	uint64_t	 op_gen;	/* ours: its delete's application
 					 * completes the owner's open UNLOCK
 					 * numbered so (eowner.op_gen) */
 	uint64_t	 ttl_ms;	/* ours: the hold's ttl; 0: none */
 	struct event	*ttl;		/* ours: its expiry */
-	struct eentry	*hnext;		/* ebe.entries, by ekey */
-	struct eentry	*knext;		/* ebe.held, by owner and lkey */
+	struct eentry	*hnext;		/* replica's entries, by ekey */
+	struct eentry	*knext;		/* replica's held, by owner, lkey */
 };
 
 /* One LOCK request, ours or another front end's. */
 struct ereq {
-	struct ebe		*be;
+	struct replica		*rp;
 	uint64_t		 fe, seq;
 	struct eowner		*owner;
 	enum ereq_state		 state;
-	bool			 ours;
-	bool			 replied;	/* ours: done() was called */
-	bool			 withdrawing;	/* ours: its wait is ending */
-	bool			 deadline;	/* ours: timed out undecided */
+	enum ereq_side		 side;
 	enum lt_why		 why;		/* of the withdrawal */
 	struct lt_acquire	 a;		/* keys point into ent[] */
 	const char		**keys;
@@ -122,29 +161,33 @@ struct ereq {
 	uint64_t		 ttl_ms;
 	int			 refs;		/* commit items holding it */
 	TAILQ_ENTRY(ereq)	 entry;		/* owner->reqs */
-	struct ereq		*hnext;		/* ebe.reqs, by fe and seq */
+	struct ereq		*hnext;		/* replica's reqs, by fe, seq */
 };
 TAILQ_HEAD(ereqq, ereq);
 
-/* A client in the replica: ours (with a connection, or gone and waiting
- * for its entries' deletes) or another front end's. */
+/* Does our client wait for r's answer? */
+static inline bool
+ereq_awaited(const struct ereq *r)
+{
+	return r->side == SIDE_ASKED || r->side == SIDE_DEADLINE ||
+	    r->side == SIDE_WITHDRAWING;
+}
+
 struct eowner {
-	struct ebe		*be;
+	struct replica		*rp;
 	uint64_t		 fe, client;
 	struct lt_owner		*lo;
-	bool			 ours;
-	bool			 gone;		/* ours: its connection closed */
+	enum eowner_state	 state;
 	struct ereqq		 reqs;
-	struct ereq		*open;		/* ours: the LOCK being handled */
-	enum be_op		 op;		/* ours: the open operation */
-	bool			 op_open;
+	struct ereq		*open;		/* OWN_LOCK: that LOCK */
+	enum be_op		 op;		/* OWN_RELEASE: which */
 	size_t			 op_left;	/* its deletes not yet acked */
 	size_t			 op_unseen;	/* nor applied by the replica */
 	uint64_t		 op_gen;	/* numbers the open operation */
 	uint64_t		 op_n;		/* its result */
-	TAILQ_ENTRY(eowner)	 entry;		/* ebe.owners */
-	struct eowner		*hnext;		/* ebe.by_id */
-	struct eowner		*pnext;		/* ebe.by_lo */
+	TAILQ_ENTRY(eowner)	 entry;		/* replica's owners */
+	struct eowner		*hnext;		/* replica's by_id */
+	struct eowner		*pnext;		/* replica's by_lo */
 };
 TAILQ_HEAD(eownerq, eowner);
 
@@ -158,149 +201,93 @@ struct erange_kv {
 	uint64_t fe, seq;
 };
 
-/* A chained hash table of one of the structs above. */
-struct ehash {
-	void		**b;
-	size_t		  nb, n;
-};
+/* ---- backend_etcd.c: the seam, the lease, start-up and loss ---- */
 
-/* What goes into one transaction together. */
-enum eitem_kind {
-	ITEM_PUT,		/* every entry of one LOCK */
-	ITEM_DEL,		/* deletes of entries */
-	ITEM_HEARTBEAT		/* P fe/FE */
-};
-
-struct eitem {
-	TAILQ_ENTRY(eitem)	 entry;
-	enum eitem_kind		 kind;
-	struct ereq		*req;		/* ITEM_PUT */
-	struct eentry		**del;		/* ITEM_DEL */
-	size_t			 ndel;
-	struct eowner		*reply;		/* its ack completes this
-						 * owner's UNLOCK */
-	int			 tries;
-	uint64_t		 queued_ms;
-};
-TAILQ_HEAD(eitemq, eitem);
-
-struct ebe {
-	struct backend		 be;		/* first: the seam's view */
-	struct be_hooks		 hooks;
-	struct event_base	*base;
-	struct etcd		*etcd;
-	enum ebe_state		 state;
-	bool			 frozen;
-	bool			 in_new;	/* inside backend_etcd_new() */
-	bool			 revoked;	/* ebe_free(): the lease is */
-	char			 why[320];	/* ERR BACKEND's text */
-	char			 failed[256];	/* the last step's failure, in
-						 * full: for the log and a
-						 * start-up error only */
-	/* entries read back from etcd and left out (ebe_entry_decode),
-	 * counted in count->bad_entries */
-	uint64_t		 bad_unlogged;	/* since the last warning */
-	uint64_t		 bad_log_ms;	/* of the last warning */
-
-	/* settings */
-	char			*prefix;
-	size_t			 prefixlen;
-	int64_t			 ttl_s;
-	int			 timeout_ms;
-	size_t			 max_ops;
-	int			 max_inflight;	/* transactions on the wire */
-	uint64_t		 margin_ms;
-
-	/* the lease; fe is its id, 0 while there is none */
-	uint64_t		 fe;
-	uint64_t		 old_fe;	/* to revoke after a loss */
-	uint64_t		 seq;
-	uint64_t		 lease_until;	/* it lasts at least until */
-	struct event		*keepalive;
-	struct event		*guard;		/* lease_until - margin */
-	struct etcd_call	*ka_call;
-	uint64_t		 ka_sent;
-	uint64_t		 hb_count;
-	int64_t			 hb_rev;	/* our heartbeat's revision */
-	uint64_t		 hb_acked_ms;	/* its txn's ack */
-	bool			 hb_seen;
-
-	/* the replica */
-	struct locktable	*lt;
-	uint64_t		 seed;
-	int64_t			 rev;		/* applied revision */
-	uint64_t		 rev_grants;	/* grants at rev */
-	bool			 rebuilding;	/* tokens are not sent */
-	bool			 clearing;	/* grants are ignored */
-	bool			 range_flat;	/* rebuild from the newest range
-						 * alone (erange, in the
-						 * replica) */
-	struct eownerq		 owners;
-	struct ehash		 by_id;		/* eowner by (fe, client) */
-	struct ehash		 by_lo;		/* eowner by lt_owner */
-	struct ehash		 reqs;		/* ereq by (fe, seq) */
-	struct ehash		 entries;	/* eentry by etcd key */
-	struct ehash		 held;		/* our held eentry by owner+key */
-
-	/* rebuilding from a range */
-	struct erange		*range;
-
-	/* group commit */
-	struct eitemq		 queue;
-	size_t			 nqueue;
-	size_t			 queue_ops;	/* etcd operations queued */
-	int			 inflight;
-	struct event		*hold;		/* the held batch goes */
-	uint64_t		 linger_until;	/* us; 0: no wait after a reply */
-	size_t			 linger_ops;	/* queue_ops that end it early */
-	struct event		*retry;		/* failed deletes, again */
-	struct eitemq		 later;		/* waiting for retry */
-	struct event		*start;		/* steps of start/recovery */
-	int			 start_pause_ms;
-
-	/* losses and stops so far: a transaction sent under an older one is
-	 * stale when its reply comes */
-	uint64_t		 gen;
-	struct be_counters	*count;		/* hooks.counters or own */
-	struct be_counters	 own;
-};
-
-/* backend_etcd.c */
 struct config;
+struct ebe;
+
+/* The backend before its start-up: settings, the etcd client (nothing
+ * sent yet), an empty replica and committer. */
 struct ebe	*ebe_create(const struct config *cfg, struct event_base *base,
 		    const struct be_hooks *hooks, char *err, size_t errlen);
-void		 ebe_fail(struct ebe *e, const char *fmt, ...)
-		    __attribute__((format(printf, 2, 3)));
-bool		 ebe_lease_safe(struct ebe *e);
+/* The replica's tests: serve as front end fe with a lease that lasts,
+ * without etcd. */
+void		 ebe_assume(struct ebe *e, uint64_t fe);
+bool		 ebe_lost(const struct ebe *e);
 void		 ebe_lose(struct ebe *e, const char *why);
-void		 ebe_done(struct ebe *e, struct eowner *o,
-		    const struct be_result *r);
-void		 ebe_end_turn(struct ebe *e);
-void		 ebe_ready(struct ebe *e, int64_t rev);
-void		 ebe_release_acked(struct ebe *e, struct eowner *o, size_t n,
-		    const char *why);
-void		 ebe_release_applied(struct ebe *e, struct eentry *x);
+struct replica	*ebe_replica(struct ebe *e);
+struct backend	*ebe_seam(struct ebe *e);
 
-/* backend_etcd_replica.c */
-int		 ehash_init(struct ehash *h);
-void		 ehash_cleanup(struct ehash *h);
-uint64_t	 ehash_bytes(const void *p, size_t len, uint64_t seed);
-struct eowner	*eowner_get(struct ebe *e, uint64_t fe, uint64_t client,
+/* ---- backend_etcd_replica.c: the replicated table ---- */
+
+/* What the replica reports to the backend. */
+struct replica_hooks {
+	/* Our request r's LOCK is answered res (r->side says whether one
+	 * is waited for). */
+	void	(*answer)(void *arg, struct ereq *r,
+		    const struct be_result *res);
+	/* Our r is queued in the table (its client waits for others). */
+	void	(*queued)(void *arg, struct ereq *r);
+	/* Our entries to delete: x, or every one of r's (x NULL). */
+	void	(*del)(void *arg, struct ereq *r, struct eentry *x);
+	/* The delete of our entry x is applied (before r may be freed). */
+	void	(*deleted)(void *arg, struct eentry *x);
+	/* The table is built at rev from a range: watch from rev + 1. */
+	void	(*built)(void *arg, int64_t rev);
+	/* Our heartbeat at rev is seen. */
+	void	(*heartbeat)(void *arg, int64_t rev);
+	/* May a grant be told to a client now (ebe_lease_safe)? */
+	bool	(*lease_safe)(void *arg);
+	void	(*lose)(void *arg, const char *why);	/* everything */
+	void	(*fail)(void *arg, const char *why);	/* a range */
+	void	(*end_turn)(void *arg);
+	void	*arg;
+};
+
+struct replica	*replica_new(struct event_base *base, struct etcd *etcd,
+		    const char *prefix, struct be_counters *count,
+		    const struct replica_hooks *hooks);
+void		 replica_free(struct replica *rp);
+/* Our lease id (0: none): our requests' entries are named by it. */
+void		 replica_set_fe(struct replica *rp, uint64_t fe);
+/* Shutdown: no grant is told to a client from now on. */
+void		 replica_freeze(struct replica *rp);
+const struct locktable *replica_table(const struct replica *rp);
+int64_t		 replica_rev(const struct replica *rp);	/* applied */
+struct eownerq	*replica_owners(struct replica *rp);
+void		 replica_events(struct replica *rp,
+		    const struct etcd_event *ev, size_t n,
+		    int64_t header_revision);
+/* Drops every request and every owner but our connected ones. */
+void		 replica_clear(struct replica *rp);
+/* A fresh range of every entry, then the table from it (hooks.built);
+ * flat: from the newest range alone (the watch's start is compacted). */
+int		 replica_rebuild_start(struct replica *rp, bool flat);
+/* The table from the live entries of a range at rev (sorted here). */
+void		 replica_build(struct replica *rp, struct erange_kv *kvs,
+		    size_t n, int64_t rev);
+
+struct eowner	*eowner_get(struct replica *rp, uint64_t fe, uint64_t client,
 		    bool create);
-struct eowner	*eowner_of(struct ebe *e, const struct lt_owner *lo);
-struct eowner	*eowner_new_ours(struct ebe *e, uint64_t id, void *udata);
-void		 eowner_maybe_free(struct eowner *o);
-struct ereq	*ereq_new(struct ebe *e, struct eowner *o, uint64_t fe,
-		    uint64_t seq, const struct lt_acquire *a);
+struct eowner	*eowner_of(struct replica *rp, const struct lt_owner *lo);
+struct eowner	*eowner_new_ours(struct replica *rp, uint64_t id,
+		    void *udata);
+/*
+ * Where requests and owners are freed, and the one rule for it: a request
+ * goes once no entry of it is live in the table, it neither waits nor
+ * holds, no commit item refers to it, its client waits for no answer
+ * (side ASKED, DEADLINE, WITHDRAWING) and, ours, the watch is not yet to
+ * bring a put of it that etcd made; an owner, once it has no request and
+ * is not ours and connected. Called wherever one of these clears.
+ */
 void		 ereq_maybe_free(struct ereq *r);
-struct eentry	*eentry_held(struct ebe *e, const struct eowner *o,
+void		 eowner_maybe_free(struct eowner *o);
+struct ereq	*ereq_new(struct replica *rp, struct eowner *o, uint64_t fe,
+		    uint64_t seq, const struct lt_acquire *a);
+struct eentry	*eentry_held(struct replica *rp, const struct eowner *o,
 		    const char *key, size_t keylen);
 int		 ereq_value(struct ereq *r, const char *name);
 void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
-void		 replica_events(void *arg, const struct etcd_event *ev,
-		    size_t n, int64_t header_revision);
-void		 replica_clear(struct ebe *e);
-/* The table from the live entries of a range at rev (sorted here). */
 /*
  * An entry read back from etcd, prefix q/KEY/FE-SEQ (its shape checked by
  * the caller) with the value ereq_value() writes: its request into
@@ -318,30 +305,44 @@ const char	*ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
  * with "...". Returns the length written. */
 size_t		 ebe_log_safe(const char *s, size_t len, char *out,
 		    size_t cap);
-void		 replica_build(struct ebe *e, struct erange_kv *kvs, size_t n,
-		    int64_t rev);
-int		 replica_rebuild_start(struct ebe *e);
-void		 replica_free(struct ebe *e);
-int		 replica_new(struct ebe *e);
-uint64_t	 replica_next_token(void *arg);
-void		 replica_granted(void *arg, struct lt_owner *o, uint64_t token,
-		    uint64_t waited_ms);
-/* Applied revision and the lock entry's key for a lock key and id. */
-size_t		 eentry_key(const struct ebe *e, char *out, const char *lkey,
-		    size_t lkeylen, uint64_t fe, uint64_t seq);
 
-/* backend_etcd_commit.c */
-int		 commit_put(struct ebe *e, struct ereq *r);
+/* ---- backend_etcd_commit.c: the group commit ---- */
+
+/* What the committer reports to the backend. */
+struct commit_hooks {
+	/* r's put failed (made or not): true if it was made after all (the
+	 * client holds what the watch brought); else its entries are
+	 * deleted, and its client is to be answered here. */
+	bool	(*put_failed)(void *arg, struct ereq *r, const char *why);
+	/* n of the deletes of o's UNLOCK are acked, or they failed (why). */
+	void	(*released)(void *arg, struct eowner *o, size_t n,
+		    const char *why);
+	/* Our heartbeat's transaction is acked at rev. */
+	void	(*heartbeat)(void *arg, int64_t rev);
+	void	(*lose)(void *arg, const char *why);
+	void	(*end_turn)(void *arg);
+	void	*arg;
+};
+
+struct committer *commit_new(struct event_base *base, struct etcd *etcd,
+		    const char *prefix, size_t max_ops, int max_inflight,
+		    struct be_counters *count,
+		    const struct commit_hooks *hooks);
+void		 commit_free(struct committer *cm);
+/* Writes go under lease fe from now on (after a commit_drop()). */
+void		 commit_start(struct committer *cm, uint64_t fe);
+int		 commit_put(struct committer *cm, struct ereq *r);
 /* Deletes of entries (those not already on their way); reply: whose
  * open operation completes with their ack, or NULL. Returns how many
  * were queued now or wait for their put's ack. */
-size_t		 commit_delete(struct ebe *e, struct eentry **ents, size_t n,
-		    struct eowner *reply);
-void		 commit_delete_req(struct ebe *e, struct ereq *r);
-/* r's put is known to be made: the deletes that waited for it go. */
-void		 commit_unwait(struct ebe *e, struct ereq *r);
-int		 commit_heartbeat(struct ebe *e);
-void		 commit_flush(struct ebe *e);
-void		 commit_drop(struct ebe *e);
+size_t		 commit_delete(struct committer *cm, struct eentry **ents,
+		    size_t n, struct eowner *reply);
+void		 commit_delete_req(struct committer *cm, struct ereq *r);
+int		 commit_heartbeat(struct committer *cm);
+void		 commit_flush(struct committer *cm);
+/* After a loss, and at a stop: nothing queued survives, replies of
+ * transactions on the wire are not heard, nothing is sent until the
+ * next commit_start(). */
+void		 commit_drop(struct committer *cm);
 
 #endif /* ETCD_BACKEND_H */

@@ -9,7 +9,9 @@
  * delete releases a hold or withdraws a wait. Tokens are the revision of
  * the grant shifted left by EBE_TOKEN_SHIFT plus a count within it, the
  * same on every front end, with no extra write. It never writes to etcd
- * itself; replies for our own clients go out through ebe_done().
+ * itself and never calls the backend by name: answers for our own
+ * clients, the deletes it wants and a lost table go up through its hooks
+ * (struct replica_hooks).
  */
 #include <sys/time.h>
 
@@ -29,12 +31,55 @@
 
 #define EHASH_MIN	64
 
+/* A chained hash table of one of the objects. */
+struct ehash {
+	void		**b;
+	size_t		  nb, n;
+};
+
+enum replica_mode {
+	REP_APPLYING,		/* events as they come: grants are told */
+	REP_BUILDING,		/* from a range: grants are not told */
+	REP_CLEARING,		/* being emptied: grants are ignored */
+	REP_FROZEN		/* shutdown: grants are not told */
+};
+
+struct replica {
+	struct replica_hooks	 hooks;
+	struct event_base	*base;		/* ttl timers */
+	struct etcd		*etcd;		/* ranges */
+	const char		*prefix;	/* the backend's */
+	size_t			 prefixlen;
+	struct be_counters	*count;		/* bad_entries */
+	uint64_t		 fe;		/* our lease id; 0: none */
+	struct locktable	*lt;
+	uint64_t		 seed;
+	int64_t			 rev;		/* applied revision */
+	uint64_t		 rev_grants;	/* grants at rev */
+	enum replica_mode	 mode;
+	uint64_t		 epoch;		/* replica_clear()s so far: a
+						 * loop over events ends when
+						 * the table is cleared under
+						 * it */
+	struct eownerq		 owners;
+	struct ehash		 by_id;		/* eowner by (fe, client) */
+	struct ehash		 by_lo;		/* eowner by lt_owner */
+	struct ehash		 reqs;		/* ereq by (fe, seq) */
+	struct ehash		 entries;	/* eentry by etcd key */
+	struct ehash		 held;		/* our held eentry, by owner
+						 * and key */
+	struct erange		*range;		/* rebuilding from a range */
+	/* entries read back from etcd and left out (ebe_entry_decode) */
+	uint64_t		 bad_unlogged;	/* since the last warning */
+	uint64_t		 bad_log_ms;	/* of the last warning */
+};
+
 /* ---- hash tables ---- */
 
 /* Keyed by the replica's random seed (and a second key word made from
  * it), so that keys chosen by clients of any front end cannot be aimed
  * at one bucket (review L10). */
-uint64_t
+static uint64_t
 ehash_bytes(const void *p, size_t len, uint64_t seed)
 {
 	return kl_siphash(seed, seed * 0x9e3779b97f4a7c15ULL ^
@@ -51,7 +96,7 @@ ehash_u64(uint64_t a, uint64_t b)
 	return h ^ (h >> 27);
 }
 
-int
+static int
 ehash_init(struct ehash *h)
 {
 	h->nb = EHASH_MIN;
@@ -60,7 +105,7 @@ ehash_init(struct ehash *h)
 	return h->b != NULL ? 0 : -1;
 }
 
-void
+static void
 ehash_cleanup(struct ehash *h)
 {
 	kl_free(h->b);
@@ -74,7 +119,8 @@ ehash_cleanup(struct ehash *h)
  * the hash of any element when the table grows. */
 static void
 ehash_insert(struct ehash *h, void *elem, uint64_t h0, size_t off,
-    uint64_t (*hashfn)(const struct ebe *, const void *), const struct ebe *e)
+    uint64_t (*hashfn)(const struct replica *, const void *),
+    const struct replica *rp)
 {
 	if (h->n >= h->nb * 2) {
 		size_t	 nb = h->nb * 2;
@@ -85,7 +131,7 @@ ehash_insert(struct ehash *h, void *elem, uint64_t h0, size_t off,
 				void *x = h->b[i], *next;
 
 				for (; x != NULL; x = next) {
-					uint64_t hx = hashfn(e, x);
+					uint64_t hx = hashfn(rp, x);
 
 					next = ENEXT(x, off);
 					ENEXT(x, off) = b[hx & (nb - 1)];
@@ -122,7 +168,7 @@ ehash_head(const struct ehash *h, uint64_t h0)
 }
 
 static uint64_t
-owner_id_hash(const struct ebe *e, const void *x)
+owner_id_hash(const struct replica *rp, const void *x)
 {
 	const struct eowner *o = x;
 
@@ -130,7 +176,7 @@ owner_id_hash(const struct ebe *e, const void *x)
 }
 
 static uint64_t
-owner_lo_hash(const struct ebe *e, const void *x)
+owner_lo_hash(const struct replica *rp, const void *x)
 {
 	const struct eowner *o = x;
 
@@ -138,7 +184,7 @@ owner_lo_hash(const struct ebe *e, const void *x)
 }
 
 static uint64_t
-req_hash(const struct ebe *e, const void *x)
+req_hash(const struct replica *rp, const void *x)
 {
 	const struct ereq *r = x;
 
@@ -146,58 +192,58 @@ req_hash(const struct ebe *e, const void *x)
 }
 
 static uint64_t
-entry_hash(const struct ebe *e, const void *x)
+entry_hash(const struct replica *rp, const void *x)
 {
 	const struct eentry *n = x;
 
-	return ehash_bytes(n->ekey, n->ekeylen, e->seed);
+	return ehash_bytes(n->ekey, n->ekeylen, rp->seed);
 }
 
 static uint64_t
-held_hash_of(const struct ebe *e, const struct eowner *o, const char *key,
+held_hash_of(const struct replica *rp, const struct eowner *o, const char *key,
     size_t len)
 {
-	return ehash_bytes(key, len, e->seed ^ (uint64_t)(uintptr_t)o);
+	return ehash_bytes(key, len, rp->seed ^ (uint64_t)(uintptr_t)o);
 }
 
 static uint64_t
-held_hash(const struct ebe *e, const void *x)
+held_hash(const struct replica *rp, const void *x)
 {
 	const struct eentry *n = x;
 
-	return held_hash_of(e, n->req->owner, n->lkey, n->lkeylen);
+	return held_hash_of(rp, n->req->owner, n->lkey, n->lkeylen);
 }
 
 /* ---- owners ---- */
 
 static struct eowner *
-eowner_alloc(struct ebe *e, uint64_t fe, uint64_t client, uint64_t id,
+eowner_alloc(struct replica *rp, uint64_t fe, uint64_t client, uint64_t id,
     void *udata)
 {
 	struct eowner *o = kl_calloc(1, sizeof(*o));
 
 	if (o == NULL)
 		return NULL;
-	if ((o->lo = locktable_owner_new(e->lt, id, udata)) == NULL) {
+	if ((o->lo = locktable_owner_new(rp->lt, id, udata)) == NULL) {
 		kl_free(o);
 		return NULL;
 	}
-	o->be = e;
+	o->rp = rp;
 	o->fe = fe;
 	o->client = client;
 	TAILQ_INIT(&o->reqs);
-	TAILQ_INSERT_TAIL(&e->owners, o, entry);
-	ehash_insert(&e->by_id, o, owner_id_hash(e, o),
-	    offsetof(struct eowner, hnext), owner_id_hash, e);
-	ehash_insert(&e->by_lo, o, owner_lo_hash(e, o),
-	    offsetof(struct eowner, pnext), owner_lo_hash, e);
+	TAILQ_INSERT_TAIL(&rp->owners, o, entry);
+	ehash_insert(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext), owner_id_hash, rp);
+	ehash_insert(&rp->by_lo, o, owner_lo_hash(rp, o),
+	    offsetof(struct eowner, pnext), owner_lo_hash, rp);
 	return o;
 }
 
 struct eowner *
-eowner_get(struct ebe *e, uint64_t fe, uint64_t client, bool create)
+eowner_get(struct replica *rp, uint64_t fe, uint64_t client, bool create)
 {
-	struct eowner *o = ehash_head(&e->by_id, ehash_u64(fe, client));
+	struct eowner *o = ehash_head(&rp->by_id, ehash_u64(fe, client));
 
 	for (; o != NULL; o = o->hnext)
 		if (o->fe == fe && o->client == client)
@@ -206,13 +252,13 @@ eowner_get(struct ebe *e, uint64_t fe, uint64_t client, bool create)
 		return NULL;
 	/* another front end's client, or one of ours the replica learnt
 	 * of from a range and nobody answers for any more */
-	return eowner_alloc(e, fe, client, client, NULL);
+	return eowner_alloc(rp, fe, client, client, NULL);
 }
 
 struct eowner *
-eowner_of(struct ebe *e, const struct lt_owner *lo)
+eowner_of(struct replica *rp, const struct lt_owner *lo)
 {
-	struct eowner *o = ehash_head(&e->by_lo,
+	struct eowner *o = ehash_head(&rp->by_lo,
 	    ehash_u64((uint64_t)(uintptr_t)lo, 0));
 
 	for (; o != NULL; o = o->pnext)
@@ -223,43 +269,48 @@ eowner_of(struct ebe *e, const struct lt_owner *lo)
 
 /* A client of ours (fe 0 until it writes: the lease may change). */
 struct eowner *
-eowner_new_ours(struct ebe *e, uint64_t id, void *udata)
+eowner_new_ours(struct replica *rp, uint64_t id, void *udata)
 {
-	struct eowner *o = eowner_alloc(e, 0, id, id, udata);
+	struct eowner *o = eowner_alloc(rp, 0, id, id, udata);
 
 	if (o != NULL)
-		o->ours = true;
+		o->state = OWN_IDLE;
 	return o;
 }
 
-/* Frees o once nothing of it is left: no request, and for ours, no
- * connection. */
+static void
+eowner_free(struct eowner *o)
+{
+	struct replica *rp = o->rp;
+
+	TAILQ_REMOVE(&rp->owners, o, entry);
+	ehash_remove(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext));
+	ehash_remove(&rp->by_lo, o, owner_lo_hash(rp, o),
+	    offsetof(struct eowner, pnext));
+	locktable_owner_free(rp->lt, o->lo, kl_now_ms());
+	kl_free(o);
+}
+
+/* The rule is in backend_etcd_int.h. */
 void
 eowner_maybe_free(struct eowner *o)
 {
-	struct ebe *e = o->be;
-
-	if (!TAILQ_EMPTY(&o->reqs) || (o->ours && !o->gone) || e->clearing)
-		return;
-	TAILQ_REMOVE(&e->owners, o, entry);
-	ehash_remove(&e->by_id, o, owner_id_hash(e, o),
-	    offsetof(struct eowner, hnext));
-	ehash_remove(&e->by_lo, o, owner_lo_hash(e, o),
-	    offsetof(struct eowner, pnext));
-	locktable_owner_free(e->lt, o->lo, kl_now_ms());
-	kl_free(o);
+	if (TAILQ_EMPTY(&o->reqs) && (o->state == OWN_THEIRS ||
+	    o->state == OWN_GONE) && o->rp->mode != REP_CLEARING)
+		eowner_free(o);
 }
 
 /* ---- requests and entries ---- */
 
-size_t
-eentry_key(const struct ebe *e, char *out, const char *lkey, size_t lkeylen,
-    uint64_t fe, uint64_t seq)
+static size_t
+eentry_key(const struct replica *rp, char *out, const char *lkey,
+    size_t lkeylen, uint64_t fe, uint64_t seq)
 {
 	size_t n = 0;
 
-	memcpy(out, e->prefix, e->prefixlen);
-	n += e->prefixlen;
+	memcpy(out, rp->prefix, rp->prefixlen);
+	n += rp->prefixlen;
 	memcpy(out + n, "q/", 2);
 	n += 2;
 	memcpy(out + n, lkey, lkeylen);
@@ -269,9 +320,9 @@ eentry_key(const struct ebe *e, char *out, const char *lkey, size_t lkeylen,
 }
 
 static struct ereq *
-ereq_find(struct ebe *e, uint64_t fe, uint64_t seq)
+ereq_find(struct replica *rp, uint64_t fe, uint64_t seq)
 {
-	struct ereq *r = ehash_head(&e->reqs, ehash_u64(fe, seq));
+	struct ereq *r = ehash_head(&rp->reqs, ehash_u64(fe, seq));
 
 	for (; r != NULL; r = r->hnext)
 		if (r->fe == fe && r->seq == seq)
@@ -280,10 +331,10 @@ ereq_find(struct ebe *e, uint64_t fe, uint64_t seq)
 }
 
 static struct eentry *
-eentry_find(struct ebe *e, const char *ekey, size_t len)
+eentry_find(struct replica *rp, const char *ekey, size_t len)
 {
-	struct eentry *n = ehash_head(&e->entries,
-	    ehash_bytes(ekey, len, e->seed));
+	struct eentry *n = ehash_head(&rp->entries,
+	    ehash_bytes(ekey, len, rp->seed));
 
 	for (; n != NULL; n = n->hnext)
 		if (n->ekeylen == len && memcmp(n->ekey, ekey, len) == 0)
@@ -296,7 +347,7 @@ eentry_find(struct ebe *e, const char *ekey, size_t len)
  * and indexed. The keys are copied; a->keys is not kept.
  */
 struct ereq *
-ereq_new(struct ebe *e, struct eowner *o, uint64_t fe, uint64_t seq,
+ereq_new(struct replica *rp, struct eowner *o, uint64_t fe, uint64_t seq,
     const struct lt_acquire *a)
 {
 	struct ereq	*r;
@@ -317,23 +368,23 @@ ereq_new(struct ebe *e, struct eowner *o, uint64_t fe, uint64_t seq,
 			    a->keylens[i]) == 0;
 		if (dup)
 			continue;
-		if ((x->ekey = kl_malloc(e->prefixlen + a->keylens[i] + 64)) ==
+		if ((x->ekey = kl_malloc(rp->prefixlen + a->keylens[i] + 64)) ==
 		    NULL)
 			goto fail;
-		x->ekeylen = eentry_key(e, x->ekey, a->keys[i], a->keylens[i],
+		x->ekeylen = eentry_key(rp, x->ekey, a->keys[i], a->keylens[i],
 		    fe, seq);
-		x->lkey = x->ekey + e->prefixlen + 2;
+		x->lkey = x->ekey + rp->prefixlen + 2;
 		x->lkeylen = a->keylens[i];
 		x->req = r;
 		r->keys[n] = x->lkey;
 		r->keylens[n] = x->lkeylen;
 		n++;
 	}
-	r->be = e;
+	r->rp = rp;
 	r->fe = fe;
 	r->seq = seq;
 	r->owner = o;
-	r->ours = o->ours;
+	r->side = o->state != OWN_THEIRS ? SIDE_ASKED : SIDE_THEIRS;
 	r->state = REQ_PUTTING;
 	r->nent = n;
 	r->a = *a;
@@ -343,10 +394,11 @@ ereq_new(struct ebe *e, struct eowner *o, uint64_t fe, uint64_t seq,
 	r->a.ttl_ms = 0;	/* ttl: our own timers, ending in a delete */
 	r->ttl_ms = a->ttl_ms;
 	for (size_t i = 0; i < n; i++)
-		ehash_insert(&e->entries, &r->ent[i], entry_hash(e, &r->ent[i]),
-		    offsetof(struct eentry, hnext), entry_hash, e);
-	ehash_insert(&e->reqs, r, req_hash(e, r), offsetof(struct ereq, hnext),
-	    req_hash, e);
+		ehash_insert(&rp->entries, &r->ent[i],
+		    entry_hash(rp, &r->ent[i]), offsetof(struct eentry, hnext),
+		    entry_hash, rp);
+	ehash_insert(&rp->reqs, r, req_hash(rp, r),
+	    offsetof(struct ereq, hnext), req_hash, rp);
 	TAILQ_INSERT_TAIL(&o->reqs, r, entry);
 	return r;
 fail:
@@ -362,25 +414,25 @@ fail:
 }
 
 static void
-held_add(struct ebe *e, struct eentry *x)
+held_add(struct replica *rp, struct eentry *x)
 {
-	ehash_insert(&e->held, x, held_hash(e, x),
-	    offsetof(struct eentry, knext), held_hash, e);
+	ehash_insert(&rp->held, x, held_hash(rp, x),
+	    offsetof(struct eentry, knext), held_hash, rp);
 }
 
 static void
-held_remove(struct ebe *e, struct eentry *x)
+held_remove(struct replica *rp, struct eentry *x)
 {
-	ehash_remove(&e->held, x, held_hash(e, x),
+	ehash_remove(&rp->held, x, held_hash(rp, x),
 	    offsetof(struct eentry, knext));
 }
 
 /* Our owner o's hold on key, or NULL. */
 struct eentry *
-eentry_held(struct ebe *e, const struct eowner *o, const char *key,
+eentry_held(struct replica *rp, const struct eowner *o, const char *key,
     size_t keylen)
 {
-	struct eentry *x = ehash_head(&e->held, held_hash_of(e, o, key,
+	struct eentry *x = ehash_head(&rp->held, held_hash_of(rp, o, key,
 	    keylen));
 
 	for (; x != NULL; x = x->knext)
@@ -390,35 +442,33 @@ eentry_held(struct ebe *e, const struct eowner *o, const char *key,
 	return NULL;
 }
 
-/* Frees r once its entries are gone from etcd and nothing refers to it. */
+/* The rule is in backend_etcd_int.h. */
 void
 ereq_maybe_free(struct ereq *r)
 {
-	struct ebe	*e = r->be;
+	struct replica	*rp = r->rp;
 	struct eowner	*o = r->owner;
 
 	if (r->nlive > 0 || r->refs > 0 || r->state == REQ_WAITING ||
-	    r->state == REQ_HELD || o->open == r)
+	    r->state == REQ_HELD || ereq_awaited(r))
 		return;
-	/* ours, written: wait for the deletes to be applied */
-	if (r->ours && e->state != EBE_LOST && e->state != EBE_STOPPING)
-		for (size_t i = 0; i < r->nent; i++)
-			if (r->ent[i].put_acked &&
-			    r->ent[i].rep == ENT_ABSENT &&
-			    r->state == REQ_PUTTING)
-				return;
+	/* ours, made: the watch brings the put, then its delete */
+	for (size_t i = 0; r->state == REQ_PUTTING && i < r->nent; i++)
+		if ((r->ent[i].w == W_PUT || r->ent[i].w == W_DELETING) &&
+		    r->ent[i].rep == ENT_ABSENT)
+			return;
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry *x = &r->ent[i];
 
-		if (r->ours)
-			held_remove(e, x);	/* if there */
+		if (r->side != SIDE_THEIRS)
+			held_remove(rp, x);	/* if there */
 		if (x->ttl != NULL)
 			event_free(x->ttl);
-		ehash_remove(&e->entries, x, entry_hash(e, x),
+		ehash_remove(&rp->entries, x, entry_hash(rp, x),
 		    offsetof(struct eentry, hnext));
 		kl_free(x->ekey);
 	}
-	ehash_remove(&e->reqs, r, req_hash(e, r), offsetof(struct ereq,
+	ehash_remove(&rp->reqs, r, req_hash(rp, r), offsetof(struct ereq,
 	    hnext));
 	TAILQ_REMOVE(&o->reqs, r, entry);
 	kl_free(r->ent);
@@ -576,13 +626,13 @@ hex16(const char *s, uint64_t *out)
 
 /* P q/KEY/FE-SEQ: its id. */
 static bool
-ekey_parse(const struct ebe *e, const char *k, size_t len, uint64_t *fe,
+ekey_parse(const struct replica *rp, const char *k, size_t len, uint64_t *fe,
     uint64_t *seq)
 {
 	size_t idlen = 2 * EBE_ID_HEX + 1;
 
-	return len > e->prefixlen + 2 + 1 + idlen &&
-	    memcmp(k + e->prefixlen, "q/", 2) == 0 &&
+	return len > rp->prefixlen + 2 + 1 + idlen &&
+	    memcmp(k + rp->prefixlen, "q/", 2) == 0 &&
 	    k[len - idlen - 1] == '/' && k[len - EBE_ID_HEX - 1] == '-' &&
 	    hex16(k + len - idlen, fe) && hex16(k + len - EBE_ID_HEX, seq);
 }
@@ -631,48 +681,72 @@ ebe_log_safe(const char *s, size_t len, char *out, size_t cap)
 /* A bad entry is left out of the table, with a warning: at most one a
  * second, with the count of those not logged. */
 static void
-entry_skip(struct ebe *e, const struct etcd_kv *kv, const char *why)
+entry_skip(struct replica *rp, const struct etcd_kv *kv, const char *why)
 {
 	uint64_t	now = kl_now_ms();
 	char		k[128];
 
-	e->count->bad_entries++;
-	if (e->bad_log_ms != 0 && now < e->bad_log_ms + 1000) {
-		e->bad_unlogged++;
+	rp->count->bad_entries++;
+	if (rp->bad_log_ms != 0 && now < rp->bad_log_ms + 1000) {
+		rp->bad_unlogged++;
 		return;
 	}
 	ebe_log_safe(kv->key, kv->keylen, k, sizeof(k));
 	log_warnx("backend etcd: entry %s left out: %s (%" PRIu64 " more "
-	    "since the last warning)", k, why, e->bad_unlogged);
-	e->bad_log_ms = now;
-	e->bad_unlogged = 0;
+	    "since the last warning)", k, why, rp->bad_unlogged);
+	rp->bad_log_ms = now;
+	rp->bad_unlogged = 0;
 }
 
 /* ---- the table's decisions ---- */
 
-uint64_t
+#define REBUILDING	"etcd: rebuilding the lock table; try again"
+
+/* Our client's answer for r, through the backend (which tells it only
+ * when it waits for one). */
+static void
+req_answer(struct replica *rp, struct ereq *r, enum kl_err err,
+    uint64_t token, const char *text)
+{
+	struct be_result res;
+
+	memset(&res, 0, sizeof(res));
+	res.op = BE_LOCK;
+	res.err = err;
+	res.value = token;
+	res.text = text;
+	rp->hooks.answer(rp->hooks.arg, r, &res);
+}
+
+static void
+req_delete(struct replica *rp, struct ereq *r)
+{
+	rp->hooks.del(rp->hooks.arg, r, NULL);
+}
+
+static uint64_t
 replica_next_token(void *arg)
 {
-	struct ebe	*e = arg;
-	uint64_t	 n = e->rev_grants++;
+	struct replica	*rp = arg;
+	uint64_t	 n = rp->rev_grants++;
 
 	if (n >= (1ULL << EBE_TOKEN_SHIFT))
 		n = (1ULL << EBE_TOKEN_SHIFT) - 1;	/* never reached */
-	return (uint64_t)e->rev << EBE_TOKEN_SHIFT | n;
+	return (uint64_t)rp->rev << EBE_TOKEN_SHIFT | n;
 }
 
 static void
 ttl_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct eentry	*x = arg;
-	struct ebe	*e = x->req->be;
+	struct replica	*rp = x->req->rp;
 
-	if (x->rep == ENT_HELD && !x->releasing && ebe_lease_safe(e)) {
-		x->releasing = true;
+	if (x->rep == ENT_HELD && x->w < W_DEL_WAIT &&
+	    rp->hooks.lease_safe(rp->hooks.arg)) {
 		x->why = LT_WHY_EXPIRED;
-		commit_delete(e, &x, 1, NULL);
+		rp->hooks.del(rp->hooks.arg, x->req, x);
 	}
-	ebe_end_turn(e);
+	rp->hooks.end_turn(rp->hooks.arg);
 }
 
 void
@@ -681,7 +755,7 @@ replica_ttl_arm(struct eentry *x, uint64_t ms)
 	struct timeval tv = { (time_t)(ms / 1000),
 	    (suseconds_t)(ms % 1000) * 1000 };
 
-	if (x->ttl == NULL && (x->ttl = evtimer_new(x->req->be->base, ttl_cb,
+	if (x->ttl == NULL && (x->ttl = evtimer_new(x->req->rp->base, ttl_cb,
 	    x)) == NULL) {
 		log_warnx("backend etcd: no memory for a ttl timer");
 		return;
@@ -692,63 +766,51 @@ replica_ttl_arm(struct eentry *x, uint64_t ms)
 
 /* r is granted: its keys are held. */
 static void
-req_held(struct ebe *e, struct ereq *r, uint64_t token)
+req_held(struct replica *rp, struct ereq *r, uint64_t token)
 {
-	struct be_result res;
-
 	r->state = REQ_HELD;
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry *x = &r->ent[i];
 
 		if (x->rep == ENT_LIVE)
 			x->rep = ENT_HELD;	/* ABSENT: at its put */
-		if (r->ours) {
-			held_add(e, x);
+		if (r->side != SIDE_THEIRS) {
+			held_add(rp, x);
 			if (r->ttl_ms > 0)
 				replica_ttl_arm(x, r->ttl_ms);
 		}
 	}
-	if (!r->ours || r->replied || r->withdrawing || r->owner->gone)
+	if (r->side != SIDE_ASKED && r->side != SIDE_DEADLINE)
 		return;		/* a hold that ends at our delete */
-	if (e->rebuilding || e->frozen || !ebe_lease_safe(e)) {
+	if (rp->mode != REP_APPLYING || !rp->hooks.lease_safe(rp->hooks.arg)) {
 		/* never a token from a rebuild: end it instead */
-		r->replied = true;
-		r->withdrawing = true;
-		memset(&res, 0, sizeof(res));
-		res.op = BE_LOCK;
-		res.err = KL_ERR_BACKEND;
-		res.text = "etcd: rebuilding the lock table; try again";
-		ebe_done(e, r->owner, &res);
-		commit_delete_req(e, r);
+		req_answer(rp, r, KL_ERR_BACKEND, 0, REBUILDING);
+		req_delete(rp, r);
 		return;
 	}
-	r->replied = true;
-	memset(&res, 0, sizeof(res));
-	res.op = BE_LOCK;
-	res.value = token;
-	ebe_done(e, r->owner, &res);
+	req_answer(rp, r, KL_OK, token, NULL);
 }
 
-void
+static void
 replica_granted(void *arg, struct lt_owner *lo, uint64_t token,
     uint64_t waited_ms)
 {
-	struct ebe	*e = arg;
+	struct replica	*rp = arg;
 	struct eowner	*o;
 	struct ereq	*r;
 
-	if (e->clearing || (o = eowner_of(e, lo)) == NULL)
+	if (rp->mode == REP_CLEARING || (o = eowner_of(rp, lo)) == NULL)
 		return;
 	TAILQ_FOREACH(r, &o->reqs, entry)
 		if (r->state == REQ_WAITING) {
-			req_held(e, r, token);
+			req_held(rp, r, token);
 			return;
 		}
 }
 
 /* The table's verdict on r, at its first entry's revision. */
 static void
-req_decide(struct ebe *e, struct ereq *r)
+req_decide(struct replica *rp, struct ereq *r)
 {
 	struct lt_blocker	 why;
 	struct be_result	 res;
@@ -761,50 +823,45 @@ req_decide(struct ebe *e, struct ereq *r)
 	if (locktable_owner_is_waiting(r->owner->lo))
 		err = KL_ERR_LIMIT;	/* two waits at once: not ours */
 	else
-		err = locktable_acquire(e->lt, r->owner->lo, &r->a, kl_now_ms(),
-		    &granted, &token, &why);
+		err = locktable_acquire(rp->lt, r->owner->lo, &r->a,
+		    kl_now_ms(), &granted, &token, &why);
 	if (err == KL_OK && granted) {
-		req_held(e, r, token);
+		req_held(rp, r, token);
 		return;
 	}
 	if (err == KL_OK) {
 		r->state = REQ_WAITING;
-		if (r->ours && (r->deadline || r->owner->gone || e->rebuilding)) {
-			if (e->rebuilding && !r->replied && !r->owner->gone) {
-				r->replied = true;
-				memset(&res, 0, sizeof(res));
-				res.op = BE_LOCK;
-				res.err = KL_ERR_BACKEND;
-				res.text = "etcd: rebuilding the lock table; "
-				    "try again";
-				ebe_done(e, r->owner, &res);
-			}
-			r->withdrawing = true;
-			commit_delete_req(e, r);
-		} else if (r->ours && !r->replied && !r->withdrawing &&
-		    !r->owner->gone && e->hooks.queued != NULL)
-			e->hooks.queued(e->hooks.arg, r->owner->lo);
+		if (r->side == SIDE_THEIRS)
+			return;
+		if (r->side == SIDE_ASKED && rp->mode != REP_BUILDING) {
+			rp->hooks.queued(rp->hooks.arg, r);
+			return;
+		}
+		/* its wait ended before the verdict, nobody waits for it, or
+		 * no verdict is told while rebuilding: the wait ends */
+		if (rp->mode == REP_BUILDING)
+			req_answer(rp, r, KL_ERR_BACKEND, 0, REBUILDING);
+		else if (r->side == SIDE_DEADLINE)
+			r->side = SIDE_WITHDRAWING;
+		req_delete(rp, r);
 		return;
 	}
 	r->state = REQ_REFUSED;
-	if (!r->ours)
+	if (r->side == SIDE_THEIRS)
 		return;
-	if (!r->replied && !r->owner->gone) {
-		memset(&res, 0, sizeof(res));
-		res.op = BE_LOCK;
-		res.err = err;
-		res.why = why;
-		res.limit = r->a.limit;
-		res.max_waiters = r->a.max_waiters;
-		if (err == KL_ERR_CONFLICT) {
-			locktable_key_view(locktable_find(e->lt, why.key,
-			    why.keylen), &v);
-			res.key_limit = v.limit;
-		}
-		r->replied = true;
-		ebe_done(e, r->owner, &res);
+	memset(&res, 0, sizeof(res));
+	res.op = BE_LOCK;
+	res.err = err;
+	res.why = why;
+	res.limit = r->a.limit;
+	res.max_waiters = r->a.max_waiters;
+	if (err == KL_ERR_CONFLICT) {
+		locktable_key_view(locktable_find(rp->lt, why.key,
+		    why.keylen), &v);
+		res.key_limit = v.limit;
 	}
-	commit_delete_req(e, r);
+	rp->hooks.answer(rp->hooks.arg, r, &res);
+	req_delete(rp, r);
 }
 
 /* ---- applying events ---- */
@@ -816,8 +873,8 @@ req_decide(struct ebe *e, struct ereq *r)
  * again. Returns how many are kept.
  */
 static size_t
-live_keys(const struct ebe *e, const char **keys, size_t *keylens, size_t n,
-    const struct erange_kv *live, size_t nlive)
+live_keys(const struct replica *rp, const char **keys, size_t *keylens,
+    size_t n, const struct erange_kv *live, size_t nlive)
 {
 	size_t kept = 0, idlen = 2 * EBE_ID_HEX + 2;	/* "/FE-SEQ" */
 
@@ -825,9 +882,9 @@ live_keys(const struct ebe *e, const char **keys, size_t *keylens, size_t n,
 		bool found = false;
 
 		for (size_t k = 0; k < nlive && !found; k++)
-			found = live[k].keylen == e->prefixlen + 2 +
+			found = live[k].keylen == rp->prefixlen + 2 +
 			    keylens[i] + idlen && memcmp(live[k].key +
-			    e->prefixlen + 2, keys[i], keylens[i]) == 0;
+			    rp->prefixlen + 2, keys[i], keylens[i]) == 0;
 		if (found) {
 			keys[kept] = keys[i];
 			keylens[kept++] = keylens[i];
@@ -839,7 +896,7 @@ live_keys(const struct ebe *e, const char **keys, size_t *keylens, size_t n,
 /* A put; while rebuilding, live holds the range's entries of its
  * request (NULL from the watch, which brings all of them at once). */
 static void
-apply_put(struct ebe *e, const struct etcd_kv *kv,
+apply_put(struct replica *rp, const struct etcd_kv *kv,
     const struct erange_kv *live, size_t nlive)
 {
 	const char		*keys[KL_KEYS_HARD_MAX];
@@ -851,53 +908,54 @@ apply_put(struct ebe *e, const struct etcd_kv *kv,
 
 	if (kv->version != 1)
 		return;		/* a rewrite */
-	if (!ekey_parse(e, kv->key, kv->keylen, &fe, &seq)) {
-		entry_skip(e, kv, "not an entry's key");
+	if (!ekey_parse(rp, kv->key, kv->keylen, &fe, &seq)) {
+		entry_skip(rp, kv, "not an entry's key");
 		return;
 	}
-	if ((r = ereq_find(e, fe, seq)) == NULL) {
+	if ((r = ereq_find(rp, fe, seq)) == NULL) {
 		struct eowner *o;
 
 		const char *why = ebe_entry_decode(kv->key, kv->keylen,
-		    e->prefixlen, kv->value, kv->valuelen, &client, &a, keys,
+		    rp->prefixlen, kv->value, kv->valuelen, &client, &a, keys,
 		    keylens, KL_KEYS_HARD_MAX);
 
 		if (why != NULL) {
-			entry_skip(e, kv, why);
+			entry_skip(rp, kv, why);
 			return;
 		}
-		if (live != NULL && (a.nkeys = live_keys(e, keys, keylens,
+		if (live != NULL && (a.nkeys = live_keys(rp, keys, keylens,
 		    a.nkeys, live, nlive)) == 0)
 			return;
-		if ((o = eowner_get(e, fe, client, true)) == NULL ||
-		    (r = ereq_new(e, o, fe, seq, &a)) == NULL) {
-			ebe_lose(e, "out of memory for the lock table");
+		if ((o = eowner_get(rp, fe, client, true)) == NULL ||
+		    (r = ereq_new(rp, o, fe, seq, &a)) == NULL) {
+			rp->hooks.lose(rp->hooks.arg,
+			    "out of memory for the lock table");
 			return;
 		}
-		if (fe == e->fe) {
-			/* ours, but unknown here: nobody waits for it */
-			r->ours = true;
-			r->replied = true;
-			r->withdrawing = true;
+		if (fe == rp->fe) {
+			/* ours, but unknown here: nobody waits for it, and
+			 * its put is made (the one write of w here) */
+			r->side = SIDE_ENDED;
 			for (size_t i = 0; i < r->nent; i++)
-				r->ent[i].put_acked = true;
+				r->ent[i].w = W_PUT;
 		}
 	}
-	if ((x = eentry_find(e, kv->key, kv->keylen)) == NULL ||
+	if ((x = eentry_find(rp, kv->key, kv->keylen)) == NULL ||
 	    x->rep != ENT_ABSENT)
 		return;
 	x->rep = r->state == REQ_HELD ? ENT_HELD : ENT_LIVE;
 	r->nlive++;
 	if (r->state == REQ_PUTTING)
-		req_decide(e, r);
+		req_decide(rp, r);
 	/* ours and unknown, or left over: delete it */
-	if (r->ours && r->withdrawing && r->state != REQ_WAITING)
-		commit_delete_req(e, r);
+	if ((r->side == SIDE_WITHDRAWING || r->side == SIDE_ENDED) &&
+	    r->state != REQ_WAITING)
+		req_delete(rp, r);
 }
 
 /* Fills res for the end of our wait r: TIMEOUT, CANCELLED, SHUTDOWN. */
 static void
-wait_result(struct ebe *e, struct ereq *r, struct be_result *res)
+wait_result(struct replica *rp, struct ereq *r, struct be_result *res)
 {
 	memset(res, 0, sizeof(*res));
 	res->op = BE_LOCK;
@@ -911,7 +969,7 @@ wait_result(struct ebe *e, struct ereq *r, struct be_result *res)
 		break;
 	default:
 		res->err = KL_ERR_TIMEOUT;
-		if (locktable_wait_blocker(e->lt, r->owner->lo, kl_now_ms(),
+		if (locktable_wait_blocker(rp->lt, r->owner->lo, kl_now_ms(),
 		    &res->why) && res->why.nwaiters > 0)
 			res->why.nwaiters--;	/* not this one */
 		break;
@@ -919,9 +977,9 @@ wait_result(struct ebe *e, struct ereq *r, struct be_result *res)
 }
 
 static void
-apply_delete(struct ebe *e, const struct etcd_kv *kv)
+apply_delete(struct replica *rp, const struct etcd_kv *kv)
 {
-	struct eentry		*x = eentry_find(e, kv->key, kv->keylen);
+	struct eentry		*x = eentry_find(rp, kv->key, kv->keylen);
 	struct ereq		*r;
 	struct be_result	 res;
 	bool			 held;
@@ -937,102 +995,142 @@ apply_delete(struct ebe *e, const struct etcd_kv *kv)
 		if (held) {
 			/* counted as backend local counts it on the owner's
 			 * front end; another's release is a plain one here */
-			locktable_release_why(e->lt, r->owner->lo, x->lkey,
-			    x->lkeylen, kl_now_ms(), r->ours ? x->why :
-			    LT_WHY_UNLOCK);
-			if (r->ours)
-				held_remove(e, x);
+			locktable_release_why(rp->lt, r->owner->lo, x->lkey,
+			    x->lkeylen, kl_now_ms(), r->side != SIDE_THEIRS ?
+			    x->why : LT_WHY_UNLOCK);
+			if (r->side != SIDE_THEIRS)
+				held_remove(rp, x);
 			if (x->ttl != NULL)
 				evtimer_del(x->ttl);
 		}
 		if (r->nlive > 0)
 			break;
 		r->state = REQ_GONE;
-		if (r->ours && r->withdrawing && !r->replied &&
-		    !r->owner->gone) {
+		if (r->side == SIDE_WITHDRAWING) {
 			/* granted while our withdrawal (CANCEL, timeout) was
 			 * on its way: req_held() kept that from the client,
 			 * and the LOCK ends as the withdrawal said */
-			wait_result(e, r, &res);
-			r->replied = true;
-			ebe_done(e, r->owner, &res);
+			wait_result(rp, r, &res);
+			rp->hooks.answer(rp->hooks.arg, r, &res);
 		}
 		break;
 	case REQ_WAITING:
-		if (r->ours && !r->replied && !r->owner->gone) {
-			wait_result(e, r, &res);
-			r->replied = true;
-			ebe_done(e, r->owner, &res);
+		if (ereq_awaited(r)) {
+			wait_result(rp, r, &res);
+			rp->hooks.answer(rp->hooks.arg, r, &res);
 		}
-		locktable_withdraw(e->lt, r->owner->lo, kl_now_ms(),
-		    r->ours ? r->why : LT_WHY_TIMEOUT);
+		locktable_withdraw(rp->lt, r->owner->lo, kl_now_ms(),
+		    r->side != SIDE_THEIRS ? r->why : LT_WHY_TIMEOUT);
 		r->state = REQ_GONE;
 		break;
 	default:
 		break;
 	}
-	if (r->ours)
-		ebe_release_applied(e, x);
+	if (r->side != SIDE_THEIRS)
+		rp->hooks.deleted(rp->hooks.arg, x);
 	ereq_maybe_free(r);
 }
 
 static void
-apply_heartbeat(struct ebe *e, const struct etcd_event *ev)
+apply_heartbeat(struct replica *rp, const struct etcd_event *ev)
 {
 	uint64_t fe;
 
-	if (ev->kv.keylen == e->prefixlen + 3 + EBE_ID_HEX &&
-	    hex16(ev->kv.key + e->prefixlen + 3, &fe) && fe == e->fe &&
-	    ev->kv.mod_revision >= e->hb_rev)
-		e->hb_seen = true;
+	if (ev->kv.keylen == rp->prefixlen + 3 + EBE_ID_HEX &&
+	    hex16(ev->kv.key + rp->prefixlen + 3, &fe) && fe == rp->fe)
+		rp->hooks.heartbeat(rp->hooks.arg, ev->kv.mod_revision);
 }
 
 /* The watch's events, in revision order. */
 void
-replica_events(void *arg, const struct etcd_event *ev, size_t n,
+replica_events(struct replica *rp, const struct etcd_event *ev, size_t n,
     int64_t hrev)
 {
-	struct ebe *e = arg;
+	uint64_t epoch = rp->epoch;
 
-	if (!ebe_lease_safe(e) || e->state == EBE_LOST)
+	if (!rp->hooks.lease_safe(rp->hooks.arg))
 		return;
 	kl_clock_hold();
-	for (size_t i = 0; i < n && e->state != EBE_LOST; i++) {
+	for (size_t i = 0; i < n && rp->epoch == epoch; i++) {
 		const struct etcd_kv *kv = &ev[i].kv;
 
-		if (kv->mod_revision != e->rev) {
-			e->rev = kv->mod_revision;
-			e->rev_grants = 0;
+		if (kv->mod_revision != rp->rev) {
+			rp->rev = kv->mod_revision;
+			rp->rev_grants = 0;
 		}
-		if (kv->keylen > e->prefixlen + 3 &&
-		    memcmp(kv->key + e->prefixlen, "fe/", 3) == 0) {
+		if (kv->keylen > rp->prefixlen + 3 &&
+		    memcmp(kv->key + rp->prefixlen, "fe/", 3) == 0) {
 			if (!ev[i].is_delete)
-				apply_heartbeat(e, &ev[i]);
+				apply_heartbeat(rp, &ev[i]);
 		} else if (ev[i].is_delete) {
-			apply_delete(e, kv);
+			apply_delete(rp, kv);
 		} else {
-			apply_put(e, kv, NULL, 0);
+			apply_put(rp, kv, NULL, 0);
 		}
 	}
 	kl_clock_release();
-	ebe_end_turn(e);
+	rp->hooks.end_turn(rp->hooks.arg);
 }
 
 /* ---- the table itself ---- */
 
-int
-replica_new(struct ebe *e)
-{
-	struct lt_hooks lh = { replica_granted, replica_next_token, e };
+static void	range_free(struct erange *g);
 
-	kl_random(&e->seed, sizeof(e->seed));
-	TAILQ_INIT(&e->owners);
-	if ((e->lt = locktable_new(&lh, e->seed)) == NULL ||
-	    ehash_init(&e->by_id) != 0 || ehash_init(&e->by_lo) != 0 ||
-	    ehash_init(&e->reqs) != 0 || ehash_init(&e->entries) != 0 ||
-	    ehash_init(&e->held) != 0)
-		return -1;
-	return 0;
+struct replica *
+replica_new(struct event_base *base, struct etcd *etcd, const char *prefix,
+    struct be_counters *count, const struct replica_hooks *hooks)
+{
+	struct replica	*rp = kl_calloc(1, sizeof(*rp));
+	struct lt_hooks	 lh = { replica_granted, replica_next_token, rp };
+
+	if (rp == NULL)
+		return NULL;
+	rp->hooks = *hooks;
+	rp->base = base;
+	rp->etcd = etcd;
+	rp->prefix = prefix;
+	rp->prefixlen = strlen(prefix);
+	rp->count = count;
+	kl_random(&rp->seed, sizeof(rp->seed));
+	TAILQ_INIT(&rp->owners);
+	if ((rp->lt = locktable_new(&lh, rp->seed)) == NULL ||
+	    ehash_init(&rp->by_id) != 0 || ehash_init(&rp->by_lo) != 0 ||
+	    ehash_init(&rp->reqs) != 0 || ehash_init(&rp->entries) != 0 ||
+	    ehash_init(&rp->held) != 0) {
+		replica_free(rp);
+		return NULL;
+	}
+	return rp;
+}
+
+void
+replica_set_fe(struct replica *rp, uint64_t fe)
+{
+	rp->fe = fe;
+}
+
+void
+replica_freeze(struct replica *rp)
+{
+	rp->mode = REP_FROZEN;
+}
+
+const struct locktable *
+replica_table(const struct replica *rp)
+{
+	return rp->lt;
+}
+
+int64_t
+replica_rev(const struct replica *rp)
+{
+	return rp->rev;
+}
+
+struct eownerq *
+replica_owners(struct replica *rp)
+{
+	return &rp->owners;
 }
 
 /*
@@ -1042,71 +1140,71 @@ replica_new(struct ebe *e)
  * is held or waited for.
  */
 void
-replica_clear(struct ebe *e)
+replica_clear(struct replica *rp)
 {
 	struct eowner	*o, *next;
 	bool		 busy = true;
 	uint64_t	 now = kl_now_ms();
+	enum replica_mode was = rp->mode;
 
-	e->clearing = true;
+	rp->mode = REP_CLEARING;
+	rp->epoch++;
 	while (busy) {
 		busy = false;
-		TAILQ_FOREACH(o, &e->owners, entry)
+		TAILQ_FOREACH(o, &rp->owners, entry)
 			if (locktable_owner_nholds(o->lo) > 0 ||
 			    locktable_owner_is_waiting(o->lo)) {
-				locktable_release_owner(e->lt, o->lo, now,
+				locktable_release_owner(rp->lt, o->lo, now,
 				    LT_WHY_SHUTDOWN);
 				busy = true;
 			}
 	}
 	/* owners stay until the end (eowner_maybe_free waits) */
-	TAILQ_FOREACH(o, &e->owners, entry) {
+	TAILQ_FOREACH(o, &rp->owners, entry) {
 		struct ereq *r;
 
 		while ((r = TAILQ_FIRST(&o->reqs)) != NULL) {
 			r->state = REQ_GONE;
 			r->nlive = 0;
 			r->refs = 0;
-			if (o->open == r)
+			if (r->side != SIDE_THEIRS)
+				r->side = SIDE_ENDED;
+			if (o->open == r) {	/* a LOCK open: it ends here */
 				o->open = NULL;
-			for (size_t i = 0; i < r->nent; i++) {
-				r->ent[i].put_acked = false;
-				r->ent[i].rep = ENT_GONE;
+				o->state = OWN_IDLE;
 			}
+			for (size_t i = 0; i < r->nent; i++)
+				r->ent[i].rep = ENT_GONE;
 			ereq_maybe_free(r);
 		}
 	}
-	e->clearing = false;
-	for (o = TAILQ_FIRST(&e->owners); o != NULL; o = next) {
+	rp->mode = was;
+	for (o = TAILQ_FIRST(&rp->owners); o != NULL; o = next) {
 		next = TAILQ_NEXT(o, entry);
-		if (!o->ours)
-			eowner_maybe_free(o);
-		else if (o->gone)
-			eowner_maybe_free(o);
+		eowner_maybe_free(o);
 	}
 }
 
 void
-replica_free(struct ebe *e)
+replica_free(struct replica *rp)
 {
-	struct eowner *o;
-
-	if (e->lt == NULL)
+	if (rp == NULL)
 		return;
-	replica_clear(e);
-	/* what is left: our connected owners; the seam frees them first */
-	while ((o = TAILQ_FIRST(&e->owners)) != NULL) {
-		TAILQ_REMOVE(&e->owners, o, entry);
-		locktable_owner_free(e->lt, o->lo, kl_now_ms());
-		kl_free(o);
+	range_free(rp->range);
+	if (rp->lt != NULL) {
+		replica_clear(rp);
+		/* what is left: our connected owners (the seam frees them
+		 * first, at a stop) */
+		while (!TAILQ_EMPTY(&rp->owners))
+			eowner_free(TAILQ_FIRST(&rp->owners));
+		locktable_free(rp->lt);
 	}
-	locktable_free(e->lt);
-	e->lt = NULL;
-	ehash_cleanup(&e->by_id);
-	ehash_cleanup(&e->by_lo);
-	ehash_cleanup(&e->reqs);
-	ehash_cleanup(&e->entries);
-	ehash_cleanup(&e->held);
+	ehash_cleanup(&rp->by_id);
+	ehash_cleanup(&rp->by_lo);
+	ehash_cleanup(&rp->reqs);
+	ehash_cleanup(&rp->entries);
+	ehash_cleanup(&rp->held);
+	kl_free(rp);
 }
 
 /* ---- rebuilding from a range ---- */
@@ -1125,7 +1223,7 @@ replica_free(struct ebe *e)
  * have R's revision as their token's (replica_build).
  */
 struct erange {
-	struct ebe		*e;
+	struct replica		*rp;
 	int64_t			 rev;	/* of the first page; 0 before */
 	struct erange_kv	*kvs;
 	size_t			 n, cap;
@@ -1133,12 +1231,24 @@ struct erange {
 	size_t			 nextlen;
 	struct etcd_call	*call;
 	bool			 back;	/* the second range, at M - 1 */
+	bool			 flat_only;	/* no second range */
 	struct erange_kv	*flat;	/* the first's entries, at flat_rev */
 	size_t			 nflat;
 	int64_t			 flat_rev;
 };
 
 static void	range_page(struct erange *g);
+
+/* A step failed: the backend starts over after a pause. */
+static void
+range_fail(struct erange *g, const char *why)
+{
+	struct replica *rp = g->rp;
+
+	rp->range = NULL;
+	range_free(g);
+	rp->hooks.fail(rp->hooks.arg, why);
+}
 
 static void
 range_kvs_free(struct erange_kv *kvs, size_t n)
@@ -1185,16 +1295,18 @@ range_kv_cmp(const void *pa, const void *pb)
  * sorted in place; the table is then at rev.
  */
 void
-replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
+replica_build(struct replica *rp, struct erange_kv *kvs, size_t n, int64_t rev)
 {
-	struct etcd_kv kv;
+	struct etcd_kv		kv;
+	uint64_t		epoch = rp->epoch;
+	enum replica_mode	was = rp->mode;
 
 	if (n > 0)
 		qsort(kvs, n, sizeof(*kvs), range_kv_cmp);
-	e->rebuilding = true;
+	rp->mode = REP_BUILDING;
 	kl_clock_hold();
 	for (size_t i = 0, first = 0, end = 0; i < n &&
-	    e->state != EBE_LOST; i++) {
+	    rp->epoch == epoch; i++) {
 		if (i == end) {		/* the entries of one request */
 			first = i;
 			for (end = i + 1; end < n && kvs[end].fe ==
@@ -1209,13 +1321,13 @@ replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
 		kv.valuelen = kvs[i].valuelen;
 		kv.version = 1;
 		kv.create_revision = kv.mod_revision = kvs[i].create_revision;
-		e->rev = rev;
-		apply_put(e, &kv, &kvs[first], end - first);
+		rp->rev = rev;
+		apply_put(rp, &kv, &kvs[first], end - first);
 	}
 	kl_clock_release();
-	e->rebuilding = false;
-	e->rev = rev;
-	e->rev_grants = 0;
+	rp->mode = was;
+	rp->rev = rev;
+	rp->rev_grants = 0;
 	log_info("backend etcd: lock table built from %zu entries at revision "
 	    "%" PRId64, n, rev);
 }
@@ -1223,12 +1335,13 @@ replica_build(struct ebe *e, struct erange_kv *kvs, size_t n, int64_t rev)
 static void
 range_apply(struct erange *g)
 {
-	struct ebe *e = g->e;
+	struct replica	*rp = g->rp;
+	uint64_t	 epoch = rp->epoch;
 
-	replica_build(e, g->kvs, g->n, g->rev);
-	e->range = NULL;
-	if (e->state != EBE_LOST)
-		ebe_ready(e, g->rev);
+	replica_build(rp, g->kvs, g->n, g->rev);
+	rp->range = NULL;
+	if (rp->epoch == epoch)
+		rp->hooks.built(rp->hooks.arg, g->rev);
 	range_free(g);
 }
 
@@ -1239,7 +1352,7 @@ range_back(struct erange *g)
 {
 	int64_t oldest = g->rev;
 
-	if (g->e->range_flat)
+	if (g->flat_only)
 		return false;
 	for (size_t i = 0; i < g->n; i++)
 		if (g->kvs[i].create_revision < oldest)
@@ -1280,7 +1393,7 @@ static void
 range_cb(void *arg, const struct etcd_result *res)
 {
 	struct erange	*g = arg;
-	struct ebe	*e = g->e;
+	struct replica	*rp = g->rp;
 
 	g->call = NULL;
 	if (res->status != ETCD_OK && g->back) {
@@ -1289,10 +1402,12 @@ range_cb(void *arg, const struct etcd_result *res)
 		return;
 	}
 	if (res->status != ETCD_OK) {
-		e->range = NULL;
-		range_free(g);
-		ebe_fail(e, "range of %s: %s: %s", e->prefix,
-		    etcd_status_name(res->status), res->message);
+		char why[256];
+
+		snprintf(why, sizeof(why), "range of %s: %s: %s", rp->prefix,
+		    etcd_status_name(res->status), res->message != NULL ?
+		    res->message : "");
+		range_fail(g, why);
 		return;
 	}
 	if (g->rev == 0)
@@ -1302,7 +1417,8 @@ range_cb(void *arg, const struct etcd_result *res)
 		struct erange_kv	*d;
 
 		if (g->n == g->cap) {
-			size_t			 cap = g->cap ? g->cap * 2 : 256;
+			size_t			 cap = g->cap ? g->cap * 2 :
+			    256;
 			struct erange_kv	*p = kl_realloc(g->kvs,
 			    cap * sizeof(*p));
 
@@ -1312,8 +1428,8 @@ range_cb(void *arg, const struct etcd_result *res)
 			g->cap = cap;
 		}
 		d = &g->kvs[g->n];
-		if (!ekey_parse(e, kv->key, kv->keylen, &d->fe, &d->seq)) {
-			entry_skip(e, kv, "not an entry's key");
+		if (!ekey_parse(rp, kv->key, kv->keylen, &d->fe, &d->seq)) {
+			entry_skip(rp, kv, "not an entry's key");
 			continue;
 		}
 		d->key = kl_strndup(kv->key, kv->keylen);
@@ -1345,21 +1461,19 @@ range_cb(void *arg, const struct etcd_result *res)
 	range_apply(g);
 	return;
 nomem:
-	e->range = NULL;
-	range_free(g);
-	ebe_fail(e, "out of memory for the range");
+	range_fail(g, "out of memory for the range");
 }
 
 static void
 range_page(struct erange *g)
 {
-	struct ebe		*e = g->e;
+	struct replica		*rp = g->rp;
 	char			 key[512], end[512];
-	size_t			 klen = e->prefixlen + 2;
+	size_t			 klen = rp->prefixlen + 2;
 	struct etcd_range	 rg;
 
-	memcpy(key, e->prefix, e->prefixlen);
-	memcpy(key + e->prefixlen, "q/", 2);
+	memcpy(key, rp->prefix, rp->prefixlen);
+	memcpy(key + rp->prefixlen, "q/", 2);
 	memset(&rg, 0, sizeof(rg));
 	rg.end = end;
 	rg.endlen = etcd_prefix_end(key, klen, end);
@@ -1367,26 +1481,23 @@ range_page(struct erange *g)
 	rg.keylen = g->next != NULL ? g->nextlen : klen;
 	rg.revision = g->rev;
 	rg.limit = EBE_RANGE_PAGE;
-	if ((g->call = etcd_range(e->etcd, &rg, ETCD_RETRY, range_cb,
-	    g)) == NULL) {
-		e->range = NULL;
-		range_free(g);
-		ebe_fail(e, "cannot ask etcd for a range");
-	}
+	if ((g->call = etcd_range(rp->etcd, &rg, ETCD_RETRY, range_cb,
+	    g)) == NULL)
+		range_fail(g, "cannot ask etcd for a range");
 }
 
-/* A fresh range of every entry, then the table from it (ebe_ready()). */
 int
-replica_rebuild_start(struct ebe *e)
+replica_rebuild_start(struct replica *rp, bool flat)
 {
 	struct erange *g;
 
-	range_free(e->range);
-	e->range = NULL;
+	range_free(rp->range);
+	rp->range = NULL;
 	if ((g = kl_calloc(1, sizeof(*g))) == NULL)
 		return -1;
-	g->e = e;
-	e->range = g;
+	g->rp = rp;
+	g->flat_only = flat;
+	rp->range = g;
 	range_page(g);
 	return 0;
 }

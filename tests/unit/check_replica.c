@@ -49,6 +49,9 @@ struct got {
 struct rep {
 	struct event_base	*base;
 	struct ebe		*e;
+	struct backend		*be;		/* e's seam */
+	struct replica		*rp;
+	uint64_t		 fe;
 	struct be_counters	 count;
 	struct lt_owner		*dropped[16];
 	size_t			 ndropped;
@@ -89,7 +92,7 @@ rep_new(uint64_t fe)
 	struct rep	*p = calloc(1, sizeof(*p));
 	struct config	 cfg;
 	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL,
-	    NULL };
+	    NULL, NULL };
 	char		 err[256];
 
 	ck_assert_ptr_nonnull(p);
@@ -106,16 +109,17 @@ rep_new(uint64_t fe)
 	ck_assert_ptr_nonnull(p->base = event_base_new());
 	p->e = ebe_create(&cfg, p->base, &hooks, err, sizeof(err));
 	ck_assert_msg(p->e != NULL, "%s", err);
-	p->e->state = EBE_READY;
-	p->e->fe = fe;
-	p->e->lease_until = kl_now_ms() + 3600 * 1000;
+	ebe_assume(p->e, fe);
+	p->be = ebe_seam(p->e);
+	p->rp = ebe_replica(p->e);
+	p->fe = fe;
 	return p;
 }
 
 static void
 rep_free(struct rep *p)
 {
-	backend_free(&p->e->be);
+	backend_free(p->be);
 	event_base_free(p->base);
 	free(p);
 }
@@ -257,7 +261,7 @@ static void
 w_lock_ours(struct world *w, int i)
 {
 	struct rep		*a = w->r[0];
-	struct eowner		*o = eowner_of(a->e, w->ours[i]);
+	struct eowner		*o = eowner_of(a->rp, w->ours[i]);
 	struct lt_acquire	 acq;
 	struct be_result	 res;
 	const char		*keys[2];
@@ -265,7 +269,7 @@ w_lock_ours(struct world *w, int i)
 	int			 k0 = (int)rnd(w, NKEYS), k1 = (int)rnd(w, NKEYS);
 	struct ereq		*q;
 
-	if (o->open != NULL || locktable_owner_is_waiting(o->lo))
+	if (o->state != OWN_IDLE || locktable_owner_is_waiting(o->lo))
 		return;
 	memset(&acq, 0, sizeof(acq));
 	keys[0] = keyname[k0];
@@ -278,7 +282,7 @@ w_lock_ours(struct world *w, int i)
 	acq.limit = 1;
 	acq.max_waiters = -1;
 	acq.try = rnd(w, 5) == 0;
-	ck_assert_int_eq(a->e->be.ops->acquire(&a->e->be, w->ours[i], &acq,
+	ck_assert_int_eq(a->be->ops->acquire(a->be, w->ours[i], &acq,
 	    kl_now_ms(), &res), BE_PENDING);
 	ck_assert_ptr_nonnull(q = o->open);
 	for (size_t j = 0; j < q->nent; j++)
@@ -295,18 +299,18 @@ struct entry {
 };
 
 struct walk {
-	struct ebe	*e;
+	struct rep	*p;
 	struct entry	 x[32];
 	size_t		 n;
 };
 
 static void
-who(struct ebe *e, struct lt_owner *lo, uint64_t *fe, uint64_t *client)
+who(struct rep *p, struct lt_owner *lo, uint64_t *fe, uint64_t *client)
 {
-	struct eowner *o = eowner_of(e, lo);
+	struct eowner *o = eowner_of(p->rp, lo);
 
 	ck_assert_ptr_nonnull(o);
-	*fe = o->ours ? e->fe : o->fe;
+	*fe = o->state != OWN_THEIRS ? p->fe : o->fe;
 	*client = o->client;
 }
 
@@ -316,7 +320,7 @@ walk_holder(void *arg, const struct lt_holder_view *h)
 	struct walk *wk = arg;
 
 	ck_assert_uint_lt(wk->n, 32);
-	who(wk->e, h->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
+	who(wk->p, h->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
 	wk->x[wk->n].token = h->token;
 	wk->x[wk->n].mode = (int)h->mode;
 	wk->x[wk->n].holder = true;
@@ -330,7 +334,7 @@ walk_waiter(void *arg, const struct lt_waiter_view *v)
 	struct walk *wk = arg;
 
 	ck_assert_uint_lt(wk->n, 32);
-	who(wk->e, v->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
+	who(wk->p, v->owner, &wk->x[wk->n].fe, &wk->x[wk->n].client);
 	wk->x[wk->n].token = 0;
 	wk->x[wk->n].mode = (int)v->mode;
 	wk->x[wk->n].holder = false;
@@ -339,27 +343,30 @@ walk_waiter(void *arg, const struct lt_waiter_view *v)
 }
 
 static void
-key_walk(struct ebe *e, const char *key, struct walk *wk)
+key_walk(struct rep *p, const char *key, struct walk *wk)
 {
-	const struct lt_key *k = locktable_find(e->lt, key, strlen(key));
+	const struct locktable	*lt = replica_table(p->rp);
+	const struct lt_key	*k = locktable_find(lt, key, strlen(key));
 
 	memset(wk, 0, sizeof(*wk));
-	wk->e = e;
+	wk->p = p;
 	if (k != NULL)
-		locktable_key_walk(e->lt, k, kl_now_ms(), walk_holder,
+		locktable_key_walk(lt, k, kl_now_ms(), walk_holder,
 		    walk_waiter, wk);
 }
 
 /* a and b agree on every key: the same holders, with the same tokens,
  * in grant order and the same waiters in queue order. */
 static void
-tables_agree(struct world *w, struct ebe *a, struct ebe *b, int step)
+tables_agree(struct world *w, struct rep *a, struct rep *b, int step)
 {
 	struct walk wa, wb;
 	const char *bad;
 
-	ck_assert_msg((bad = locktable_check(a->lt)) == NULL, "%s", bad);
-	ck_assert_msg((bad = locktable_check(b->lt)) == NULL, "%s", bad);
+	ck_assert_msg((bad = locktable_check(replica_table(a->rp))) == NULL,
+	    "%s", bad);
+	ck_assert_msg((bad = locktable_check(replica_table(b->rp))) == NULL,
+	    "%s", bad);
 	for (int k = 0; k < NKEYS; k++) {
 		key_walk(a, keyname[k], &wa);
 		key_walk(b, keyname[k], &wb);
@@ -384,11 +391,11 @@ tables_agree(struct world *w, struct ebe *a, struct ebe *b, int step)
 
 /* The token in r's table for client (fe, client)'s hold on key. */
 static uint64_t
-token_of(struct ebe *e, uint64_t fe, uint64_t client, const char *key)
+token_of(struct rep *p, uint64_t fe, uint64_t client, const char *key)
 {
 	struct walk wk;
 
-	key_walk(e, key, &wk);
+	key_walk(p, key, &wk);
 	for (size_t i = 0; i < wk.n; i++)
 		if (wk.x[i].holder && wk.x[i].fe == fe &&
 		    wk.x[i].client == client)
@@ -404,7 +411,7 @@ replies_agree(struct world *w, int step)
 
 	for (size_t i = 0; i < a->ngot; i++) {
 		struct got	*g = &a->got[i];
-		struct eowner	*o = eowner_of(a->e, g->o);
+		struct eowner	*o = eowner_of(a->rp, g->o);
 		struct ereq	*q;
 
 		if (g->r.op != BE_LOCK || g->r.err != KL_OK)
@@ -417,15 +424,15 @@ replies_agree(struct world *w, int step)
 
 					snprintf(key, sizeof(key), "%.*s",
 					    (int)q->ent[j].lkeylen, q->ent[j].lkey);
-					if (token_of(a->e, FE_A, o->client, key) !=
+					if (token_of(a, FE_A, o->client, key) !=
 					    g->r.value)
 						continue;	/* another grant */
-					ck_assert_msg(token_of(w->r[1]->e, FE_A,
+					ck_assert_msg(token_of(w->r[1], FE_A,
 					    o->client, key) == g->r.value,
 					    "step %d: A's client %" PRIu64
 					    " got token %" PRIu64 " for %s, B's "
 					    "INFO says %" PRIu64, step, o->client,
-					    g->r.value, key, token_of(w->r[1]->e,
+					    g->r.value, key, token_of(w->r[1],
 					    FE_A, o->client, key));
 					w->grants++;
 				}
@@ -439,12 +446,12 @@ w_commit(struct world *w, int step)
 {
 	for (int i = 0; i < 3; i++)
 		if (w->r[i] != NULL && w->nev > 0) {
-			replica_events(w->r[i]->e, w->ev, w->nev, w->rev);
+			replica_events(w->r[i]->rp, w->ev, w->nev, w->rev);
 		}
 	w->nev = 0;
-	tables_agree(w, w->r[0]->e, w->r[1]->e, step);
+	tables_agree(w, w->r[0], w->r[1], step);
 	if (w->r[2] != NULL)
-		tables_agree(w, w->r[0]->e, w->r[2]->e, step);
+		tables_agree(w, w->r[0], w->r[2], step);
 	replies_agree(w, step);
 }
 
@@ -452,20 +459,20 @@ w_commit(struct world *w, int step)
 static enum ereq_state
 req_state(struct world *w, const struct ekv *x)
 {
-	struct ebe	*e = w->r[0]->e;
+	struct replica	*rp = w->r[0]->rp;
 	const char	*v = x->value + 3;
 	uint64_t	 client = strtoull(v, NULL, 10);
 	struct eowner	*o;
 	struct ereq	*q;
 
 	if (x->fe == FE_A) {
-		TAILQ_FOREACH(o, &e->owners, entry)
+		TAILQ_FOREACH(o, replica_owners(rp), entry)
 			TAILQ_FOREACH(q, &o->reqs, entry)
 				if (q->fe == x->fe && q->seq == x->seq)
 					return q->state;
 		return REQ_GONE;
 	}
-	if ((o = eowner_get(e, x->fe, client, false)) == NULL)
+	if ((o = eowner_get(rp, x->fe, client, false)) == NULL)
 		return REQ_GONE;
 	TAILQ_FOREACH(q, &o->reqs, entry)
 		if (q->seq == x->seq)
@@ -519,12 +526,12 @@ w_rebuild(struct world *w)
 		if (kvs[i].create_revision < oldest)
 			oldest = kvs[i].create_revision;
 	n = w_range(w, oldest - 1, kvs);
-	replica_build(w->r[2]->e, kvs, n, oldest - 1);
+	replica_build(w->r[2]->rp, kvs, n, oldest - 1);
 	for (size_t i = 0; i <= w->nlog; i++) {
 		struct lev *l = i < w->nlog ? &w->log[i] : NULL;
 
 		if (nev > 0 && (l == NULL || l->rev != ev[0].kv.mod_revision)) {
-			replica_events(w->r[2]->e, ev, nev,
+			replica_events(w->r[2]->rp, ev, nev,
 			    ev[0].kv.mod_revision);
 			nev = 0;
 		}
@@ -571,8 +578,8 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 	w->r[0] = rep_new(FE_A);
 	w->r[1] = rep_new(FE_B);
 	for (int i = 0; i < OURS; i++)
-		ck_assert_ptr_nonnull(w->ours[i] = w->r[0]->e->be.ops->owner_new(
-		    &w->r[0]->e->be, (uint64_t)(i + 1), NULL));
+		ck_assert_ptr_nonnull(w->ours[i] = w->r[0]->be->ops->owner_new(
+		    w->r[0]->be, (uint64_t)(i + 1), NULL));
 	for (int step = 0; step < steps; step++) {
 		uint64_t	 what = rnd(w, 10);
 		bool		 refused = false;
@@ -592,7 +599,7 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 		}
 		if (rebuild && what == 0) {
 			w_rebuild(w);
-			tables_agree(w, w->r[0]->e, w->r[2]->e, step);
+			tables_agree(w, w->r[0], w->r[2], step);
 			continue;
 		}
 		if (what <= 3) {
@@ -631,7 +638,7 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 	if (ours)
 		ck_assert_uint_gt(w->grants, 0);
 	for (int i = 0; i < OURS; i++)
-		w->r[0]->e->be.ops->owner_free(&w->r[0]->e->be, w->ours[i],
+		w->r[0]->be->ops->owner_free(w->r[0]->be, w->ours[i],
 		    kl_now_ms());
 	for (int i = 0; i < 3; i++)
 		if (w->r[i] != NULL)
@@ -677,25 +684,25 @@ START_TEST(losing_the_lease_drops_every_client_without_memory)
 	w->r[0] = a = rep_new(FE_A);
 	w->r[1] = rep_new(FE_B);
 	for (int i = 0; i < OURS; i++)
-		ck_assert_ptr_nonnull(w->ours[i] = a->e->be.ops->owner_new(
-		    &a->e->be, (uint64_t)(i + 1), NULL));
+		ck_assert_ptr_nonnull(w->ours[i] = a->be->ops->owner_new(
+		    a->be, (uint64_t)(i + 1), NULL));
 	for (int i = 0; i < OURS; i++) {
 		w->rev++;
 		w_lock_ours(w, i);
 		w_commit(w, i);
 	}
 	for (int i = 0; i < OURS; i++)
-		ck_assert(!TAILQ_EMPTY(&eowner_of(a->e, w->ours[i])->reqs));
+		ck_assert(!TAILQ_EMPTY(&eowner_of(a->rp, w->ours[i])->reqs));
 	kl_alloc_fail_at(1, true);
 	ebe_lose(a->e, "test: the lease is gone");
 	kl_alloc_fail_at(0, false);
-	ck_assert_int_eq(a->e->state, EBE_LOST);
+	ck_assert(ebe_lost(a->e));
 	ck_assert_uint_eq(a->count.losses, 1);
 	ck_assert_uint_eq(a->ndropped, OURS);
 	for (int i = 0; i < OURS; i++)
 		ck_assert_ptr_eq(a->dropped[i], w->ours[i]);
 	for (int i = 0; i < OURS; i++)
-		a->e->be.ops->owner_free(&a->e->be, w->ours[i], kl_now_ms());
+		a->be->ops->owner_free(a->be, w->ours[i], kl_now_ms());
 	rep_free(w->r[0]);
 	rep_free(w->r[1]);
 	free(w->log);
@@ -723,20 +730,21 @@ put_one(struct rep *p, const char *lkey, size_t lkeylen, uint64_t seq,
 	ev.kv.valuelen = valuelen;
 	ev.kv.version = 1;
 	ev.kv.create_revision = ev.kv.mod_revision = rev;
-	replica_events(p->e, &ev, 1, rev);
+	replica_events(p->rp, &ev, 1, rev);
 }
 
 static size_t
 holders(struct rep *p, const char *key, size_t len)
 {
-	const struct lt_key	*k = locktable_find(p->e->lt, key, len);
+	const struct locktable	*lt = replica_table(p->rp);
+	const struct lt_key	*k = locktable_find(lt, key, len);
 	struct walk		 wk;
 
 	if (k == NULL)
 		return 0;
 	memset(&wk, 0, sizeof(wk));
-	wk.e = p->e;
-	locktable_key_walk(p->e->lt, k, kl_now_ms(), walk_holder,
+	wk.p = p;
+	locktable_key_walk(lt, k, kl_now_ms(), walk_holder,
 	    walk_waiter, &wk);
 	return wk.n;
 }
@@ -795,9 +803,9 @@ START_TEST(entries_against_the_rules_are_left_out)
 		} else
 			klen = strlen(k);
 		put_one(p, k, klen, seq++, v, strlen(v), rev++);
-		ck_assert_msg(p->e->count->bad_entries == (good ? i : i + 1),
+		ck_assert_msg(p->count.bad_entries == (good ? i : i + 1),
 		    "entry %zu (%s): bad_entries %" PRIu64, i, v,
-		    p->e->count->bad_entries);
+		    p->count.bad_entries);
 		ck_assert_msg(holders(p, k, klen) == (good ? 1 : 0),
 		    "entry %zu (%s) in the table", i, v);
 	}
@@ -808,7 +816,7 @@ START_TEST(entries_against_the_rules_are_left_out)
 	put_one(p, longkey, sizeof(longkey), seq++, value, strlen(value),
 	    rev++);
 	ck_assert_uint_eq(holders(p, longkey, sizeof(longkey)), 0);
-	ck_assert_uint_eq(p->e->count->bad_entries, sizeof(bad) / sizeof(bad[0]));
+	ck_assert_uint_eq(p->count.bad_entries, sizeof(bad) / sizeof(bad[0]));
 	rep_free(p);
 }
 END_TEST
