@@ -261,9 +261,16 @@ etcd_new(struct event_base *base, const char *endpoints,
 		e->conns[i].ep = -1;
 		e->conns[i].nodelay_fd = -1;
 	}
+	for (int i = 0; i < e->neps; i++)
+		e->mem[i].e = e;
+	if (etcd_probe_init(e) != 0)
+		goto fail;
 	*why = NULL;
 	return e;
 fail:
+	if (e->kick != NULL)
+		event_free(e->kick);
+	etcd_probe_free(e);
 	if (e->dns != NULL)
 		evdns_base_free(e->dns, 0);
 	etcd_tls_ctx_free(e->tls);
@@ -671,6 +678,8 @@ call_send(struct etcd_conn *conn, struct etcd_call *c)
 	c->conn = conn;
 	c->ep = conn->ep;
 	c->tries++;
+	c->sent_ms = etcd_now_ms();
+	c->base_term = e->mem[conn->ep].term;
 	c->got_error_cb = false;
 	conn->call = c;
 	TAILQ_REMOVE(&e->queue, c, entry);
@@ -692,6 +701,7 @@ call_send(struct etcd_conn *conn, struct etcd_call *c)
 		return false;
 	}
 	conn_nodelay(conn);
+	etcd_probe_arm(e);
 	return true;
 }
 
@@ -774,11 +784,27 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct etcd_call	*c = arg;
 	struct etcd		*e = c->e;
-	char			 msg[160];
+	char			 msg[400];
 
 	if (c->state == CALL_FAILING) {
 		call_unlink(c);
 		call_fail(c, c->fail_status, c->fail_msg);
+		return;
+	}
+	if (c->state == CALL_PAUSED && etcd_now_ms() + 10 < c->deadline_ms) {
+		/* the pause is over: its next try, by the deadline */
+		uint64_t	left = c->deadline_ms - etcd_now_ms();
+		struct timeval	tv;
+
+		TAILQ_REMOVE(&e->inflight, c, entry);
+		e->ninflight--;
+		c->state = CALL_QUEUED;
+		TAILQ_INSERT_HEAD(&e->queue, c, entry);
+		e->nqueue++;
+		tv.tv_sec = (time_t)(left / 1000);
+		tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+		event_add(c->timer, &tv);
+		dispatch(e, true);
 		return;
 	}
 	call_unlink(c);
@@ -793,6 +819,10 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 		etcd_endpoint_failed(e, c->ep, "no reply in time");
 		snprintf(msg, sizeof(msg), "no reply from %s within %d ms",
 		    e->eps[c->ep].url, e->o.timeout_ms);
+	} else if (c->fail_msg[0] != '\0') {
+		/* tried, and tried again: what ended the last try */
+		snprintf(msg, sizeof(msg), "no reply within %d ms (%s)",
+		    e->o.timeout_ms, c->fail_msg);
 	} else {
 		snprintf(msg, sizeof(msg), "no connection free within %d ms",
 		    e->o.timeout_ms);
@@ -829,22 +859,86 @@ http_error_name(int err)
 	}
 }
 
-/* Queues c again, for the next endpoint, if it may (always when nothing
- * was sent, else only ETCD_RETRY calls) and time is left. */
+/*
+ * Queues c again (in e->inflight, not linked to a connection), for the
+ * next endpoint, if it may and time is left: a try that sent nothing
+ * always, until every endpoint has refused it in a row; one that may have
+ * reached its member only with ETCD_RETRY, until the deadline, with a
+ * pause after each round of the endpoints (a member without a leader
+ * says so at once, and an election takes a second or two). why: what
+ * ended the try, for the error at the deadline.
+ */
 static bool
-call_retry(struct etcd_call *c, bool unsent)
+call_retry(struct etcd_call *c, bool unsent, const char *why)
 {
-	struct etcd *e = c->e;
+	struct etcd	*e = c->e;
+	uint64_t	 now = etcd_now_ms(), pause;
+	struct timeval	 tv;
 
-	if (!(unsent || (c->flags & ETCD_RETRY)) || c->tries >= e->neps ||
-	    etcd_now_ms() + 10 >= c->deadline_ms)
+	if (!(unsent || (c->flags & ETCD_RETRY)) ||
+	    now + 10 >= c->deadline_ms)
 		return false;
+	if (why != c->fail_msg)
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s: %s",
+		    e->eps[c->ep].url, why);
+	if (unsent) {
+		if (++c->refused >= e->neps)
+			return false;
+	} else {
+		c->refused = 0;
+	}
+	if (!unsent && c->tries % e->neps == 0) {
+		pause = ETCD_RETRY_PAUSE_MS;
+		if (now + pause + 10 >= c->deadline_ms)
+			pause = c->deadline_ms - now - 10;
+		c->state = CALL_PAUSED;
+		tv.tv_sec = 0;
+		tv.tv_usec = (suseconds_t)pause * 1000;
+		event_add(c->timer, &tv);
+		return true;
+	}
 	TAILQ_REMOVE(&e->inflight, c, entry);
 	e->ninflight--;
 	c->state = CALL_QUEUED;
 	TAILQ_INSERT_HEAD(&e->queue, c, entry);
 	e->nqueue++;
 	return true;
+}
+
+void
+etcd_member_term(struct etcd *e, int ep, int64_t term)
+{
+	if (term > e->mem[ep].term)
+		e->mem[ep].term = term;
+}
+
+void
+etcd_call_abandon(struct etcd_call *c, const char *why)
+{
+	struct etcd		*e = c->e;
+	struct evhttp_request	*req = c->req;
+	int			 ep = c->ep;
+
+	c->conn->call = NULL;
+	c->conn->stale = e->eps[c->conn->ep].tls;
+	c->conn = NULL;
+	c->req = NULL;
+	/* resets the connection; neither callback may run now */
+	evhttp_request_set_error_cb(req, NULL);
+	evhttp_cancel_request(req);
+	snprintf(c->fail_msg, sizeof(c->fail_msg), "%s: %s", e->eps[ep].url,
+	    why);
+	log_debug("etcd: %s on %s waited %llu ms: %s; tried again", c->path,
+	    e->eps[ep].url, (unsigned long long)(etcd_now_ms() - c->sent_ms),
+	    why);
+	etcd_endpoint_failed(e, ep, why);
+	if (!call_retry(c, false, c->fail_msg)) {
+		char msg[sizeof(c->fail_msg)];
+
+		snprintf(msg, sizeof(msg), "%s", c->fail_msg);
+		call_fail_later(c, ETCD_ERR_TIMEOUT, msg);
+	}
+	dispatch(e, false);
 }
 
 static void
@@ -883,6 +977,7 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 		return;
 	}
 	etcd_result_decode(root, &r, &arena);
+	etcd_member_term(e, c->ep, r.raft_term);
 	r.message = etcd_text_safe(r.message, safe, sizeof(safe));
 	if (r.status == ETCD_ERR_GRPC && c != e->auth && e->user != NULL &&
 	    etcd_token_refused(r.grpc_code, r.message)) {
@@ -901,7 +996,8 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 	}
 	if (r.status == ETCD_ERR_GRPC && r.grpc_code == ETCD_GRPC_UNAVAILABLE) {
 		etcd_endpoint_failed(e, c->ep, r.message);
-		if (call_retry(c, false)) {
+		if (call_retry(c, false, r.message != NULL ? r.message :
+		    "unavailable")) {
 			json_decref(root);
 			kl_free(arena);
 			return;
@@ -943,7 +1039,7 @@ call_done_cb(struct evhttp_request *req, void *arg)
 		}
 
 		etcd_endpoint_failed(e, c->ep, why);
-		if (!call_retry(c, unsent)) {
+		if (!call_retry(c, unsent, why)) {
 			snprintf(msg, sizeof(msg), "%s: %s",
 			    e->eps[c->ep].url, why);
 			call_unlink(c);
@@ -1084,6 +1180,7 @@ etcd_free(struct etcd *e)
 	for (int i = 0; i < e->o.conns; i++)
 		if (e->conns[i].evcon != NULL)
 			evhttp_connection_free(e->conns[i].evcon);
+	etcd_probe_free(e);
 	if (e->kick != NULL)
 		event_free(e->kick);
 	if (e->dns != NULL)

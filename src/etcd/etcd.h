@@ -9,7 +9,10 @@
  * of one reply (max_body) and of one watch line (max_line). Calls fail
  * over across the endpoints: one endpoint is current for every
  * connection, and a failure on it (no connection, a timeout, "no leader")
- * moves the client to the next.
+ * moves the client to the next. A call that waits on a member is checked
+ * by a probe of that member's raft status (etcd_probe.c): one that cannot
+ * be carried out there (its member lost its leader) is sent to the next
+ * member, under the same deadline.
  *
  * The gateway's JSON: keys and values are base64, int64 fields are JSON
  * strings both ways, and proto3 leaves out every field at its default
@@ -39,6 +42,7 @@ struct etcd_txn;
 #define ETCD_ENDPOINTS_MAX	16
 #define ETCD_WATCH_RETRY_MS	100	/* first pause before re-watching */
 #define ETCD_WATCH_RETRY_MAX_MS	1000
+#define ETCD_RETRY_PAUSE_MS	100	/* after each round of the endpoints */
 
 /* gRPC status codes etcd answers with (google.golang.org/grpc/codes). */
 #define ETCD_GRPC_INVALID_ARGUMENT	3	/* too many ops, duplicate key */
@@ -120,8 +124,13 @@ struct etcd_result {
 typedef void	etcd_cb(void *arg, const struct etcd_result *r);
 
 /* Call flags */
-#define ETCD_RETRY	0x01	/* idempotent: on a connection failure or
-				 * "unavailable", try the next endpoint */
+#define ETCD_RETRY	0x01	/* a repeat changes nothing that matters (a
+				 * read, a put of the same value, a delete):
+				 * on a connection failure, "unavailable", or
+				 * a member that cannot carry it out (it has
+				 * no leader, a new one since it took the
+				 * call, or does not answer a probe), try the
+				 * next endpoint, until the deadline */
 
 /*
  * endpoints: URLs separated by commas, "http://host:port" or

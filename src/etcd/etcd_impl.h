@@ -43,7 +43,8 @@ struct etcd_endpoint {
 enum etcd_call_state {
 	CALL_QUEUED,
 	CALL_INFLIGHT,
-	CALL_FAILING		/* completes from its timer at once */
+	CALL_FAILING,		/* completes from its timer at once */
+	CALL_PAUSED		/* in e->inflight: queued again by its timer */
 };
 
 struct etcd_conn;
@@ -64,12 +65,17 @@ struct etcd_call {
 	struct evhttp_request	*req;
 	int			 ep;		/* endpoint of the last try */
 	int			 tries;
+	int			 refused;	/* tries that could not connect */
+	uint64_t		 sent_ms;	/* of the last try */
+	/* a raft term of its member no later than the member's when it
+	 * took this try (0: none known yet, the next probe gives one) */
+	int64_t			 base_term;
 	int			 http_error;	/* from the error callback */
 	uint64_t		 token_gen;	/* of the token it was sent with */
 	bool			 reauthed;	/* sent again after a refused token */
 	bool			 got_error_cb;
 	enum etcd_status	 fail_status;	/* CALL_FAILING */
-	char			 fail_msg[256];
+	char			 fail_msg[256];	/* and why the last try ended */
 };
 TAILQ_HEAD(etcd_callq, etcd_call);
 
@@ -80,6 +86,29 @@ struct etcd_conn {
 	int				 nodelay_fd;	/* TCP_NODELAY set */
 	struct etcd_call		*call;	/* in flight, or NULL */
 	bool				 stale;	/* TLS, closed: to be remade */
+};
+
+/*
+ * A member that a call has waited on for stall_ms is asked for its raft
+ * status (etcd_probe.c) on a connection of its own; what the answer says
+ * is applied from the stall timer, never from inside an evhttp callback.
+ */
+enum etcd_probe_verdict {
+	PROBE_NONE,		/* no answer yet, or one that says nothing */
+	PROBE_SILENT,		/* no answer within probe_ms */
+	PROBE_NOLEADER,		/* the member has no leader */
+	PROBE_TERM		/* the member has a leader, in term */
+};
+
+struct etcd_member {
+	struct etcd		*e;
+	int64_t			 term;		/* last raft term it told */
+	struct evhttp_connection *probe;	/* the probe on its way */
+	uint64_t		 probe_sent_ms;
+	uint64_t		 probe_last_ms;	/* of the last probe sent */
+	bool			 probe_done;	/* answered, to be applied */
+	enum etcd_probe_verdict	 verdict;
+	int64_t			 probe_term;
 };
 
 /* The watch's life; every move between these is made by the timer, so
@@ -118,6 +147,7 @@ struct etcd {
 	struct evdns_base	*dns;		/* only for host names */
 	struct etcd_opts	 o;
 	struct etcd_endpoint	 eps[ETCD_ENDPOINTS_MAX];
+	struct etcd_member	 mem[ETCD_ENDPOINTS_MAX];
 	int			 neps;
 	int			 cur;		/* endpoint calls go to */
 	struct etcd_conn	*conns;
@@ -126,6 +156,9 @@ struct etcd {
 	struct etcd_callq	 inflight;
 	size_t			 ninflight;
 	struct event		*kick;		/* dispatch outside callbacks */
+	struct event		*stall;		/* probes stuck calls' members */
+	int			 stall_ms;	/* a call this old: probe */
+	int			 probe_ms;	/* a probe's own timeout */
 	struct etcd_watch	 w;
 	void			*tls;		/* SSL_CTX: an https endpoint */
 	/* etcd auth: the token calls carry, its generation (bumped when it
@@ -158,6 +191,19 @@ bool		 etcd_auth_wait(struct etcd *e);
 /* The reply is etcd refusing a call's token: expired, or issued before a
  * change of its auth store. */
 bool		 etcd_token_refused(int grpc_code, const char *message);
+
+/* A try of c (in flight, ETCD_RETRY) that cannot succeed on its member:
+ * dropped with its connection, c queued again for the next member within
+ * its deadline. why: for the log and the final error. */
+void		 etcd_call_abandon(struct etcd_call *c, const char *why);
+/* A reply from member ep told its raft term. */
+void		 etcd_member_term(struct etcd *e, int ep, int64_t term);
+
+/* etcd_probe.c */
+int		 etcd_probe_init(struct etcd *e);
+/* A call went out: the stall timer runs. */
+void		 etcd_probe_arm(struct etcd *e);
+void		 etcd_probe_free(struct etcd *e);
 
 /* etcd_tls.c */
 void		*etcd_tls_ctx_new(const struct etcd_opts *o, char *err,

@@ -54,3 +54,13 @@ tests_etcd_soak_test_LDADD = $(CHECK_MAIN_LDADD) \
 	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
 	$(JANSSON_LIBS) -lpthread
 TESTS += tests/etcd/soak_test
+
+# The etcd leader SIGKILLed under load, with the default etcd settings:
+# no error, no overlap (issue 23).
+check_PROGRAMS += tests/etcd/leader_test
+tests_etcd_leader_test_SOURCES = tests/etcd/leader_test.c
+tests_etcd_leader_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
+tests_etcd_leader_test_LDADD = $(CHECK_MAIN_LDADD) \
+	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
+	$(JANSSON_LIBS) -lpthread
+TESTS += tests/etcd/leader_test
