@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import pathlib
 import signal
 import socket
@@ -209,12 +210,14 @@ def waiting(d: Daemon, n: int = 1) -> bool:
 
 
 def test_shutdown_while_waiting_moves_to_the_next_server(
-        two: Tuple[Daemon, Daemon], report: Any) -> None:
+        two: Tuple[Daemon, Daemon], report: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A LOCK waiting on d1 is answered ERR SHUTDOWN (d1 gets SIGTERM):
     it is asked again of d2 and granted there; d2 is the working server
     from then on: a new connection goes to d2 first, even once d1 is
     back (d2 is restarted to drop the one the client has)."""
     d1, d2 = two
+    caplog.set_level(logging.INFO, logger="keylock")
     holder = Holder(d1, "k")
     got: Dict[str, Any] = {}
     with keylock.KeyedLock(f"{d1.addr},{d2.addr}") as locks:
@@ -237,6 +240,10 @@ def test_shutdown_while_waiting_moves_to_the_next_server(
         assert "error" not in got, got
         assert got["token"] > 0 and len(got["holders"]) == 1
         took = got["at"] - t0
+        assert [r.getMessage() for r in caplog.records
+                if r.name == "keylock"] == [
+            f"{d1.addr}: SHUTDOWN the server is stopping; trying the next "
+            "server"]
         holder.close()
         d1.stop()
         d1.start()                  # back, on the same port
