@@ -168,6 +168,9 @@ struct backend	*backend_local_new(const struct config *cfg,
  * its mark on disk leaves to hand out. */
 struct locktable *backend_local_table(struct backend *be);
 uint64_t	 backend_local_next_token(const struct backend *be);
+/* A live upgrade's new process, the old one frozen: token_recheck(). */
+bool		 backend_local_token_recheck(struct backend *be, char *err,
+		    size_t errlen);
 
 static inline const char *
 backend_name(const struct backend *be)

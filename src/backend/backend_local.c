@@ -290,3 +290,9 @@ backend_local_next_token(const struct backend *be)
 {
 	return token_peek(((const struct backend_local *)be)->tokens);
 }
+
+bool
+backend_local_token_recheck(struct backend *be, char *err, size_t errlen)
+{
+	return token_recheck(bl_of(be)->tokens, err, errlen);
+}

@@ -21,7 +21,9 @@
 
 #define KS_MAGIC	"KLDSTATE"	/* 8 bytes, no NUL */
 #define KS_MAGIC_LEN	8
-#define KS_VERSION	3		/* the one this binary writes and reads */
+#ifndef KS_VERSION	/* a test builds a binary of another version */
+#define KS_VERSION	4		/* the one this binary writes and reads */
+#endif
 #define KS_HEADER_LEN	24		/* magic, version, sections, length */
 #define KS_SECTION_HEAD	12		/* tag (4), length (8) */
 #define KS_WHY_MAX	160
@@ -33,9 +35,9 @@ enum ks_tag {
 	KS_TAG_TABLE,		/* the lock table (lt_state.c) */
 	KS_TAG_TOKEN,		/* the fencing-token mark */
 	KS_TAG_STATS,		/* the server's counters */
-	KS_TAG_LISTENERS,	/* listening sockets by descriptor */
+	KS_TAG_LISTENERS,	/* listening sockets, by descriptor index */
 	KS_TAG_SESSIONS,	/* sessions (ks_sessions.h) */
-	KS_TAG_CONNS		/* connections by descriptor */
+	KS_TAG_CONNS		/* connections, by descriptor index */
 };
 
 struct ks_reader;

@@ -2387,7 +2387,7 @@ conns_state_write(struct conns *cs, struct ks_writer *w, int *fds,
 	ks_put_u32(w, n);
 	TAILQ_FOREACH(c, &cs->all, entry) {
 		ks_put_u64(w, c->id);
-		ks_put_u32(w, (uint32_t)c->fd);
+		ks_put_u32(w, (uint32_t)*nfds);	/* its index in fds */
 		ks_put_u8(w, (uint8_t)c->transport);
 		ks_put_u64(w, c->since_ms);
 		ks_put_str(w, c->peer);
@@ -2482,33 +2482,6 @@ conn_state_bytes(struct ks_reader *r, char **buf, size_t *len, size_t *cap,
 	return true;
 }
 
-/* A descriptor handed over for a connection: a connected stream socket
- * of its transport's family, not seen before. */
-static bool
-conn_state_fd_ok(int fd, enum conn_transport transport, uint8_t *seen,
-    size_t nseen)
-{
-	int		v = 0;
-	socklen_t	sl = sizeof(v);
-
-	if (fd < 3 || (size_t)fd / 8 >= nseen || (seen[fd / 8] &
-	    (1u << (fd % 8))) != 0)
-		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &sl) == -1 ||
-	    v != SOCK_STREAM)
-		return false;
-	sl = sizeof(v);
-	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &sl) == -1 ||
-	    v != 0)
-		return false;
-	sl = sizeof(v);
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl) == -1 ||
-	    (v == AF_UNIX) != (transport == CONN_UNIX))
-		return false;
-	seen[fd / 8] |= (uint8_t)(1u << (fd % 8));
-	return true;
-}
-
 /* One channel's record into ch (the root itself for channel 0). */
 static bool
 conn_state_get_chan(struct conns *cs, struct ks_reader *r, struct conn *ch)
@@ -2584,11 +2557,12 @@ conn_state_owner(struct ks_reader *r, struct lt_owner **owners,
 static bool
 conn_state_get_root(struct conns *cs, struct ks_reader *r,
     struct lt_owner **owners, bool *claimed, size_t nowners,
-    uint8_t *seen, size_t nseen, uint64_t *max_id)
+    int (*fd_of)(void *, uint32_t), void *fd_arg, uint64_t *max_id)
 {
 	struct conn	*c, *ch;
 	char		 name[KL_NAME_MAX + 1], uname[KL_NAME_MAX + 1];
-	uint32_t	 fd, nch, num;
+	uint32_t	 idx, nch, num;
+	int		 fd;
 	uint8_t		 transport, utag;
 	bool		 noname, eof, nouser;
 
@@ -2598,7 +2572,7 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	c->root = c;
 	c->fd = -1;
 	c->id = ks_get_u64(r);
-	fd = ks_get_u32(r);
+	idx = ks_get_u32(r);
 	transport = ks_get_u8(r);
 	c->since_ms = ks_get_u64(r);
 	c->transport = (enum conn_transport)transport;
@@ -2621,15 +2595,17 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	}
 	conn_state_user(cs, c, utag, nouser ? NULL : uname);
 	eof = ks_get_bool(r);
-	if (r->bad || transport > CONN_UNIX || fd > INT32_MAX ||
-	    c->id == 0 || !conn_state_fd_ok((int)fd,
-	    (enum conn_transport)transport, seen, nseen)) {
+	/* The descriptor is the old process's word: it handed this one
+	 * over for this connection, received close-on-exec (SCM_RIGHTS,
+	 * MSG_CMSG_CLOEXEC); each is taken once. No system call asks the
+	 * kernel again what the old process knew. */
+	if (r->bad || transport > CONN_UNIX || c->id == 0 ||
+	    (fd = fd_of(fd_arg, idx)) == -1) {
 		kl_free(c);
-		return ks_fail(r, "client %" PRIu64 ": descriptor %u is not "
-		    "a connection of its kind", c->id, fd);
+		return ks_fail(r, "client %" PRIu64 ": descriptor %u was not "
+		    "handed over, or is taken", c->id, idx);
 	}
-	c->fd = (int)fd;
-	(void)fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+	c->fd = fd;
 	if (!noname && (c->name = kl_strndup(name, strlen(name))) == NULL) {
 		kl_free(c);
 		return ks_fail(r, "out of memory");
@@ -2696,13 +2672,11 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 
 bool
 conns_state_read(struct conns *cs, struct ks_reader *r,
-    struct lt_owner **owners, size_t nowners, struct conn **requester,
+    struct lt_owner **owners, size_t nowners,
+    int (*fd_of)(void *, uint32_t), void *fd_arg, struct conn **requester,
     uint64_t requester_id)
 {
-	struct rlimit	 rl;
-	uint8_t		*seen;
 	bool		*claimed;
-	size_t		 nseen;
 	uint64_t	 next_id, max_id = 0;
 	uint32_t	 n;
 	struct conn	*c;
@@ -2712,24 +2686,15 @@ conns_state_read(struct conns *cs, struct ks_reader *r,
 	n = ks_get_count(r, CONN_STATE_ROOT_MIN);
 	if (r->bad)
 		return false;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == -1 || rl.rlim_cur == RLIM_INFINITY)
-		rl.rlim_cur = 1 << 20;
-	nseen = (size_t)rl.rlim_cur / 8 + 1;
-	seen = kl_calloc(nseen, 1);
-	claimed = kl_calloc(nowners + 1, sizeof(*claimed));
-	if (seen == NULL || claimed == NULL) {
-		kl_free(seen);
-		kl_free(claimed);
+	if ((claimed = kl_calloc(nowners + 1, sizeof(*claimed))) == NULL)
 		return ks_fail(r, "out of memory");
-	}
 	for (uint32_t i = 0; i < n && !r->bad; i++)
-		conn_state_get_root(cs, r, owners, claimed, nowners, seen,
-		    nseen, &max_id);
+		conn_state_get_root(cs, r, owners, claimed, nowners, fd_of,
+		    fd_arg, &max_id);
 	for (size_t i = 0; i < nowners && !r->bad; i++)
 		if (!claimed[i] && owners[i] != NULL)	/* NULL: a session's */
 			ks_fail(r, "owner %zu of the table belongs to no "
 			    "connection", i);
-	kl_free(seen);
 	kl_free(claimed);
 	if (r->bad)
 		return false;

@@ -202,17 +202,20 @@ size_t		 conns_close_tls(struct conns *cs);
 /* c's owner is the table's owner number owner_index in the state. */
 void		 conn_state_note(struct conn *c, uint32_t owner_index);
 /* Every connection with its channels, buffers and open requests, after
- * conn_state_note() for each channel; its descriptors are added to fds. */
+ * conn_state_note() for each channel; its descriptors are added to fds,
+ * and the state names each by its index there. */
 void		 conns_state_write(struct conns *cs, struct ks_writer *w,
 		    int *fds, size_t *nfds);
 /*
  * The new process: the connections of the state, each channel taking its
- * owner from owners[] (the table's, in order; each exactly once). The
- * connection whose UPGRADE is open, if requester_id is not 0, goes to
- * *requester, pending. false with the reason in r->why.
+ * owner from owners[] (the table's, in order; each exactly once), each
+ * connection its descriptor from fd_of(fd_arg, index) (-1: none, or
+ * taken already). The connection whose UPGRADE is open, if requester_id
+ * is not 0, goes to *requester, pending. false with the reason in r->why.
  */
 bool		 conns_state_read(struct conns *cs, struct ks_reader *r,
 		    struct lt_owner **owners, size_t nowners,
+		    int (*fd_of)(void *fd_arg, uint32_t index), void *fd_arg,
 		    struct conn **requester, uint64_t requester_id);
 
 #endif /* CONN_H */

@@ -53,7 +53,8 @@
 #define SU_HEAP_PER_TABLE_BYTE	3
 #define SU_HEAP_PER_CONN_BYTE	7
 
-static void	server_upgrade_checked(void *, bool, const char *);
+static void	server_upgrade_checked(void *, struct upgrade_check *,
+		    const char *);
 
 /* About the bytes of this server's state. */
 static size_t
@@ -61,6 +62,15 @@ server_state_size(const struct server *srv)
 {
 	return locktable_state_size(backend_local_table(srv->be)) +
 	    (size_t)srv->stats.clients * SU_CONN_BYTES;
+}
+
+/* About the heap the new process's rebuild takes. */
+static size_t
+server_heap_hint(const struct server *srv)
+{
+	return locktable_state_size(backend_local_table(srv->be)) *
+	    SU_HEAP_PER_TABLE_BYTE + (size_t)srv->stats.clients *
+	    SU_CONN_BYTES * SU_HEAP_PER_CONN_BYTE;
 }
 
 /* Whether this server's state can be handed over now; why if not. */
@@ -92,7 +102,7 @@ server_upgrade_start(struct server *srv, uint64_t requester, char *why,
 	if (!server_upgrade_possible(srv, requester, why, whylen))
 		return false;
 	srv->upgrade_check = upgrade_check_start(srv->base, srv->cfg->argv,
-	    server_upgrade_checked, srv, why, whylen);
+	    server_heap_hint(srv), server_upgrade_checked, srv, why, whylen);
 	if (srv->upgrade_check == NULL)
 		return false;
 	srv->upgrading = true;
@@ -243,7 +253,7 @@ server_write_state(struct server *srv, struct ks_writer *w,
 	for (int i = 0; i < srv->nlisteners; i++) {
 		const struct listener	*l = &srv->listeners[i];
 
-		ks_put_u32(w, (uint32_t)l->fd);
+		ks_put_u32(w, (uint32_t)*nfds);	/* its index in fds */
 		ks_put_u8(w, (uint8_t)l->transport);
 		ks_put_u8(w, l->adopted);
 		ks_put_str(w, l->name);
@@ -251,7 +261,7 @@ server_write_state(struct server *srv, struct ks_writer *w,
 	}
 	ks_put_u8(w, srv->metrics != NULL);
 	if (srv->metrics != NULL) {
-		ks_put_u32(w, (uint32_t)metrics_fd(srv->metrics));
+		ks_put_u32(w, (uint32_t)*nfds);
 		fds[(*nfds)++] = metrics_fd(srv->metrics);
 	}
 	ks_section_begin(w, KS_TAG_SESSIONS);
@@ -278,9 +288,10 @@ server_upgrade_ready(pid_t child)
 		    (int)child);
 }
 
-/* Frozen between two turns: the state out, the verdict in. */
+/* Frozen between two turns, uc's new process waiting: the state out, the
+ * verdict in. */
 static void
-server_upgrade_handoff(struct server *srv)
+server_upgrade_handoff(struct server *srv, struct upgrade_check *uc)
 {
 	struct ks_writer	 w;
 	int			*fds;
@@ -291,6 +302,7 @@ server_upgrade_handoff(struct server *srv)
 
 	if (!server_upgrade_possible(srv, srv->upgrade_requester, why,
 	    sizeof(why))) {
+		upgrade_check_cancel(uc);
 		server_upgrade_failed(srv, why);
 		return;
 	}
@@ -304,23 +316,26 @@ server_upgrade_handoff(struct server *srv)
 	upgrade_mark("frozen");
 	if ((fds = kl_calloc((size_t)srv->nlisteners + 1 +
 	    (size_t)srv->stats.clients, sizeof(*fds))) == NULL) {
+		upgrade_check_cancel(uc);
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
 	}
 	if (!upgrade_state_writer(&w, server_state_size(srv), why,
 	    sizeof(why))) {
 		kl_free(fds);
+		upgrade_check_cancel(uc);
 		server_upgrade_failed(srv, why);
 		return;
 	}
 	if (!server_write_state(srv, &w, freeze_ms, tls_closed, fds, &nfds)) {
 		kl_free(fds);
 		upgrade_state_end(&w);
+		upgrade_check_cancel(uc);
 		server_upgrade_failed(srv, "out of memory for the state");
 		return;
 	}
 	upgrade_mark("state written");
-	if (!upgrade_handoff(&w, srv->cfg->argv, fds, nfds,
+	if (!upgrade_handoff(uc, &w, fds, nfds,
 	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
 	    why, sizeof(why))) {
 		kl_free(fds);
@@ -338,16 +353,18 @@ server_upgrade_handoff(struct server *srv)
 	_exit(0);
 }
 
+/* --check-config passed and the new process waits for the state (uc),
+ * or either failed (why). */
 static void
-server_upgrade_checked(void *arg, bool ok, const char *why)
+server_upgrade_checked(void *arg, struct upgrade_check *uc, const char *why)
 {
 	struct server	*srv = arg;
 
 	srv->upgrade_check = NULL;
-	if (!ok)
+	if (uc == NULL)
 		server_upgrade_failed(srv, why);
 	else
-		server_upgrade_handoff(srv);
+		server_upgrade_handoff(srv, uc);
 	server_end_turn(srv);
 }
 
@@ -399,41 +416,37 @@ server_adopt_listeners(struct server *srv, struct upgrade_in *in,
 	const char		*name;
 	char			 buf[128];
 	size_t			 len;
-	uint32_t		 n, fd;
+	uint32_t		 n, idx;
 	uint8_t			 transport;
 	bool			 adopted;
+	int			 fd;
 
 	n = ks_get_count(r, 10);
 	if (!r->bad && (n == 0 || n > KL_LISTENERS_MAX))
 		ks_fail(r, "%u listeners", n);
 	for (uint32_t i = 0; i < n && !r->bad; i++) {
-		fd = ks_get_u32(r);
+		idx = ks_get_u32(r);
 		transport = ks_get_u8(r);
 		adopted = ks_get_bool(r);
 		name = ks_get_bytes(r, &len, sizeof(buf) - 1);
 		if (r->bad)
 			break;
-		if (transport > CONN_TLS || fd < 3 || fd > INT32_MAX ||
-		    (int)fd == in->state_fd || (int)fd == in->chan_fd ||
-		    !server_is_listener((int)fd, transport)) {
+		if (transport > CONN_TLS || (fd = upgrade_in_fd(in, idx)) == -1 ||
+		    !server_is_listener(fd, transport)) {
 			ks_fail(r, "listener %u is not a listening socket of "
-			    "its kind", fd);
+			    "its kind handed over once", idx);
 			break;
 		}
-		for (int j = 0; j < srv->nlisteners; j++)
-			if (srv->listeners[j].fd == (int)fd)
-				ks_fail(r, "listener %u twice", fd);
 		if (transport == CONN_TLS && srv->tls == NULL)
 			ks_fail(r, "a TLS listener, and no tls-cert here");
 		if (r->bad)
 			break;
 		memcpy(buf, name, len);
 		buf[len] = '\0';
-		(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
-		server_add_listener(srv, (int)fd, (enum conn_transport)transport,
+		server_add_listener(srv, fd, (enum conn_transport)transport,
 		    buf)->adopted = adopted;
 		sl = sizeof(ss);
-		if (transport != CONN_UNIX && getsockname((int)fd,
+		if (transport != CONN_UNIX && getsockname(fd,
 		    (struct sockaddr *)&ss, &sl) == 0) {
 			int	*first = transport == CONN_TLS ?
 				    &srv->tls_port : &srv->tcp_port;
@@ -446,19 +459,24 @@ server_adopt_listeners(struct server *srv, struct upgrade_in *in,
 	}
 	*metrics_fd = -1;
 	if (ks_get_bool(r)) {
-		fd = ks_get_u32(r);
-		if (!r->bad && (fd < 3 || fd > INT32_MAX ||
-		    !server_is_listener((int)fd, CONN_TCP)))
-			ks_fail(r, "the metrics listener %u is not one", fd);
+		idx = ks_get_u32(r);
+		if (!r->bad && ((fd = upgrade_in_fd(in, idx)) == -1 ||
+		    !server_is_listener(fd, CONN_TCP)))
+			ks_fail(r, "the metrics listener %u is not one", idx);
 		if (!r->bad && srv->cfg->metrics == NULL)
 			ks_fail(r, "a metrics listener, and no metrics here");
-		*metrics_fd = (int)fd;
 		if (!r->bad)
-			(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+			*metrics_fd = fd;
 	}
 	if (!r->bad && srv->cfg->metrics != NULL && *metrics_fd == -1)
 		ks_fail(r, "metrics is set here, and no listener was handed "
 		    "over");
+}
+
+static int
+server_adopt_fd(void *arg, uint32_t index)
+{
+	return upgrade_in_fd(arg, index);
 }
 
 /* The state's sections, in order; every failure is fatal to this
@@ -501,7 +519,6 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	upgrade_mark("hand-off read");
 	if (!ks_section_next(&r, KS_TAG_TABLE, &s))
 		upgrade_in_fail(in, "%s", r.why);
-	upgrade_heap_prefault(s.len * SU_HEAP_PER_TABLE_BYTE);
 	if (!locktable_state_read(lt, &s, now - freeze_ms, server_adopt_owner,
 	    &so, &next) || !ks_section_done(&s))
 		upgrade_in_fail(in, "lock table: %s", r.bad ? r.why : s.why);
@@ -515,8 +532,13 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 	    backend_local_next_token(srv->be) < next)
 		upgrade_in_fail(in, "the token mark in %s is below the running "
 		    "server's (%" PRIu64 " < %" PRIu64 "): not the same "
-		    "state-dir?", srv->cfg->state_dir,
+		    "state-dir, or it took a new block of tokens while this "
+		    "process started?", srv->cfg->state_dir,
 		    backend_local_next_token(srv->be), old_next);
+	/* this process raised the mark before the freeze, while the old
+	 * one still served and could raise its own over it */
+	if (!backend_local_token_recheck(srv->be, err, sizeof(err)))
+		upgrade_in_fail(in, "%s", err);
 	if (!ks_section_next(&r, KS_TAG_STATS, &s))
 		upgrade_in_fail(in, "%s", r.why);
 	server_get_stats(&s, &srv->stats);
@@ -535,10 +557,12 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		upgrade_in_fail(in, "sessions: %s", s.why);
 	if (!ks_section_next(&r, KS_TAG_CONNS, &s))
 		upgrade_in_fail(in, "%s", r.why);
-	upgrade_heap_prefault(s.len * SU_HEAP_PER_CONN_BYTE);
-	if (!conns_state_read(srv->conns, &s, so.o, so.n, &requester,
-	    requester_id) || !ks_section_done(&s))
+	if (!conns_state_read(srv->conns, &s, so.o, so.n, server_adopt_fd, in,
+	    &requester, requester_id) || !ks_section_done(&s))
 		upgrade_in_fail(in, "connections: %s", s.why);
+	if (!upgrade_in_fds_claimed(in))
+		upgrade_in_fail(in, "%zu descriptors handed over that the state "
+		    "does not name", in->nfds - in->nclaimed);
 	if (!sessions_state_link(conns_sessions(srv->conns), srv->conns, &s))
 		upgrade_in_fail(in, "sessions: %s", s.why);
 	kl_free(so.o);

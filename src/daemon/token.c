@@ -152,6 +152,23 @@ token_open(const char *dir, char *errbuf, size_t errlen)
 
 /* Raises the durable mark to a block beyond the next range, if it is
  * not there already; logs when the mark starts or stops failing. */
+bool
+token_recheck(struct token *t, char *errbuf, size_t errlen)
+{
+	uint64_t	disk;
+
+	if (token_read_mark(t->path, &disk) == 0 && disk >= t->mark)
+		return true;
+	if (token_write_mark(t, t->mark) == -1) {
+		snprintf(errbuf, errlen, "%s: cannot write the token mark "
+		    "again: %s", t->path, strerror(errno));
+		return false;
+	}
+	log_warnx("%s: the token mark was lowered while this process "
+	    "started; written again", t->path);
+	return true;
+}
+
 static void
 token_raise(struct token *t)
 {

@@ -27,6 +27,14 @@ struct token	*token_open(const char *dir, char *errbuf, size_t errlen);
 uint64_t	 token_peek(const struct token *t);	/* next handed out */
 void		 token_close(struct token *t);
 /*
+ * The new process of a live upgrade, once the old one is frozen: the old
+ * one kept serving while this one opened the file, and may have raised
+ * its own mark meanwhile, over this one's and below it. The mark on disk
+ * is read again and, if it is below this process's (or unreadable), this
+ * one's is written again. false with a message if that write fails.
+ */
+bool		 token_recheck(struct token *t, char *errbuf, size_t errlen);
+/*
  * Hands the caller the next range of tokens: returns the first of
  * [first, *end), never empty, at most KL_TOKEN_BLOCK long, every one below
  * the mark on disk, so the caller may issue them without a write. The mark

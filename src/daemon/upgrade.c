@@ -2,17 +2,19 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * Live upgrade's processes (upgrade.h). The running server never changes
- * a flag of a descriptor it keeps: close-on-exec is cleared in the child
- * only, so a failed attempt leaves the server exactly as it was, and
- * every descriptor made for the attempt is closed whatever happens. Both
- * children are started without fork(2) (posix_spawn(3), and vfork(2) for
- * the new process): a fork would copy the server's page tables and leave
- * its whole heap copy-on-write, so that each page it next writes costs a
+ * a flag of a descriptor it keeps: the descriptors it hands over travel
+ * with SCM_RIGHTS and arrive close-on-exec, and only the channel's end has
+ * close-on-exec cleared, in the child, so a failed attempt leaves the
+ * server exactly as it was, and every descriptor made for the attempt is
+ * closed whatever happens. The new process starts before the freeze, and
+ * the freeze begins when it waits for the state. Both children are
+ * started without fork(2) (posix_spawn(3), and vfork(2) for the new
+ * process): a fork would copy the server's page tables and leave its
+ * whole heap copy-on-write, so that each page it next writes costs a
  * fault, in the freeze of all places (HACKING.md, Live upgrade, the
- * pause). The
- * verdict is two-way (READY, then GO) so that a new process which
- * reported ready after the old one gave up on it never serves: without
- * GO it exits without touching a socket.
+ * pause). The verdict is two-way (READY, then GO) so that a new process
+ * which reported ready after the old one gave up on it never serves:
+ * without GO it exits without touching a socket.
  */
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -219,68 +221,280 @@ upgrade_reap(pid_t pid, uint64_t ms)
 	}
 }
 
-/* ---- --check-config ---- */
+/* environ without KL_UPGRADE_ENV, with var (KL_UPGRADE_ENV=...). */
+static char **
+upgrade_envp(char *var)
+{
+	size_t	  n = 0, j = 0, len = strlen(KL_UPGRADE_ENV);
+	char	**e;
 
+	while (environ[n] != NULL)
+		n++;
+	if ((e = kl_calloc(n + 2, sizeof(*e))) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], KL_UPGRADE_ENV, len) != 0 ||
+		    environ[i][len] != '=')
+			e[j++] = environ[i];
+	e[j] = var;
+	return e;
+}
+
+/* What the vfork child of upgrade_spawn() could not do, for its parent
+ * (they share memory until the exec). */
+static volatile int	upgrade_spawn_err;
+
+/*
+ * The new process, with close-on-exec cleared on chan in it only: a
+ * vfork(2) child (no page tables copied, nothing left copy-on-write)
+ * makes one fcntl and execs. As posix_spawn(3) does, every signal is
+ * blocked across the vfork and the child puts each caught one back to its
+ * default before it unblocks them, so that no handler of this process
+ * runs in the child. 0 or an errno.
+ */
+static int
+upgrade_spawn(pid_t *pid, int chan, char **argv, char **envp)
+{
+	struct sigaction	sa;
+	sigset_t		all, old;
+	pid_t			p;
+	int			saved;
+
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	upgrade_spawn_err = 0;
+	if ((p = vfork()) == 0) {
+		for (int sig = 1; sig < NSIG; sig++) {
+			if (sigaction(sig, NULL, &sa) == -1 ||
+			    sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
+				continue;
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_handler = SIG_DFL;
+			(void)sigaction(sig, &sa, NULL);
+		}
+		if (fcntl(chan, F_SETFD, 0) == -1)
+			goto fail;
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		execve(upgrade_exe, argv, envp);
+fail:
+		upgrade_spawn_err = errno != 0 ? errno : EINVAL;
+		_exit(127);
+	}
+	saved = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (p == -1)
+		return saved;
+	if (upgrade_spawn_err != 0) {
+		while (waitpid(p, NULL, 0) == -1 && errno == EINTR)
+			continue;
+		return upgrade_spawn_err;
+	}
+	*pid = p;
+	return 0;
+}
+
+/* ---- before the freeze: --check-config, then the new process ---- */
+
+/*
+ * One attempt, in two steps, each a child watched from the event loop
+ * with a deadline while the server serves: the binary's --check-config
+ * (fd: a pipe of its output), then the new process itself (fd: this end
+ * of the channel), which starts, configures itself, raises its token
+ * mark, grows its heap and says "WAITING pid". Only then does the server
+ * freeze (upgrade_handoff).
+ */
 struct upgrade_check {
+	struct event_base *base;
 	struct event	*ev;
 	struct event	*timer;
 	pid_t		 pid;
 	int		 fd;
-	void		(*done)(void *, bool, const char *);
+	bool		 started;	/* the new process, not the check */
+	char		**argv;		/* the server's */
+	size_t		 heap_hint;
+	void		(*done)(void *, struct upgrade_check *, const char *);
 	void		*arg;
 	char		 line[UPGRADE_LINE_MAX];	/* the last one */
 	size_t		 len;
 	bool		 line_done;
 };
 
+static void	upgrade_check_read_cb(evutil_socket_t, short, void *);
+static void	upgrade_check_timer_cb(evutil_socket_t, short, void *);
+
+/* Its events watch fd, the timer armed with the deadline; false on no
+ * memory. */
+static bool
+upgrade_check_watch(struct upgrade_check *uc)
+{
+	struct timeval	tv = { KL_UPGRADE_DEADLINE_MS / 1000,
+			    (KL_UPGRADE_DEADLINE_MS % 1000) * 1000 };
+
+	uc->ev = event_new(uc->base, uc->fd, EV_READ | EV_PERSIST,
+	    upgrade_check_read_cb, uc);
+	if (uc->timer == NULL)
+		uc->timer = evtimer_new(uc->base, upgrade_check_timer_cb, uc);
+	return uc->ev != NULL && uc->timer != NULL &&
+	    event_add(uc->ev, NULL) == 0 && evtimer_add(uc->timer, &tv) == 0;
+}
+
+/* The child killed at once (timed_out) or reaped, everything freed. */
+static int
+upgrade_check_free(struct upgrade_check *uc, uint64_t wait_ms)
+{
+	int	status = 0;
+
+	if (uc->ev != NULL)
+		event_free(uc->ev);
+	if (uc->timer != NULL)
+		event_free(uc->timer);
+	if (uc->fd != -1)
+		close(uc->fd);
+	if (uc->pid > 0)
+		status = upgrade_reap(uc->pid, wait_ms);
+	kl_free(uc);
+	return status;
+}
+
+static void
+upgrade_check_fail(struct upgrade_check *uc, const char *why)
+{
+	void	(*done)(void *, struct upgrade_check *, const char *) = uc->done;
+	void	*arg = uc->arg;
+
+	(void)upgrade_check_free(uc, 0);
+	done(arg, NULL, why);
+}
+
+/* The check passed: the new process now, with the channel's other end. */
+static void
+upgrade_check_next(struct upgrade_check *uc)
+{
+	char	  var[80], why[UPGRADE_LINE_MAX + 320];
+	char	**v = NULL, **e = NULL;
+	int	  chan[2], rc;
+
+	event_free(uc->ev);
+	uc->ev = NULL;
+	evtimer_del(uc->timer);
+	close(uc->fd);
+	uc->fd = -1;
+	uc->pid = -1;
+	uc->started = true;
+	uc->len = 0;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
+	    chan) == -1) {
+		snprintf(why, sizeof(why), "socketpair: %s", strerror(errno));
+		upgrade_check_fail(uc, why);
+		return;
+	}
+	snprintf(var, sizeof(var), "%s=%d,%zu", KL_UPGRADE_ENV, chan[1],
+	    uc->heap_hint);
+	if ((v = upgrade_argv(uc->argv, NULL)) == NULL ||
+	    (e = upgrade_envp(var)) == NULL) {
+		kl_free(v);
+		close(chan[0]);
+		close(chan[1]);
+		upgrade_check_fail(uc, "out of memory");
+		return;
+	}
+	upgrade_mark("spawning");
+	rc = upgrade_spawn(&uc->pid, chan[1], v, e);
+	kl_free(v);
+	kl_free(e);
+	close(chan[1]);
+	uc->fd = chan[0];
+	if (rc != 0) {
+		uc->pid = -1;
+		snprintf(why, sizeof(why), "cannot execute %.200s: %s",
+		    upgrade_exe, strerror(rc));
+		upgrade_check_fail(uc, why);
+		return;
+	}
+	upgrade_mark("spawned");
+	if (!upgrade_check_watch(uc)) {
+		kill(uc->pid, SIGKILL);
+		upgrade_check_fail(uc, "out of memory");
+	}
+}
+
+/* The check's end: its output ended (it exited) or the deadline. */
 static void
 upgrade_check_end(struct upgrade_check *uc, bool timed_out)
 {
-	char	why[UPGRADE_LINE_MAX + 320];
+	char	why[UPGRADE_LINE_MAX + 320], st[64];
 	int	status;
-	bool	ok;
 
-	event_free(uc->ev);
-	event_free(uc->timer);
-	close(uc->fd);
-	status = upgrade_reap(uc->pid, timed_out ? 0 : 1000);
-	ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-	if (timed_out)
-		snprintf(why, sizeof(why), "%.200s --check-config did not finish "
-		    "within %d ms", upgrade_exe, KL_UPGRADE_DEADLINE_MS);
-	else if (!ok) {
-		char	st[64];
-
-		upgrade_status_why(status, st, sizeof(st));
-		uc->line[uc->len] = '\0';
-		snprintf(why, sizeof(why), "%.200s --check-config %s%s%s",
-		    upgrade_exe, st, uc->len > 0 ? ": " : "", uc->line);
-	} else
-		why[0] = '\0';
-	uc->done(uc->arg, ok, why);
-	kl_free(uc);
+	if (timed_out) {
+		snprintf(why, sizeof(why), "%.200s --check-config did not "
+		    "finish within %d ms", upgrade_exe,
+		    KL_UPGRADE_DEADLINE_MS);
+		upgrade_check_fail(uc, why);
+		return;
+	}
+	status = upgrade_reap(uc->pid, 1000);
+	uc->pid = -1;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+		upgrade_check_next(uc);
+		return;
+	}
+	upgrade_status_why(status, st, sizeof(st));
+	uc->line[uc->len] = '\0';
+	snprintf(why, sizeof(why), "%.200s --check-config %s%s%s",
+	    upgrade_exe, st, uc->len > 0 ? ": " : "", uc->line);
+	upgrade_check_fail(uc, why);
 }
 
-void
-upgrade_check_cancel(struct upgrade_check *uc)
+/* What the new process said before the freeze: "WAITING pid", or
+ * "ERR why", or nothing (it ended). */
+static void
+upgrade_check_heard(struct upgrade_check *uc, const char *line, ssize_t n)
 {
-	upgrade_state_discard();
-	if (uc == NULL)
+	char	why[UPGRADE_LINE_MAX + 320], st[64];
+	int	status;
+
+	if (n > 0 && strncmp(line, "WAITING ", 8) == 0) {
+		upgrade_mark("the new process is waiting");
+		event_free(uc->ev);
+		uc->ev = NULL;
+		event_free(uc->timer);
+		uc->timer = NULL;
+		uc->done(uc->arg, uc, NULL);
 		return;
-	event_free(uc->ev);
-	event_free(uc->timer);
-	close(uc->fd);
-	upgrade_reap(uc->pid, 0);
-	kl_free(uc);
+	}
+	if (n > 0 && strncmp(line, "ERR ", 4) == 0) {
+		snprintf(why, sizeof(why), "%s", line + 4);
+		kill(uc->pid, SIGKILL);
+	} else if (n > 0) {
+		snprintf(why, sizeof(why), "the new process said \"%.64s\"",
+		    line);
+		kill(uc->pid, SIGKILL);
+	} else {
+		status = upgrade_reap(uc->pid, 1000);
+		upgrade_status_why(status, st, sizeof(st));
+		snprintf(why, sizeof(why), "the new process (pid %d) %s "
+		    "before it was ready", (int)uc->pid, st);
+		uc->pid = -1;
+	}
+	upgrade_check_fail(uc, why);
 }
 
 static void
 upgrade_check_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upgrade_check	*uc = arg;
-	char			 buf[1024];
+	char			 buf[UPGRADE_LINE_MAX];
 	ssize_t			 n;
 
+	if (uc->started) {
+		n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		if (n == -1 && (errno == EAGAIN || errno == EINTR))
+			return;
+		buf[n > 0 ? n : 0] = '\0';
+		buf[strcspn(buf, "\n")] = '\0';
+		upgrade_check_heard(uc, buf, n);
+		return;
+	}
 	if ((n = read(fd, buf, sizeof(buf))) > 0) {
 		for (ssize_t i = 0; i < n; i++) {
 			if (buf[i] == '\n') {
@@ -304,17 +518,32 @@ upgrade_check_read_cb(evutil_socket_t fd, short what, void *arg)
 static void
 upgrade_check_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	upgrade_check_end(arg, true);
+	struct upgrade_check	*uc = arg;
+	char			 why[128];
+
+	if (!uc->started) {
+		upgrade_check_end(uc, true);
+		return;
+	}
+	snprintf(why, sizeof(why), "the new process (pid %d) was not ready "
+	    "within %d ms", (int)uc->pid, KL_UPGRADE_DEADLINE_MS);
+	upgrade_check_fail(uc, why);
+}
+
+void
+upgrade_check_cancel(struct upgrade_check *uc)
+{
+	upgrade_state_discard();
+	if (uc != NULL)
+		(void)upgrade_check_free(uc, 0);
 }
 
 struct upgrade_check *
-upgrade_check_start(struct event_base *base, char **argv,
-    void (*done)(void *, bool, const char *), void *arg, char *why,
-    size_t whylen)
+upgrade_check_start(struct event_base *base, char **argv, size_t heap_hint,
+    void (*done)(void *, struct upgrade_check *, const char *), void *arg,
+    char *why, size_t whylen)
 {
 	struct upgrade_check	*uc;
-	struct timeval		 tv = { KL_UPGRADE_DEADLINE_MS / 1000,
-				    (KL_UPGRADE_DEADLINE_MS % 1000) * 1000 };
 	posix_spawn_file_actions_t fa;
 	char			**v;
 	int			 p[2], rc;
@@ -333,6 +562,7 @@ upgrade_check_start(struct event_base *base, char **argv,
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
+	uc->fd = -1;
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) == -1) {
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
 		kl_free(v);
@@ -357,47 +587,21 @@ upgrade_check_start(struct event_base *base, char **argv,
 		kl_free(uc);
 		return NULL;
 	}
+	uc->base = base;
 	uc->fd = p[0];
+	uc->argv = argv;
+	uc->heap_hint = heap_hint;
 	uc->done = done;
 	uc->arg = arg;
-	uc->ev = event_new(base, p[0], EV_READ | EV_PERSIST,
-	    upgrade_check_read_cb, uc);
-	uc->timer = evtimer_new(base, upgrade_check_timer_cb, uc);
-	if (uc->ev == NULL || uc->timer == NULL ||
-	    event_add(uc->ev, NULL) == -1 || evtimer_add(uc->timer, &tv)) {
-		if (uc->ev != NULL)
-			event_free(uc->ev);
-		if (uc->timer != NULL)
-			event_free(uc->timer);
-		close(p[0]);
-		upgrade_reap(uc->pid, 0);
-		kl_free(uc);
+	if (!upgrade_check_watch(uc)) {
+		(void)upgrade_check_free(uc, 0);
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
 	return uc;
 }
 
-/* ---- the hand-off ---- */
-
-/* environ without KL_UPGRADE_ENV, with KL_UPGRADE_ENV=state,chan. */
-static char **
-upgrade_envp(char *var)
-{
-	size_t	  n = 0, j = 0, len = strlen(KL_UPGRADE_ENV);
-	char	**e;
-
-	while (environ[n] != NULL)
-		n++;
-	if ((e = kl_calloc(n + 2, sizeof(*e))) == NULL)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], KL_UPGRADE_ENV, len) != 0 ||
-		    environ[i][len] != '=')
-			e[j++] = environ[i];
-	e[j] = var;
-	return e;
-}
+/* ---- the state ---- */
 
 /*
  * The state is written once, in place: into a shared mapping of the memfd
@@ -581,67 +785,6 @@ upgrade_read_line(int fd, char *line, size_t size, uint64_t deadline_ms)
 	}
 }
 
-/* What the vfork child of upgrade_spawn() could not do, for its parent
- * (they share memory until the exec). */
-static volatile int	upgrade_spawn_err;
-
-/*
- * The new process, with close-on-exec cleared on fds, state and chan in
- * it only: a vfork(2) child (no page tables copied, nothing left
- * copy-on-write) makes one fcntl per descriptor and execs. posix_spawn(3)
- * would cost three system calls a descriptor (a dup2 action onto itself:
- * getrlimit to check it, then F_GETFD and F_SETFD), 30,000 at 10,000
- * connections, in the freeze. As posix_spawn does, every signal is
- * blocked across the vfork and the child puts each caught one back to its
- * default before it unblocks them, so that no handler of this process
- * runs in the child. 0 or an errno.
- */
-static int
-upgrade_spawn(pid_t *pid, const int *fds, size_t nfds, int state, int chan,
-    char **argv, char **envp)
-{
-	struct sigaction	sa;
-	sigset_t		all, old;
-	pid_t			p;
-	int			saved;
-
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &old);
-	upgrade_spawn_err = 0;
-	if ((p = vfork()) == 0) {
-		for (int sig = 1; sig < NSIG; sig++) {
-			if (sigaction(sig, NULL, &sa) == -1 ||
-			    sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
-				continue;
-			memset(&sa, 0, sizeof(sa));
-			sa.sa_handler = SIG_DFL;
-			(void)sigaction(sig, &sa, NULL);
-		}
-		for (size_t i = 0; i < nfds; i++)
-			if (fcntl(fds[i], F_SETFD, 0) == -1)
-				goto fail;
-		if (fcntl(state, F_SETFD, 0) == -1 ||
-		    fcntl(chan, F_SETFD, 0) == -1)
-			goto fail;
-		sigprocmask(SIG_SETMASK, &old, NULL);
-		execve(upgrade_exe, argv, envp);
-fail:
-		upgrade_spawn_err = errno != 0 ? errno : EINVAL;
-		_exit(127);
-	}
-	saved = errno;
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	if (p == -1)
-		return saved;
-	if (upgrade_spawn_err != 0) {
-		while (waitpid(p, NULL, 0) == -1 && errno == EINTR)
-			continue;
-		return upgrade_spawn_err;
-	}
-	*pid = p;
-	return 0;
-}
-
 /*
  * After GO this process only logs and exits, and its exit (unmapping a
  * heap as large as the table) takes milliseconds of CPU: at the lowest
@@ -658,51 +801,89 @@ upgrade_step_aside(void)
 #endif
 }
 
-bool
-upgrade_handoff(struct ks_writer *w, char **argv, const int *fds,
-    size_t nfds, uint64_t deadline_ms, void (*ready)(pid_t), pid_t *child,
-    char *why, size_t whylen)
+/* Most descriptors one message carries (the kernel's SCM_MAX_FD). */
+#define UPGRADE_FDS_PER_MSG	253
+
+/* Sends text with the descriptors fds[0..n) over chan by deadline_ms; 0
+ * or an errno. */
+static int
+upgrade_send(int chan, const char *text, const int *fds, size_t n,
+    uint64_t deadline_ms)
 {
-	char		  var[64], line[UPGRADE_LINE_MAX], st[64];
-	char		**v = NULL, **e = NULL;
-	int		  state, chan[2] = { -1, -1 }, rc, status;
-	pid_t		  pid = -1;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) *
+				    UPGRADE_FDS_PER_MSG)];
+	}			 cm;
+	struct msghdr		 msg;
+	struct iovec		 iov;
+	struct cmsghdr		*c;
+	struct pollfd		 pfd = { chan, POLLOUT, 0 };
+	uint64_t		 now;
+
+	memset(&msg, 0, sizeof(msg));
+	iov.iov_base = (void *)(uintptr_t)text;
+	iov.iov_len = strlen(text);
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	if (n > 0) {
+		memset(&cm, 0, sizeof(cm));
+		msg.msg_control = cm.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+	}
+	for (;;) {
+		if (sendmsg(chan, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			return 0;
+		if (errno != EAGAIN && errno != EINTR)
+			return errno;
+		if ((now = kl_clock_read_ms()) >= deadline_ms)
+			return ETIMEDOUT;
+		(void)poll(&pfd, 1, (int)(deadline_ms - now));
+	}
+}
+
+bool
+upgrade_handoff(struct upgrade_check *uc, struct ks_writer *w,
+    const int *fds, size_t nfds, uint64_t deadline_ms,
+    void (*ready)(pid_t), pid_t *child, char *why, size_t whylen)
+{
+	char		  line[UPGRADE_LINE_MAX], st[64];
+	int		  state, rc = 0, status;
+	pid_t		  pid = uc->pid;
 	bool		  ok = false;
 
-	*child = -1;
-	if ((state = upgrade_state_seal(w, why, whylen)) == -1)
-		return false;
-	upgrade_mark("state sealed");
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) == -1) {
-		snprintf(why, whylen, "socketpair: %s", strerror(errno));
-		goto done;
-	}
-	snprintf(var, sizeof(var), "%s=%d,%d", KL_UPGRADE_ENV, state,
-	    chan[1]);
-	if ((v = upgrade_argv(argv, NULL)) == NULL ||
-	    (e = upgrade_envp(var)) == NULL) {
-		snprintf(why, whylen, "out of memory");
-		goto done;
-	}
-	upgrade_mark("spawning");
-	if ((rc = upgrade_spawn(&pid, fds, nfds, state, chan[1], v, e)) != 0) {
-		snprintf(why, whylen, "cannot execute %s: %s", upgrade_exe,
-		    strerror(rc));
-		pid = -1;
-		goto done;
-	}
-	upgrade_mark("spawned");
-	close(chan[1]);
-	chan[1] = -1;
 	*child = pid;
-	rc = upgrade_read_line(chan[0], line, sizeof(line), deadline_ms);
+	if ((state = upgrade_state_seal(w, why, whylen)) == -1) {
+		(void)upgrade_check_free(uc, 0);
+		return false;
+	}
+	upgrade_mark("state sealed");
+	/* the state, then the descriptors it names, in its order */
+	snprintf(line, sizeof(line), "STATE %zu %zu\n", w->len, nfds);
+	rc = upgrade_send(uc->fd, line, &state, 1, deadline_ms);
+	for (size_t i = 0; i < nfds && rc == 0; i += UPGRADE_FDS_PER_MSG) {
+		size_t	n = nfds - i < UPGRADE_FDS_PER_MSG ? nfds - i :
+			    UPGRADE_FDS_PER_MSG;
+
+		snprintf(line, sizeof(line), "FDS %zu\n", n);
+		rc = upgrade_send(uc->fd, line, fds + i, n, deadline_ms);
+	}
+	upgrade_mark("state and descriptors sent");
+	rc = rc == 0 ? upgrade_read_line(uc->fd, line, sizeof(line),
+	    deadline_ms) : rc == ETIMEDOUT ? -1 : 0;
 	upgrade_mark("the child's verdict heard");
 	if (rc == 1 && strncmp(line, "READY ", 6) == 0) {
 		ready(pid);
-		if (write(chan[0], "GO\n", 3) == 3) {
+		if (send(uc->fd, "GO\n", 3, MSG_NOSIGNAL) == 3) {
 			upgrade_mark("GO sent");
 			upgrade_step_aside();
 			ok = true;
+			uc->pid = -1;	/* it is the server now */
 			goto done;
 		}
 		snprintf(why, whylen, "the new process (pid %d) went away "
@@ -716,66 +897,189 @@ upgrade_handoff(struct ks_writer *w, char **argv, const int *fds,
 		upgrade_status_why(status, st, sizeof(st));
 		snprintf(why, whylen, "the new process (pid %d) %s before it "
 		    "was ready", (int)pid, st);
-		pid = -1;
+		uc->pid = -1;
 	} else {
 		snprintf(why, whylen, "the new process (pid %d) was not ready "
 		    "within %d ms", (int)pid, KL_UPGRADE_DEADLINE_MS);
 		kill(pid, SIGKILL);
 	}
-	if (pid != -1)
-		upgrade_reap(pid, 1000);
 done:
-	kl_free(v);
-	kl_free(e);
-	if (chan[0] != -1)
-		close(chan[0]);
-	if (chan[1] != -1)
-		close(chan[1]);
+	/* on failure: the channel closed, so that the child, if it still
+	 * runs, exits touching nothing, and reaped */
+	(void)upgrade_check_free(uc, 1000);
 	return ok;
 }
 
 /* ---- the new process ---- */
 
+/* A line to the old process: one message. */
+static void
+upgrade_say(int chan, const char *fmt, ...)
+{
+	char	line[KL_UPGRADE_WHY_MAX + 16];
+	va_list	ap;
+	int	n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = (int)sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	(void)send(chan, line, (size_t)n, MSG_NOSIGNAL);
+}
+
+/*
+ * One message of the old process's: its text (a line) into line, the
+ * descriptors it carries appended to in->fds (close-on-exec as they
+ * arrive: MSG_CMSG_CLOEXEC), at most max of them. EOF or the deadline:
+ * this process was not wanted after all, and exits touching nothing.
+ */
+static void
+upgrade_in_recv(struct upgrade_in *in, char *line, size_t size, int *fds,
+    size_t max, size_t *got, uint64_t deadline_ms)
+{
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) *
+				    UPGRADE_FDS_PER_MSG)];
+	}			 cm;
+	struct pollfd		 pfd = { in->chan_fd, POLLIN, 0 };
+	struct msghdr		 msg;
+	struct iovec		 iov;
+	struct cmsghdr		*c;
+	uint64_t		 now;
+	ssize_t			 n;
+	size_t			 k;
+
+	*got = 0;
+	for (;;) {
+		memset(&msg, 0, sizeof(msg));
+		iov.iov_base = line;
+		iov.iov_len = size - 1;
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = cm.buf;
+		msg.msg_controllen = sizeof(cm.buf);
+		n = recvmsg(in->chan_fd, &msg, MSG_CMSG_CLOEXEC |
+		    MSG_DONTWAIT);
+		if (n >= 0)
+			break;
+		if (errno != EAGAIN && errno != EINTR)
+			break;
+		if ((now = kl_clock_read_ms()) >= deadline_ms)
+			break;
+		(void)poll(&pfd, 1, (int)(deadline_ms - now));
+	}
+	if (n <= 0) {
+		log_warnx("upgrade: the old process did not hand over; "
+		    "exiting without serving");
+		_exit(1);
+	}
+	line[n] = '\0';
+	for (c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		if (k > max - *got)
+			upgrade_in_fail(in, "more descriptors than announced");
+		memcpy(fds + *got, CMSG_DATA(c), k * sizeof(int));
+		*got += k;
+	}
+	if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC))
+		upgrade_in_fail(in, "descriptors or text lost in passing "
+		    "(the limit of open files?)");
+}
+
 bool
 upgrade_in_open(struct upgrade_in *in)
 {
 	const char	*s = getenv(KL_UPGRADE_ENV);
+	char		 line[UPGRADE_LINE_MAX];
 	struct stat	 sb;
+	unsigned long long len, nfds;
+	uint64_t	 deadline;
+	size_t		 hint, got;
 	void		*p;
-	int		 a, b, n = 0;
+	int		 b, n = 0, state;
 
 	memset(in, 0, sizeof(*in));
 	in->state_fd = in->chan_fd = -1;
 	if (s == NULL)
 		return false;
-	if (sscanf(s, "%d,%d%n", &a, &b, &n) != 2 || s[n] != '\0' ||
-	    a < 3 || b < 3 || a == b)
-		fatalx("%s=%s: not two descriptors", KL_UPGRADE_ENV, s);
+	if (sscanf(s, "%d,%zu%n", &b, &hint, &n) != 2 || s[n] != '\0' ||
+	    b < 3)
+		fatalx("%s=%s: not a descriptor and a size", KL_UPGRADE_ENV, s);
 	unsetenv(KL_UPGRADE_ENV);
-	in->state_fd = a;
 	in->chan_fd = b;
-	in->start_ms = kl_clock_read_ms();
 	if (log_is_debug())
 		log_debug("upgrade: new process: main at %" PRIu64 ".%06" PRIu64,
 		    upgrade_main_us / 1000000, upgrade_main_us % 1000000);
 	upgrade_mark("new process: configured, server made");
 	if (fcntl(b, F_SETFD, FD_CLOEXEC) == -1)
 		fatal("%s: channel descriptor %d", KL_UPGRADE_ENV, b);
-	if (fcntl(a, F_SETFD, FD_CLOEXEC) == -1 || fstat(a, &sb) == -1)
-		upgrade_in_fail(in, "the state descriptor %d: %s", a,
+	/* what the rebuild will take, faulted in while the old process
+	 * still serves */
+	upgrade_heap_prefault(hint);
+	upgrade_mark("heap grown; waiting");
+	upgrade_say(b, "WAITING %d\n", (int)getpid());
+	/* the state, then its descriptors; the old process freezes and
+	 * sends them as soon as it hears WAITING */
+	deadline = kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS;
+	upgrade_in_recv(in, line, sizeof(line), &state, 1, &got, deadline);
+	in->start_ms = kl_clock_read_ms();
+	upgrade_mark("state received");
+	if (got != 1 || sscanf(line, "STATE %llu %llu\n", &len, &nfds) != 2)
+		upgrade_in_fail(in, "no state in \"%.64s\"", line);
+	in->state_fd = state;
+	if (nfds > INT32_MAX || (nfds > 0 && ((in->fds = kl_calloc(nfds,
+	    sizeof(*in->fds))) == NULL || (in->claimed = kl_calloc(nfds,
+	    1)) == NULL)))
+		upgrade_in_fail(in, "%llu descriptors: out of memory", nfds);
+	while (in->nfds < nfds) {
+		upgrade_in_recv(in, line, sizeof(line), in->fds + in->nfds,
+		    nfds - in->nfds, &got, deadline);
+		if (strncmp(line, "FDS ", 4) != 0 || got == 0)
+			upgrade_in_fail(in, "no descriptors in \"%.64s\"",
+			    line);
+		in->nfds += got;
+	}
+	upgrade_mark("descriptors received");
+	if (fstat(state, &sb) == -1)
+		upgrade_in_fail(in, "the state descriptor: %s",
 		    strerror(errno));
-	if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX)
-		upgrade_in_fail(in, "a state of %jd bytes",
-		    (intmax_t)sb.st_size);
+	if (sb.st_size <= 0 || (unsigned long long)sb.st_size != len ||
+	    (uint64_t)sb.st_size > SIZE_MAX)
+		upgrade_in_fail(in, "a state of %jd bytes, said to be %llu",
+		    (intmax_t)sb.st_size, len);
 	/* read once, all of it: its pages mapped in one call */
 	p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE |
-	    MAP_POPULATE, a, 0);
+	    MAP_POPULATE, state, 0);
 	if (p == MAP_FAILED)
 		upgrade_in_fail(in, "mmap of the state: %s", strerror(errno));
 	in->state = p;
 	in->len = (size_t)sb.st_size;
 	upgrade_mark("state mapped");
 	return true;
+}
+
+int
+upgrade_in_fd(struct upgrade_in *in, uint32_t index)
+{
+	if (index >= in->nfds || in->claimed[index])
+		return -1;
+	in->claimed[index] = 1;
+	in->nclaimed++;
+	return in->fds[index];
+}
+
+bool
+upgrade_in_fds_claimed(const struct upgrade_in *in)
+{
+	return in->nclaimed == in->nfds;
 }
 
 void
@@ -788,7 +1092,7 @@ upgrade_in_fail(struct upgrade_in *in, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	log_warnx("upgrade: refused the state: %s", why);
-	dprintf(in->chan_fd, "ERR %s\n", why);
+	upgrade_say(in->chan_fd, "ERR %s\n", why);
 	_exit(1);
 }
 
@@ -801,7 +1105,11 @@ upgrade_in_ready(struct upgrade_in *in)
 		munmap((void *)(uintptr_t)in->state, in->len);
 	in->state = NULL;
 	close(in->state_fd);
-	dprintf(in->chan_fd, "READY %d\n", (int)getpid());
+	kl_free(in->fds);
+	kl_free(in->claimed);
+	in->fds = NULL;
+	in->claimed = NULL;
+	upgrade_say(in->chan_fd, "READY %d\n", (int)getpid());
 	upgrade_mark("READY sent");
 	if (upgrade_read_line(in->chan_fd, line, sizeof(line),
 	    kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS) != 1 ||

@@ -3,13 +3,16 @@
  *
  * Live upgrade's processes (keylockd(8), LIVE UPGRADE; HACKING.md, Live
  * upgrade): the running server starts the binary installed at the path it
- * was started from, first with --check-config, then with its state in a
- * memfd and the descriptors it hands over, and waits for the new process's
- * verdict on a socket pair: "READY pid", to which it answers "GO" and
- * exits, or "ERR reason", or nothing (it crashed, or missed the deadline):
- * then it carries on as if nothing had happened. The new process finds
- * both descriptors in $KEYLOCKD_UPGRADE. This module knows processes and
- * descriptors, not what the state says (server.c writes and reads that).
+ * was started from, first with --check-config, then as the new process,
+ * which starts (configuration, token mark, heap) while the server still
+ * serves and says "WAITING pid" on a socket pair (SOCK_SEQPACKET) whose
+ * end it finds in $KEYLOCKD_UPGRADE. Then the server freezes and sends
+ * the state (a sealed memfd) and the descriptors it hands over, in its
+ * order, with SCM_RIGHTS, and waits for the verdict: "READY pid", to
+ * which it answers "GO" and exits, or "ERR reason", or nothing (it
+ * crashed, or missed the deadline): then it carries on as if nothing had
+ * happened. This module knows processes and descriptors, not what the
+ * state says (server_upgrade.c writes and reads that).
  */
 #ifndef UPGRADE_H
 #define UPGRADE_H
@@ -22,7 +25,7 @@
 
 #include "log.h"
 
-#define KL_UPGRADE_ENV		"KEYLOCKD_UPGRADE"	/* "STATE_FD,CHANNEL_FD" */
+#define KL_UPGRADE_ENV		"KEYLOCKD_UPGRADE"	/* "CHANNEL_FD,HEAP_BYTES" */
 #define KL_UPGRADE_DEADLINE_MS	10000	/* to report ready, and to check */
 #define KL_UPGRADE_WHY_MAX	256
 
@@ -67,16 +70,23 @@ const char	*upgrade_path(void);
 struct upgrade_check;
 /*
  * Runs `PATH ARGS... --check-config` (args: the server's own argv, minus
- * argv[0]) and calls done(arg, ok, why) once from the event loop, with the
- * check's last line of output as why when it failed. NULL (why set) if it
- * cannot even start.
+ * argv[0]), then, if it passed, the new process with the same arguments
+ * (heap_hint: about the bytes its rebuild will allocate, which it grows
+ * its heap by before it says it is waiting), each watched from base with
+ * a deadline; done(arg, uc, NULL) once the new process waits for the
+ * state (the caller, frozen, then owes uc to upgrade_handoff() or
+ * upgrade_check_cancel()), or done(arg, NULL, why) if either failed
+ * (everything freed, the children reaped). NULL (why set) if it cannot
+ * even start.
  */
 struct upgrade_check *upgrade_check_start(struct event_base *base,
-		    char **argv, void (*done)(void *arg, bool ok,
-		    const char *why), void *arg, char *why, size_t whylen);
+		    char **argv, size_t heap_hint, void (*done)(void *arg,
+		    struct upgrade_check *uc, const char *why), void *arg,
+		    char *why, size_t whylen);
 
-/* The server stops during the check: the check is killed and freed, and
- * a state prepared for it (upgrade_state_prepare) too. */
+/* The server stops during the attempt, or gives up on a waiting new
+ * process: the child is killed and reaped, everything freed, and a state
+ * prepared (upgrade_state_prepare) too. NULL: that state only. */
 void		 upgrade_check_cancel(struct upgrade_check *uc);
 
 /*
@@ -96,19 +106,18 @@ bool		 upgrade_state_writer(struct ks_writer *w, size_t n, char *why,
 void		 upgrade_state_end(struct ks_writer *w);
 
 /*
- * The hand-off, frozen: the state w (upgrade_state_writer's, finished)
- * is cut to its length and sealed; a child clears
- * close-on-exec on fds[0..nfds) and the two descriptors of its own and
- * execs the binary with argv; then this waits, blocking, until the child
- * reports (or deadline_ms of CLOCK_MONOTONIC passes). Once it reported
- * ready, ready(child) runs (systemd learns the new MAINPID) before it is
- * told GO. true: the child
- * took over (it was sent GO): the caller must exit at once without
- * touching a socket. false: why says what failed, the child is reaped
- * and every descriptor made here is closed (the state's is the writer's:
- * upgrade_state_end()).
+ * The hand-off, frozen, to uc's waiting new process: the state w
+ * (upgrade_state_writer's, finished) is cut to its length and sealed and
+ * sent with fds[0..nfds) (the state names each by its index there); then
+ * this waits, blocking, until the child reports (or deadline_ms of
+ * CLOCK_MONOTONIC passes). Once it reported ready, ready(child) runs
+ * (systemd learns the new MAINPID) before it is told GO. uc is freed in
+ * every case. true: the child took over (it was sent GO): the caller must
+ * exit at once without touching a socket. false: why says what failed,
+ * the child is reaped and every descriptor made here is closed (the
+ * state's is the writer's: upgrade_state_end()).
  */
-bool		 upgrade_handoff(struct ks_writer *w, char **argv,
+bool		 upgrade_handoff(struct upgrade_check *uc, struct ks_writer *w,
 		    const int *fds, size_t nfds, uint64_t deadline_ms,
 		    void (*ready)(pid_t child), pid_t *child, char *why,
 		    size_t whylen);
@@ -120,12 +129,25 @@ struct upgrade_in {
 	int		 chan_fd;
 	const void	*state;		/* mapped */
 	size_t		 len;
-	uint64_t	 start_ms;	/* when this process read it */
+	uint64_t	 start_ms;	/* when this process had it */
+	int		*fds;		/* handed over, in the state's order */
+	uint8_t		*claimed;
+	size_t		 nfds, nclaimed;
 };
 
-/* The state this process was handed, mapped; false when it was started
- * normally. A malformed $KEYLOCKD_UPGRADE is fatal. */
+/*
+ * A new process of a live upgrade (false when it was started normally:
+ * no $KEYLOCKD_UPGRADE): grows its heap, says it is waiting, and receives
+ * the state, mapped, and the descriptors handed over. A malformed
+ * $KEYLOCKD_UPGRADE is fatal; an old process that gives up on it (the
+ * channel ends) makes it exit 1 touching nothing.
+ */
 bool		 upgrade_in_open(struct upgrade_in *in);
+/* The descriptor at index in the state's order, once: -1 if there is no
+ * such index or it was claimed already. */
+int		 upgrade_in_fd(struct upgrade_in *in, uint32_t index);
+/* Whether every descriptor handed over was claimed. */
+bool		 upgrade_in_fds_claimed(const struct upgrade_in *in);
 /* Reports ERR why to the old process and exits 1. */
 void		 upgrade_in_fail(struct upgrade_in *in, const char *fmt, ...)
 		    KL_PRINTF(2, 3) __attribute__((noreturn));

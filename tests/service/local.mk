@@ -8,6 +8,19 @@ check_PROGRAMS += tests/service/promcheck tests/service/notify_recv
 tests_service_promcheck_SOURCES = tests/service/promcheck.c
 tests_service_promcheck_LDADD = -lm
 tests_service_notify_recv_SOURCES = tests/service/notify_recv.c
+# upgrade.sh's new binaries of another state version: the daemon itself,
+# with the state's reader and writer built for the version after this
+# one's and the one before (kstate.h, KS_VERSION), handed this one's state.
+check_PROGRAMS += tests/service/keylockd_ks_next tests/service/keylockd_ks_prev
+KS_VERSION_NOW = `sed -n 's/^\#define KS_VERSION[[:space:]]*\([0-9]*\).*/\1/p' $(top_srcdir)/src/core/kstate.h`
+tests_service_keylockd_ks_next_SOURCES = src/keylockd.c src/core/kstate.c
+tests_service_keylockd_ks_next_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
+	$(JANSSON_CFLAGS) -DKS_VERSION=$$(($(KS_VERSION_NOW) + 1))
+tests_service_keylockd_ks_next_LDADD = $(KEYLOCKD_LIBS)
+tests_service_keylockd_ks_prev_SOURCES = src/keylockd.c src/core/kstate.c
+tests_service_keylockd_ks_prev_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) \
+	$(JANSSON_CFLAGS) -DKS_VERSION=$$(($(KS_VERSION_NOW) - 1))
+tests_service_keylockd_ks_prev_LDADD = $(KEYLOCKD_LIBS)
 # upgrade_load.sh's libkeylock clients
 check_PROGRAMS += tests/service/upgrade_load_client
 tests_service_upgrade_load_client_SOURCES = tests/service/upgrade_load_client.c

@@ -2,7 +2,7 @@
 # Live upgrade (keylockd(8), LIVE UPGRADE). The daemon runs from a copy of
 # the binary in $TMP/bin, which each case replaces: a new binary that is
 # missing, fails --check-config, exits 1, crashes, hangs past the deadline
-# or is handed a state of a future version leaves the running daemon
+# or reads a state version other than this one's leaves the running daemon
 # serving, with the same pid, not one descriptor more, and a holder still
 # holding its lock on its connection. A good one takes over on UPGRADE
 # with every connection: INFO, CLIENTS and STATS read the same, a line
@@ -11,6 +11,7 @@
 # SIGUSR2. Sessions across an upgrade: upgrade_sessions.sh.
 . "$(dirname "$0")/lib.sh"
 need nc
+need python3
 REAL=$KEYLOCKD
 BIN=$TMP/bin
 NEWPID=
@@ -127,24 +128,38 @@ exec sleep 600
 EOF
 upgrade_fails "a binary that hangs" "was not ready within [0-9]+ ms"
 
-# The real binary, handed the same state with a version it does not know:
-# a future one, and the one before (a binary reads its own version only).
+# One that says it waits, and crashes once the old process froze and sent
+# it the state and every descriptor (it reads the first message).
+cat >"$BIN/keylockd" <<EOF
+#!/bin/sh
+case " \$* " in *" --check-config "*) exit 0;; esac
+exec python3 -c '
+import os, signal, socket, sys
+s = socket.socket(fileno=int(os.environ["KEYLOCKD_UPGRADE"].split(",")[0]))
+s.send(b"WAITING %d\\n" % os.getpid())
+open(sys.argv[1], "wb").write(s.recv(256))
+os.kill(os.getpid(), signal.SIGSEGV)
+' "$TMP/handed"
+EOF
+upgrade_fails "a binary that crashes with the state in hand" \
+    "was killed by signal 11"
+expect_grep '^STATE [0-9]+ [0-9]+' "$TMP/handed" "the state was handed over"
+
+# The real binary, with the state's reader and writer of another version
+# (tests/service/local.mk), handed this one's state: one that knows only
+# the version after it, one only the version before (a binary reads its
+# own version only).
 KS=$(sed -n 's/^#define KS_VERSION[[:space:]]*\([0-9]*\).*/\1/p' \
     "$top_srcdir/src/core/kstate.h")
 [ -n "$KS" ] || fail "no KS_VERSION in src/core/kstate.h"
-for v in $((KS + 1)) $((KS - 1)); do
-	cat >"$BIN/keylockd" <<EOF
-#!/bin/sh
-case " \$* " in *" --check-config "*) exec "$REAL" "\$@";; esac
-s=\${KEYLOCKD_UPGRADE%,*}
-head -c 8 "/proc/self/fd/\$s" >"$TMP/future"
-printf '\\00$v\\000\\000\\000' >>"$TMP/future"
-tail -c +13 "/proc/self/fd/\$s" >>"$TMP/future"
-exec 7<"$TMP/future"
-KEYLOCKD_UPGRADE=7,\${KEYLOCKD_UPGRADE#*,} exec "$REAL" "\$@"
-EOF
-	upgrade_fails "a state of version $v" \
-	    "state version $v, this binary reads version $KS only"
+for v in next prev; do
+	case $v in
+	next) n=$((KS + 1)) ;;
+	prev) n=$((KS - 1)) ;;
+	esac
+	cp "$TOP_BUILDDIR/tests/service/keylockd_ks_$v" "$BIN/keylockd"
+	upgrade_fails "a binary of state version $n" \
+	    "state version $KS, this binary reads version $n only"
 done
 
 # The good binary takes over everything: the holder (with a ttl lock too

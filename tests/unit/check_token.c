@@ -404,6 +404,32 @@ START_TEST(mark_is_above_every_token_after_open)
 }
 END_TEST
 
+/* A live upgrade's new process opened the file while the old one served
+ * and then raised its own mark over it, lower: token_recheck() writes
+ * this process's mark again; a mark above it stays. */
+START_TEST(recheck_writes_a_lowered_mark_again)
+{
+	struct token	*t = open_ok(base);
+	char		 path[PATH_MAX + 16], err[256];
+	uint64_t	 mark = read_mark(base);
+
+	snprintf(path, sizeof(path), "%s/%s", base, KL_TOKEN_FILE);
+	ck_assert(token_recheck(t, err, sizeof(err)));
+	ck_assert_uint_eq(read_mark(base), mark);
+	write_file(path, "7\n", 2);
+	ck_assert(token_recheck(t, err, sizeof(err)));
+	ck_assert_uint_eq(read_mark(base), mark);
+	write_file(path, "garbage\n", 8);
+	ck_assert(token_recheck(t, err, sizeof(err)));
+	ck_assert_uint_eq(read_mark(base), mark);
+	snprintf(err, sizeof(err), "%llu\n", (unsigned long long)mark + 9);
+	write_file(path, err, strlen(err));
+	ck_assert(token_recheck(t, err, sizeof(err)));
+	ck_assert_uint_eq(read_mark(base), mark + 9);
+	token_close(t);
+}
+END_TEST
+
 START_TEST(mark_is_above_every_token_after_a_block_boundary)
 {
 	struct token	*t = open_ok(base);
@@ -645,6 +671,7 @@ token_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, mark_is_above_every_token_after_open);
+	tcase_add_test(tc, recheck_writes_a_lowered_mark_again);
 	tcase_add_test(tc, mark_is_above_every_token_after_a_block_boundary);
 	tcase_add_test(tc, mark_is_not_written_per_token);
 	tcase_add_test(tc, no_temporary_file_is_left_behind);
