@@ -20,6 +20,10 @@
  *  - has no leader; or
  *  - does not answer the probe within probe_ms (killed, stopped, cut off).
  *
+ * The watch, when its member is found silent or without a leader so, is
+ * started again on the next member, from the revision after the last it
+ * brought (its stream would stay open and bring nothing).
+ *
  * A try abandoned that etcd carried out after all makes the next one a
  * repeat: a put of the same value, a delete of nothing (the callers send
  * only such calls with ETCD_RETRY). A slow member that keeps its leader
@@ -198,8 +202,16 @@ probe_apply(struct etcd *e, int ep, uint64_t now)
 		}
 		etcd_call_abandon(c, why);
 	}
-	if (m->verdict == PROBE_TERM)
+	if (m->verdict == PROBE_TERM) {
 		etcd_member_term(e, ep, m->probe_term);
+	} else if (e->w.active && e->w.state == WATCH_UP && e->w.ep == ep) {
+		/* the watch on a member that is silent (stopped, or its host
+		 * gone without a FIN) or without a leader brings nothing:
+		 * elsewhere, from the next revision */
+		log_debug("etcd: the watch's member %s: %s; watching again",
+		    e->eps[ep].url, why);
+		etcd_watch_restart(e);
+	}
 }
 
 static void

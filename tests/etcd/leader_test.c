@@ -8,16 +8,19 @@
  * cycling LOCK and UNLOCK on one of LD_KEYS keys (two clients a key, so
  * grants pass between them). After LD_BEFORE_MS the leader is SIGKILLed;
  * the load goes on for LD_AFTER_MS, past etcd-timeout, so that a request
- * stuck on a member would have failed by then. Twice: with the front
- * end's calls on the leader (its first endpoint), then on a follower.
+ * stuck on a member would have failed by then. Three times: with the
+ * front end's calls and watch on the leader (its first endpoint), then on
+ * a follower, and with the leader SIGSTOPped instead (a host gone without
+ * a FIN to its connections) under the front end's calls and watch.
  *
  * Checked: every request is answered (within LD_REPLY_MS); every LOCK
  * gets OK and a token, every UNLOCK OK 1 (no ERR BACKEND, nor any other
- * error); no two holds of a key overlap, and a key's tokens rise from hold
- * to hold (a client's hold, from its OK to its UNLOCK, lies within the
- * front end's, from the grant to the delete's commit); grants go on after
- * the kill. The worst LOCK and UNLOCK latencies across the kill go to
- * stderr.
+ * error); no UNLOCK takes longer than etcd-timeout, nor a LOCK (which may
+ * wait for the other client's UNLOCK) twice that; no two holds of a key
+ * overlap, and a key's tokens rise from hold to hold (a client's hold,
+ * from its OK to its UNLOCK, lies within the front end's, from the grant
+ * to the delete's commit); grants go on after the kill. The worst LOCK
+ * and UNLOCK latencies across the kill go to stderr.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -36,6 +39,7 @@
 #define LD_BEFORE_MS	1500
 #define LD_AFTER_MS	8000		/* > etcd-timeout + an election */
 #define LD_REPLY_MS	30000		/* "answered": far past any */
+#define LD_TIMEOUT_MS	5000		/* the default etcd-timeout */
 
 struct ld_op {
 	uint64_t	send_us;	/* LOCK sent */
@@ -160,9 +164,10 @@ ld_endpoints_from(int first)
 	return buf;
 }
 
-/* The run: calls on the leader (on_leader) or on a follower. */
+/* The run: calls on the leader (on_leader) or on a follower; the leader
+ * SIGKILLed, or SIGSTOPped (stop) until the load ends. */
 static void
-ld_run(bool on_leader)
+ld_run(bool on_leader, bool stop)
 {
 	struct kt_daemon	*d;
 	struct ld_op		**v;
@@ -175,8 +180,8 @@ ld_run(bool on_leader)
 
 	ck_assert_int_eq(ec_leader(&ld_ec, leader, sizeof(leader)), 0);
 	li = atoi(leader + 1);
-	snprintf(ld_prefix, sizeof(ld_prefix), "kltest-%ld-%d/",
-	    (long)getpid(), on_leader);
+	snprintf(ld_prefix, sizeof(ld_prefix), "kltest-%ld-%d%d/",
+	    (long)getpid(), on_leader, stop);
 	/* the default etcd-timeout and etcd-lease-ttl */
 	d = kt_daemon_start_at(KT_AT, NULL, KT_ARGS("--backend", "etcd",
 	    "--etcd-endpoints", ld_endpoints_from(on_leader ? li :
@@ -192,13 +197,16 @@ ld_run(bool on_leader)
 	kt_sleep_ms(LD_BEFORE_MS);
 	snprintf(name, sizeof(name), "m%d", li);
 	kill_us = kt_now_us();
-	ck_assert_int_eq(ec_member(&ld_ec, "kill", name), 0);
+	ck_assert_int_eq(ec_member(&ld_ec, stop ? "stop" : "kill", name), 0);
 	kt_sleep_ms((uint64_t)kt_ms(LD_AFTER_MS));
 	ld_stop = 1;
+	for (int i = 0; i < LD_CLIENTS; i++)
+		pthread_join(ld_cls[i].th, NULL);
+	if (stop)
+		ck_assert_int_eq(ec_member(&ld_ec, "cont", name), 0);
 	for (int i = 0; i < LD_CLIENTS; i++) {
 		struct ld_client *cl = &ld_cls[i];
 
-		pthread_join(cl->th, NULL);
 		ck_assert_msg(!cl->oom, "out of memory for the history");
 		nops += cl->nops;
 		errors += cl->errors;
@@ -218,15 +226,19 @@ ld_run(bool on_leader)
 				after++;
 		}
 	}
-	fprintf(stderr, "leader %s killed, the front end's calls on %s: %"
+	fprintf(stderr, "leader %s %s, the front end's calls on %s: %"
 	    PRIu64 " cycles, %" PRIu64 " ERR BACKEND, %" PRIu64 " other "
 	    "errors, %" PRIu64 " unanswered; worst LOCK %" PRIu64 " ms, worst "
-	    "UNLOCK %" PRIu64 " ms\n", leader, on_leader ? "it" :
-	    "a follower", nops, backend, errors - backend, unanswered,
-	    worst_lock / 1000, worst_unlock / 1000);
+	    "UNLOCK %" PRIu64 " ms\n", leader, stop ? "stopped" : "killed",
+	    on_leader ? "it" : "a follower", nops, backend, errors - backend,
+	    unanswered, worst_lock / 1000, worst_unlock / 1000);
 	ck_assert_msg(errors == 0 && unanswered == 0, "%" PRIu64 " wrong "
 	    "replies (%" PRIu64 " ERR BACKEND), %" PRIu64 " unanswered; the "
 	    "first: %s", errors, backend, unanswered, first);
+	ck_assert_msg(worst_unlock < (uint64_t)kt_ms(LD_TIMEOUT_MS) * 1000 &&
+	    worst_lock < (uint64_t)kt_ms(2 * LD_TIMEOUT_MS) * 1000,
+	    "a request as slow as a timeout: worst UNLOCK %" PRIu64 " ms, "
+	    "LOCK %" PRIu64 " ms", worst_unlock / 1000, worst_lock / 1000);
 	ck_assert_msg(after > 0, "no cycle in the second half after the "
 	    "kill");
 
@@ -260,13 +272,19 @@ ld_run(bool on_leader)
 
 START_TEST(a_killed_leader_under_the_front_ends_calls_costs_no_error)
 {
-	ld_run(true);
+	ld_run(true, false);
 }
 END_TEST
 
 START_TEST(a_killed_leader_behind_a_follower_costs_no_error)
 {
-	ld_run(false);
+	ld_run(false, false);
+}
+END_TEST
+
+START_TEST(a_stopped_leader_under_the_front_ends_watch_costs_no_error)
+{
+	ld_run(true, true);
 }
 END_TEST
 
@@ -295,6 +313,8 @@ leader_suite(void)
 	tcase_add_test(tc,
 	    a_killed_leader_under_the_front_ends_calls_costs_no_error);
 	tcase_add_test(tc, a_killed_leader_behind_a_follower_costs_no_error);
+	tcase_add_test(tc,
+	    a_stopped_leader_under_the_front_ends_watch_costs_no_error);
 	suite_add_tcase(s, tc);
 	return s;
 }
