@@ -238,10 +238,14 @@ START_TEST(refresh_restarts_the_ttl)
 	struct client	*a = cc_client_new();
 	uint64_t	 end;
 
-	cc_send_str(a, "LOCK rf ttl=60\n");
+	/* REFRESH every 10 ms for 2.5 ttls: the lock outlives its first
+	 * ttl only if each REFRESH restarted it. The ttl is 300 ms so that a
+	 * busy machine may keep this process off its CPU for a while
+	 * between two REFRESHes (60 ms was lost once at a load of 19). */
+	cc_send_str(a, "LOCK rf ttl=300\n");
 	cc_take_token(a);
-	for (end = cc_now_ms() + 150; cc_now_ms() < end;) {
-		cc_send_str(a, "REFRESH rf ttl=60\n");
+	for (end = cc_now_ms() + 750; cc_now_ms() < end;) {
+		cc_send_str(a, "REFRESH rf ttl=300\n");
 		EXPECT_LINE(a, "OK 1");
 		cc_pump();
 		cc_nap(a, 10);
