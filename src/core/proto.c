@@ -64,6 +64,14 @@ enum proto_fault {
 	FAULT_UTF8
 };
 
+/* What proto_parse_short() made of a line. */
+enum proto_short {
+	SHORT_NO = 0,	/* not the short form: the token loop parses it */
+	SHORT_YES,	/* the whole request, in req */
+	SHORT_MIDDLE	/* in req, if the words at 16.. before the last are
+			 * plain too (a key over sixteen bytes) */
+};
+
 /*
  * What the bytes of a token are, as bits ORed over the token in the one pass
  * that finds its end. A token of only PC_PLAIN bytes is a good key or label
@@ -205,9 +213,11 @@ static inline bool	 proto_cmd_is(const struct proto_cmd *, uint64_t,
 static inline void	 proto_reset(struct request *);
 static inline void	 proto_reset_options(struct request *);
 static uint64_t		 proto_plain_words(const unsigned char *, size_t,
-			    size_t) __attribute__((noinline));
-static inline bool	 proto_parse_short(const char *, size_t,
+			    size_t);
+static inline enum proto_short proto_parse_short(const char *, size_t,
 			    struct request *);
+static enum kl_err	 proto_parse_middle(const char *, size_t,
+			    struct request *) __attribute__((noinline));
 static enum kl_err	 proto_parse_tokens(const char *, size_t,
 			    struct request *) __attribute__((noinline));
 static enum kl_err	 proto_parse_cmd(struct request *, const char *,
@@ -801,7 +811,7 @@ proto_plain_words(const unsigned char *s, size_t i, size_t end)
  * bytes at a time, and without the token loop. The loop would find the
  * same two plain tokens, and a command whose short_ok column says it takes
  * them as a whole request needs no other check, so the result is the
- * same; any other line returns false, for the loop to parse (lines under
+ * same; any other line is SHORT_NO, for the loop to parse (lines under
  * nine bytes too). A key with a byte that is not plain is checked once,
  * there.
  *
@@ -811,9 +821,11 @@ proto_plain_words(const unsigned char *s, size_t i, size_t end)
  * (m shifted to where that word sees it). No other test
  * is needed: a space at 0 names no command, and with len at most
  * KL_KEY_MAX + 2 the key, after a word of at least one letter, is never
- * too long or empty.
+ * too long or empty. The words between the first sixteen bytes and the
+ * last word are left to proto_parse_middle(), out of line, so that this
+ * makes no call.
  */
-static inline bool
+static inline enum proto_short
 proto_parse_short(const char *line, size_t len, struct request *req)
 {
 	const unsigned char	*u = (const unsigned char *)line;
@@ -822,13 +834,11 @@ proto_parse_short(const char *line, size_t len, struct request *req)
 	size_t			 sp, t = len - PROTO_WORD;
 
 	if (t - 1 > KL_KEY_MAX + 2 - PROTO_WORD - 1)
-		return false;
+		return SHORT_NO;
 	/* the words after the first: bit 7 of every byte set if all plain */
 	plain = proto_plain(proto_le64(u + t));
 	if (t > PROTO_WORD)
 		plain &= proto_plain(proto_le64(u + PROTO_WORD));
-	if (t > 2 * PROTO_WORD)
-		plain &= proto_plain_words(u, 2 * PROTO_WORD, t);
 	/* the space: the one byte of the first eight that is not plain */
 	w = proto_le64(u);
 	m = proto_not_plain(w);
@@ -838,20 +848,40 @@ proto_parse_short(const char *line, size_t len, struct request *req)
 	marks = ~plain & (0x0101010101010101ULL << 7);
 	if ((marks | (m & (m - 1))) != 0 || u[sp] != ' ' ||
 	    (cmd = proto_find_word(w, 0, sp)) == NULL || !cmd->short_ok)
-		return false;
+		return SHORT_NO;
 	req->cmd = cmd->id;
 	req->nargs = 1;
 	req->args[0] = line + sp + 1;
 	req->arglens[0] = len - sp - 1;
 	proto_reset_options(req);
-	return true;
+	return t > 2 * PROTO_WORD ? SHORT_MIDDLE : SHORT_YES;
+}
+
+/* SHORT_MIDDLE: the short form's request stands if the middle words are
+ * plain; else the token loop parses the line (and writes req anew). */
+static enum kl_err
+proto_parse_middle(const char *line, size_t len, struct request *req)
+{
+	const unsigned char	*u = (const unsigned char *)line;
+	uint64_t		 plain;
+
+	plain = proto_plain_words(u, 2 * PROTO_WORD, len - PROTO_WORD);
+	if ((~plain & (0x0101010101010101ULL << 7)) == 0)
+		return KL_OK;
+	return proto_parse_tokens(line, len, req);
 }
 
 enum kl_err
 proto_parse(const char *line, size_t len, struct request *req)
 {
-	if (proto_parse_short(line, len, req))
+	switch (proto_parse_short(line, len, req)) {
+	case SHORT_YES:
 		return KL_OK;
+	case SHORT_MIDDLE:
+		return proto_parse_middle(line, len, req);
+	case SHORT_NO:
+		break;
+	}
 	return proto_parse_tokens(line, len, req);
 }
 

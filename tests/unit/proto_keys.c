@@ -101,6 +101,14 @@ static const struct parse_case key_cases[] = {
 	    NOT_UTF8(1, 2) },
 	{ "nul_in_middle_is_badkey", L("LOCK a\0b"), KL_ERR_BADKEY, CMD_LOCK,
 	    0, "key 1 has control byte 0x00 at offset 1" },
+	/* past sixteen bytes the short form looks at the middle words
+	 * apart (proto_parse_middle) */
+	{ "control_byte_in_the_middle_of_a_long_key_is_badkey",
+	    L("LOCK abcdefghijklmn\x01pqrstuvwxyz0123"), KL_ERR_BADKEY,
+	    CMD_LOCK, 0, "key 1 has control byte 0x01 at offset 14" },
+	{ "long_plain_key_is_ok",
+	    L("LOCK abcdefghijklmnopqrstuvwxyz0123456789"), KL_OK, CMD_LOCK,
+	    1, NULL },
 	{ "nul_at_end_is_badkey", L("LOCK ab\0"), KL_ERR_BADKEY, CMD_LOCK, 0,
 	    "key 1 has control byte 0x00 at offset 2" },
 	{ "nul_as_whole_key_is_badkey", L("LOCK \0"), KL_ERR_BADKEY, CMD_LOCK,
