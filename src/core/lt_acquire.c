@@ -432,12 +432,12 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 }
 
 /*
- * Every request but the common one: a request that is refused before any
- * lookup (first is NULL and the checks of the header fail), or whose keys
- * are looked up here (first: the one key of a one-key request, looked up
- * by the caller after those checks passed). It writes every result the
- * common path leaves alone. Out of line, so that the common request needs
- * none of its stack or registers.
+ * Every request but the common one. first NULL: nothing is checked or
+ * looked up yet (a request of several keys, or one the header's checks
+ * refuse); first: the one key of a one-key request, looked up by the
+ * caller after those checks passed. It writes every result the common
+ * path leaves alone. Out of line, so that the common request needs none
+ * of its stack or registers.
  */
 static enum kl_err
 acquire_probed(struct locktable *lt, struct lt_owner *o,
