@@ -1280,22 +1280,24 @@ range_kv_cmp(const void *pa, const void *pb)
 
 	if (a->create_revision != b->create_revision)
 		return a->create_revision < b->create_revision ? -1 : 1;
-	if (a->fe != b->fe)
-		return a->fe < b->fe ? -1 : 1;
 	if (a->seq != b->seq)
 		return a->seq < b->seq ? -1 : 1;
+	if (a->fe != b->fe)
+		return a->fe < b->fe ? -1 : 1;
 	return 0;
 }
 
 /*
  * Every live entry, in the order etcd wrote them: revision, then, inside
- * one transaction (one front end's), its LOCKs in their order. Applying
+ * one transaction (one front end's), its LOCKs in their order, which is
+ * SEQ's (the writer's count), whatever lease each entry carries. Applying
  * the live requests in that order gives the table incremental replicas
  * have: per-key FIFO admits no request ahead of an earlier one. kvs is
  * sorted in place; the table is then at rev.
  */
 void
-replica_build(struct replica *rp, struct erange_kv *kvs, size_t n, int64_t rev)
+replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
+    int64_t rev)
 {
 	struct etcd_kv		kv;
 	uint64_t		epoch = rp->epoch;

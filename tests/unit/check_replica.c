@@ -39,6 +39,8 @@
 #define FE_A		0xa0
 #define FE_B		0xb0
 #define FE_C		0xc0
+#define FE_S		0x5f	/* a lease both foreign front ends write
+				 * under (a session's) */
 #define OURS		3	/* clients of A through the seam */
 
 struct got {
@@ -146,7 +148,8 @@ struct lev {
 struct world {
 	uint64_t	 rng;
 	int64_t		 rev;
-	uint64_t	 seq[3];	/* per foreign front end */
+	uint64_t	 seq[3];	/* per foreign front end: its writes'
+					 * order, from its own base */
 	struct ekv	 kv[MAXKV];
 	size_t		 nkv;
 	struct etcd_event ev[64];
@@ -234,7 +237,8 @@ w_del(struct world *w, struct ekv *x)
 	w->nev++;
 }
 
-/* A foreign LOCK: fe's request seq of 1-2 keys. */
+/* A foreign LOCK of 1-2 keys, written by front end fi under lease fe
+ * (its own, or one that several write under, as a session's). */
 static void
 w_lock(struct world *w, uint64_t fe, int fi)
 {
@@ -575,6 +579,8 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 	ck_assert_ptr_nonnull(w);
 	w->rng = seed | 1;
 	w->rev = 100;
+	w->seq[0] = 1ULL << 32;
+	w->seq[1] = 2ULL << 32;
 	w->r[0] = rep_new(FE_A);
 	w->r[1] = rep_new(FE_B);
 	for (int i = 0; i < OURS; i++)
@@ -607,7 +613,7 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 			int fi = (int)rnd(w, 2), nl = 1 + (int)rnd(w, 3);
 
 			for (int i = 0; i < nl && w->nev < 50; i++)
-				w_lock(w, fes[fi], fi);
+				w_lock(w, rnd(w, 3) == 0 ? FE_S : fes[fi], fi);
 		} else if (what == 4 && ours) {
 			w_lock_ours(w, (int)rnd(w, OURS));
 		} else if (what <= 7 && w->nkv > 0) {
@@ -625,7 +631,7 @@ run_stream(uint64_t seed, int steps, bool ours, bool rebuild)
 		} else if (what == 8) {
 			/* a lease expires: all of one front end's entries */
 			uint64_t fe = rnd(w, 3) == 0 && ours ? FE_A :
-			    fes[rnd(w, 2)];
+			    rnd(w, 3) == 0 ? FE_S : fes[rnd(w, 2)];
 
 			for (size_t i = 0; i < w->nkv; i++)
 				if (w->kv[i].fe == fe)
