@@ -85,7 +85,6 @@ struct committer {
 						 * before the last is unheard */
 	uint64_t		 hb_count;
 	struct eitemq		 queue;
-	size_t			 nqueue;
 	size_t			 queue_ops;	/* etcd operations queued */
 	int			 inflight;
 	struct event		*hold;		/* the held batch goes */
@@ -144,7 +143,6 @@ item_queue(struct committer *cm, struct eitem *it)
 {
 	it->queued_ms = kl_now_ms();
 	TAILQ_INSERT_TAIL(&cm->queue, it, entry);
-	cm->nqueue++;
 	cm->queue_ops += item_ops(it);
 }
 
@@ -152,7 +150,6 @@ static void
 item_unqueue(struct committer *cm, struct eitem *it)
 {
 	TAILQ_REMOVE(&cm->queue, it, entry);
-	cm->nqueue--;
 	cm->queue_ops -= item_ops(it);
 }
 

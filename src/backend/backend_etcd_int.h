@@ -137,7 +137,6 @@ struct eentry {
 	uint64_t	 op_gen;	/* ours: its delete's application
 					 * completes the owner's open UNLOCK
 					 * numbered so (eowner.op_gen) */
-	uint64_t	 ttl_ms;	/* ours: the hold's ttl; 0: none */
 	struct event	*ttl;		/* ours: its expiry */
 	struct eentry	*hnext;		/* replica's entries, by ekey */
 	struct eentry	*knext;		/* replica's held, by owner, lkey */

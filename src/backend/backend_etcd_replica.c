@@ -760,7 +760,6 @@ replica_ttl_arm(struct eentry *x, uint64_t ms)
 		log_warnx("backend etcd: no memory for a ttl timer");
 		return;
 	}
-	x->ttl_ms = ms;
 	evtimer_add(x->ttl, &tv);
 }
 
