@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 daemon_start
 
-bounded 30 "$KEYLOCK" --ttl 0.3 k -c '"$KEYLOCK" info k; sleep 1;
+bounded 10 "$KEYLOCK" --ttl 0.3 k -c '"$KEYLOCK" info k; sleep 1;
     "$KEYLOCK" -n k -- true; echo "inner $?"' >"$TMP/out" 2>&1
 expect_status 0 $? "a command running past its ttl"
 expect_grep "expires in" "$TMP/out" "INFO shows the lease"

@@ -22,11 +22,16 @@ daemon_start() {
 
 # wait_exit PID SECONDS: waits for a background process, with a deadline:
 # a hang fails the test instead of stalling make check. Returns its status.
+# The deadline guards against a hang and checks no timing (expect_window
+# does that), so it is SECONDS times 3 times KEYLOCKD_TEST_SLOW: an ASan
+# build on a machine busy with other suites once took more than 10 s
+# for a keylock whose command sleeps 1 s.
 wait_exit() {
-	if ! wait_for "! kill -0 $1 2>/dev/null" "$2"; then
+	_ws=$(($2 * 3 * ${KEYLOCKD_TEST_SLOW:-1}))
+	if ! wait_for "! kill -0 $1 2>/dev/null" "$_ws"; then
 		kill -KILL "$1" 2>/dev/null
 		wait "$1" 2>/dev/null
-		fail "pid $1 still running after $2 s"
+		fail "pid $1 still running after $_ws s"
 	fi
 	wait "$1"
 }
