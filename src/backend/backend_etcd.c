@@ -1264,7 +1264,7 @@ struct echeck {
 	int		 left;
 	bool		 ok[ETCD_ENDPOINTS_MAX];
 	char		 what[ETCD_ENDPOINTS_MAX][160];
-	int64_t		 cluster[ETCD_ENDPOINTS_MAX];
+	uint64_t	 cluster[ETCD_ENDPOINTS_MAX];
 };
 
 struct echeck_one {
@@ -1279,7 +1279,7 @@ check_cb(void *arg, const struct etcd_result *r)
 	struct echeck		*c = one->c;
 	const json_t		*hdr = json_object_get(r->json, "header");
 	const json_t		*cid = json_object_get(hdr, "cluster_id");
-	int64_t			 leader = 0, me = 0;
+	uint64_t		 leader = 0, me = 0;
 
 	c->left--;
 	if (r->status != ETCD_OK) {
@@ -1289,12 +1289,15 @@ check_cb(void *arg, const struct etcd_result *r)
 		return;
 	}
 	if (json_is_string(cid))
-		c->cluster[one->i] = strtoll(json_string_value(cid), NULL, 10);
+		c->cluster[one->i] = strtoull(json_string_value(cid), NULL,
+		    10);
+	/* ids are uint64 in etcd's protobuf, decimal strings in its JSON:
+	 * half of them are past INT64_MAX */
 	if (json_is_string(json_object_get(r->json, "leader")))
-		leader = strtoll(json_string_value(json_object_get(r->json,
+		leader = strtoull(json_string_value(json_object_get(r->json,
 		    "leader")), NULL, 10);
 	if (json_is_string(json_object_get(hdr, "member_id")))
-		me = strtoll(json_string_value(json_object_get(hdr,
+		me = strtoull(json_string_value(json_object_get(hdr,
 		    "member_id")), NULL, 10);
 	c->ok[one->i] = true;
 	snprintf(c->what[one->i], sizeof(c->what[0]), "revision %" PRId64
@@ -1312,7 +1315,7 @@ backend_etcd_check(const struct config *cfg, char *err, size_t errlen)
 	struct etcd_opts	 eo = { .conns = 1,
 	    .timeout_ms = (int)cfg->etcd_timeout };
 	int			 n, reached = 0, rc = 0;
-	int64_t			 first = 0;
+	uint64_t		 first = 0;
 
 	if (strcmp(cfg->backend, "etcd") != 0)
 		return 0;
