@@ -266,14 +266,14 @@ the 1,000 operations, most of the run. The client never leaves the CPU
 during the run (no \`sched_switch\` away from it), so its LOCKs go
 out mostly just before the UNLOCKs that need them (the "last LOCK
 written" row), and a hand-off waits behind the other work of the
-server's turn and the client's. A faster seed needs fewer or cheaper
-system calls per operation on both sides, not another timer.
+server's turn and the client's, not in the server's work (the echo
+floor's column: a server that grants at once takes nearly as long).
 
 **Fewer system calls: channels.** The middle column runs the same 1,000
-owners as channels @1 to @1000 of one connection (`--channels 1`), the
+owners as channels @1 to @1000 of one connection (\`--channels 1\`), the
 way keylock.aio runs a program's tasks (keylockd-protocol(7),
 CHANNELS): the 1,000 LOCKs leave in 1.5 ms instead of 24 (the "last LOCK
-written" row), a turn's replies go out in one `sendto`. The time to
+written" row), a turn's replies go out in one \`sendto\`. The time to
 finish hardly moves (2026-12-05, load 1 to 2: 0.0264 s against 0.0267 s,
 the echo floor 0.0252 s): each key's chain is 20 hand-offs in a row, and
 each costs 1 ms of hold, the hold timer's lateness (0.07 to 0.1 ms) and a
