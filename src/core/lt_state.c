@@ -37,6 +37,7 @@
 #define LS_KEY_MIN	14	/* and key record */
 #define LS_HOLDER_MIN	26
 #define LS_WAITER_MIN	8
+#define LS_AHEAD	16	/* keys read before they go in the hash table */
 
 /* ---- writing ---- */
 
@@ -271,6 +272,9 @@ struct ls_read {
 	uint64_t	  shift_ms;
 	uint64_t	  tally[6];	/* lt_check_entry()'s */
 	uint32_t	  max_waiters;	/* the largest of a key's */
+	/* keys read, not yet in the hash table: ls_push_key() */
+	struct lt_key	 *ahead[LS_AHEAD];
+	uint32_t	  nin, nout;
 };
 
 static void
@@ -446,6 +450,61 @@ ls_read_waiter(struct ls_read *rd, struct lt_key *k, uint32_t stamp)
 	return true;
 }
 
+/*
+ * Into the hash table: k, checked first not to be there (false if it is,
+ * and k is inserted all the same, to be freed with the table), or not
+ * checked when check is false (a refused state's).
+ */
+static bool
+ls_insert(struct ls_read *rd, struct lt_key *k, bool check)
+{
+	bool	twice = check &&
+		    lt_key_lookup(rd->lt, k->key, k->keylen, k->hash) != NULL;
+
+	lt_key_insert(rd->lt, k);
+	return twice ? ks_fail(rd->r, "%s twice", k->key) : true;
+}
+
+/*
+ * A key just read goes in the hash table LS_AHEAD keys later: its bucket
+ * is fetched into the cache now, the entry at its head half way, so that
+ * the lookup that refuses a key twice and the insertion do not each wait
+ * for memory (they were most of the rebuild of a large table, in the
+ * pause of a live upgrade). Nothing else needs the hash table while the
+ * table is read; each key is in rd->ahead or in the table, so that a
+ * refused state is freed whole (ls_drain()).
+ */
+static bool
+ls_push_key(struct ls_read *rd, struct lt_key *k)
+{
+	struct locktable	*lt = rd->lt;
+	struct lt_key		*m, *head;
+
+	__builtin_prefetch(&lt->buckets[lt_key_bucket(lt, k->hash)], 1);
+	rd->ahead[rd->nin++ % LS_AHEAD] = k;
+	if (rd->nin - rd->nout > LS_AHEAD / 2) {
+		m = rd->ahead[(rd->nin - 1 - LS_AHEAD / 2) % LS_AHEAD];
+		if ((head = lt->buckets[lt_key_bucket(lt, m->hash)]) != NULL)
+			__builtin_prefetch(head);
+	}
+	if (rd->nin - rd->nout < LS_AHEAD)
+		return true;
+	return ls_insert(rd, rd->ahead[rd->nout++ % LS_AHEAD], true);
+}
+
+/* The keys still ahead into the table; check as ls_insert(). */
+static bool
+ls_drain(struct ls_read *rd, bool check)
+{
+	bool	ok = true;
+
+	while (rd->nout < rd->nin)
+		if (!ls_insert(rd, rd->ahead[rd->nout++ % LS_AHEAD],
+		    check && ok))
+			ok = false;
+	return ok;
+}
+
 static bool
 ls_read_key(struct ls_read *rd, uint32_t stamp)
 {
@@ -465,11 +524,10 @@ ls_read_key(struct ls_read *rd, uint32_t stamp)
 	if (!proto_key_is_valid(key, len, why, sizeof(why)))
 		return ks_fail(r, "a key the protocol refuses: %s", why);
 	hash = lt_key_hash(lt, key, len);
-	if (lt_key_lookup(lt, key, len, hash) != NULL)
-		return ks_fail(r, "a key twice");
 	if ((k = lt_key_new(lt, key, len, hash)) == NULL)
 		return ks_fail(r, "out of memory");
-	lt_key_insert(lt, k);
+	if (!ls_push_key(rd, k))
+		return false;
 	if (ks_get_bool(r)) {
 		if ((x = lt_kx_new(lt, 1)) == NULL)
 			return ks_fail(r, "out of memory");
@@ -603,8 +661,8 @@ locktable_state_read(struct locktable *lt, struct ks_reader *r,
 		lt_hash_resize(lt, bits);
 	for (i = 0; i < nkeys && !r->bad; i++)
 		if (!ls_read_key(&rd, i + 1))
-			goto done;
-	if (r->bad || !ls_link(&rd))
+			break;
+	if (!ls_drain(&rd, !r->bad) || r->bad || !ls_link(&rd))
 		goto done;
 	c.keys = lt->c.keys;
 	c.held = lt->c.held;

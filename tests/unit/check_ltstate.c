@@ -686,6 +686,47 @@ START_TEST(other_versions_are_refused)
 }
 END_TEST
 
+/* A key written twice is refused, wherever the two are among the keys
+ * the reader has read ahead of the hash table (LS_AHEAD in lt_state.c),
+ * and every entry is freed (ASan, valgrind). */
+START_TEST(a_key_twice_is_refused)
+{
+	static const size_t	 pairs[][2] = { { 0, 1 }, { 3, 20 },
+				    { 0, 39 }, { 38, 39 }, { 5, 30 } };
+	struct side		 s, d;
+	struct ks_writer	 w;
+	char			 why[KS_WHY_MAX], key[8];
+	unsigned char		*p, *at[40];
+	bool			 g;
+
+	side_init(&s, 1);
+	s.ow[s.now++] = locktable_owner_new(s.lt, 10, NULL);
+	for (int i = 0; i < 40; i++) {
+		snprintf(key, sizeof(key), "k%02d", i);
+		ck_assert_int_eq(acq(&s, 0, key, LT_EXCLUSIVE, 1, 0, NOW, &g),
+		    KL_OK);
+	}
+	write_state(&s, &w);
+	for (size_t f = 0; f < sizeof(pairs) / sizeof(pairs[0]); f++) {
+		/* each key's bytes in the state, by its number */
+		for (p = w.buf + 4; p + 3 <= w.buf + w.len; p++)
+			if (p[0] == 'k' && p[-4] == 3 && p[1] >= '0' &&
+			    p[1] <= '3' && p[2] >= '0' && p[2] <= '9')
+				at[(p[1] - '0') * 10 + (p[2] - '0')] = p;
+		memcpy(at[pairs[f][1]], at[pairs[f][0]], 3);
+		ck_assert(!read_state(&d, w.buf, w.len, 0, why, sizeof(why)));
+		ck_assert_msg(strstr(why, "twice") != NULL, "%s", why);
+		side_free(&d);
+		snprintf(key, sizeof(key), "k%02zu", pairs[f][1]);
+		memcpy(at[pairs[f][1]], key, 3);
+		ck_assert(read_state(&d, w.buf, w.len, 0, why, sizeof(why)));
+		side_free(&d);
+	}
+	ks_writer_cleanup(&w);
+	side_free(&s);
+}
+END_TEST
+
 START_TEST(trailing_bytes_are_refused)
 {
 	struct side		 s, d;
@@ -841,6 +882,7 @@ ltstate_suite(void)
 	tcase_add_test(tc, every_truncation_is_refused);
 	tcase_add_test(tc, other_versions_are_refused);
 	tcase_add_test(tc, trailing_bytes_are_refused);
+	tcase_add_test(tc, a_key_twice_is_refused);
 	tcase_add_test(tc, forged_sessions_are_refused);
 	tcase_add_test(tc, flipped_bytes_never_break_the_table);
 	suite_add_tcase(s, tc);
