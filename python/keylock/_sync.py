@@ -19,7 +19,7 @@ import ssl
 import threading
 from types import TracebackType
 from typing import (Any, Callable, Coroutine, Dict, List, Optional, Tuple,
-                    Type, TypeVar)
+                    Type, TypeVar, cast)
 
 from . import _core, _fork
 from ._core import Chan, Core, HandleBase, Owner
@@ -72,37 +72,55 @@ class _Runner:
         runs to its end), waits for it, runs ``undo`` on a result that
         came anyway, and re-raises."""
         done = threading.Event()
-        box: List["asyncio.Task[T]"] = []
+        # The task lives and dies on the loop thread; this thread sees only
+        # its outcome, (True, result) or (False, exception). A Task freed
+        # here would run asyncio's WeakSet callback (its registry of
+        # tasks) in this thread, and a KeyboardInterrupt raised inside a
+        # weakref callback is printed as "Exception ignored" and lost: a
+        # Ctrl-C sent as a grant came in was seen so, now and then.
+        held: List["asyncio.Task[T]"] = []
+        outcome: List[Tuple[bool, Any]] = []
+
+        def finished(task: "asyncio.Task[T]") -> None:
+            # nothing raised here: a traceback through this frame would
+            # keep the task alive in the exception handed over
+            if task.cancelled():
+                outcome.append((False, asyncio.CancelledError()))
+            elif task.exception() is not None:
+                outcome.append((False, task.exception()))
+            else:
+                outcome.append((True, task.result()))
+            held.clear()
+            done.set()
 
         def start() -> None:
             task = self.loop.create_task(coro)
-            task.add_done_callback(lambda _: done.set())
-            box.append(task)
+            held.append(task)
+            task.add_done_callback(finished)
 
         def stop() -> None:         # runs after start, if start was sent
-            if box:
-                box[0].cancel()
-            else:
+            if held:
+                held[0].cancel()
+            elif not outcome:
                 coro.close()
                 done.set()
 
         try:
             self.loop.call_soon_threadsafe(start)
             done.wait()
-            task = box[0]
-            if not task.cancelled() and task.exception() is None:
+            ok, value = outcome[0]
+            if ok:
                 # returned from inside the try: an interrupt that lands
                 # after the result is known is still caught below
-                return task.result()
+                return cast(T, value)
         except BaseException:
             if cancel:
                 self.loop.call_soon_threadsafe(stop)
             _wait_through_interrupts(done)
-            if undo is not None and box and not box[0].cancelled() and \
-                    box[0].exception() is None:
-                self.call(undo(box[0].result()), cancel=False)
+            if undo is not None and outcome and outcome[0][0]:
+                self.call(undo(cast(T, outcome[0][1])), cancel=False)
             raise
-        return task.result()        # raises what the coroutine raised
+        raise value                 # what the coroutine raised
 
 
 def _wait_through_interrupts(done: threading.Event) -> None:
