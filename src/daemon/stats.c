@@ -94,7 +94,11 @@ stats_to_json_keys(const struct stats *st, const struct locktable *lt,
 
 	json_object_set_new(o, "version", json_string(version));
 	SET_U(o, "uptime_ms", now_ms - st->start_ms);
-#define STATS_ROW(name, kind, value, help)	SET_U(o, #name, (value));
+#define STATS_SUFFIX_counter	""
+#define STATS_SUFFIX_gauge	""
+#define STATS_SUFFIX_gauge_ms	"_ms"
+#define STATS_ROW(name, kind, value, help)				\
+	SET_U(o, #name STATS_SUFFIX_##kind, (value));
 	KL_COUNTER_LIST(STATS_ROW)
 #undef STATS_ROW
 	json_object_set_new(o, "wait_ms", stats_hist_json(&c->wait_ms));

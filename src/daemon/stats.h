@@ -52,7 +52,9 @@ struct stats {
 /*
  * The numbers STATS and /metrics both show, one row each, in STATS
  * order: X(name, kind, value, help). STATS has the member name; /metrics
- * the metric keylockd_name, with _total for a counter. value reads c
+ * the metric keylockd_name, with _total for a counter. A gauge_ms is kept
+ * in milliseconds: STATS shows name_ms, /metrics keylockd_name_seconds
+ * (Prometheus' base unit). value reads c
  * (the table's struct lt_counters) or st (struct stats). A new row is a
  * new STATS member and a new metric: document it in keylockd-protocol(7)
  * STATS and keylockd(8) MONITORING.
@@ -114,8 +116,8 @@ struct stats {
 	    "connection's own channel 0.")				\
 	X(upgrades, counter, st->upgrades,				\
 	    "Live upgrades this state has been handed through.")	\
-	X(upgrade_pause_ms, gauge, st->upgrade_pause_ms,		\
-	    "The last live upgrade's pause, in milliseconds.")		\
+	X(upgrade_pause, gauge_ms, st->upgrade_pause_ms,		\
+	    "The last live upgrade's pause.")				\
 	X(upgrade_failures, counter, st->upgrade_failures,		\
 	    "Live upgrades that failed; the server carried on.")	\
 	X(backend_ready, gauge, st->be.ready, "1 while the backend "	\

@@ -105,6 +105,16 @@ metrics_one(struct mbuf *b, const char *name, const char *type,
 	    "keylockd_%s %" PRIu64 "\n", name, help, name, type, name, v);
 }
 
+/* A gauge the server keeps in milliseconds, in seconds. */
+static void
+metrics_seconds(struct mbuf *b, const char *name, const char *help,
+    uint64_t ms)
+{
+	mbuf_printf(b, "# HELP keylockd_%s %s\n# TYPE keylockd_%s gauge\n"
+	    "keylockd_%s %" PRIu64 ".%03" PRIu64 "\n", name, help, name, name,
+	    ms / 1000, ms % 1000);
+}
+
 static void
 metrics_hist(struct mbuf *b, const char *name, const char *help,
     const struct kl_hist *h)
@@ -185,12 +195,19 @@ metrics_render(struct server *srv)
 	    (kl_now_ms() - st->start_ms) / 1000);
 	metrics_one(&b, "max_clients", "gauge", "The max-clients setting.",
 	    (uint64_t)server_config(srv)->max_clients);
-#define METRICS_SUFFIX_counter	"_total"
-#define METRICS_SUFFIX_gauge	""
+#define METRICS_counter(name, help, value)				\
+	metrics_one(&b, name "_total", "counter", help, (value));
+#define METRICS_gauge(name, help, value)				\
+	metrics_one(&b, name, "gauge", help, (value));
+#define METRICS_gauge_ms(name, help, value)				\
+	metrics_seconds(&b, name "_seconds", help, (value));
 #define METRICS_ROW(name, kind, value, help)				\
-	metrics_one(&b, #name METRICS_SUFFIX_##kind, #kind, help, (value));
+	METRICS_##kind(#name, help, value)
 	KL_COUNTER_LIST(METRICS_ROW)
 #undef METRICS_ROW
+#undef METRICS_counter
+#undef METRICS_gauge
+#undef METRICS_gauge_ms
 	metrics_hist(&b, "wait_seconds", "Time from request to grant.",
 	    &c->wait_ms);
 	metrics_hist(&b, "hold_seconds", "Time from grant to release.",

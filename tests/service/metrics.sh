@@ -100,6 +100,17 @@ expect_eq "$wait_count" "$(metric keylockd_wait_seconds_count)" \
     "keylockd_wait_seconds_count against STATS wait_ms.count"
 expect_eq "$wait_count" \
     "$(metric 'keylockd_wait_seconds_bucket{le="+Inf"}')" "the +Inf bucket"
+# Prometheus' base unit: no metric in milliseconds; STATS' upgrade_pause_ms
+# is keylockd_upgrade_pause_seconds (0 before any upgrade).
+if grep -E '^keylockd_[a-z_]*_ms(_[a-z]+)?[ {]' "$TMP/metrics" >"$TMP/out"; then
+	fail "metrics in milliseconds: $(cat "$TMP/out")"
+fi
+expect_grep '^# TYPE keylockd_upgrade_pause_seconds gauge$' "$TMP/metrics" \
+    "the family keylockd_upgrade_pause_seconds"
+expect_eq "$(json_int "$stats" upgrade_pause_ms)" \
+    "$(metric keylockd_upgrade_pause_seconds |
+    awk '{ printf "%d", $1 * 1000 + 0.5 }')" \
+    "keylockd_upgrade_pause_seconds against STATS upgrade_pause_ms"
 pass "/metrics agrees with STATS"
 
 curl -sS -o "$TMP/stats" -D "$TMP/headers" "$URL/stats" || fail "GET /stats"
