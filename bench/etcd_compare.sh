@@ -16,7 +16,16 @@
 # times (3), alternately keylockd and etcd (reversed in even rounds); a
 # figure is the median of the rounds with their min-max. DURATION (3) is
 # seconds per run. The writes per cycle are etcd revisions per cycle,
-# from etcd's revision before and after each run. RESULTS names the
+# from etcd's revision before and after each run; the members' CPU per
+# cycle is the user and system time (/proc/PID/stat) the three members
+# used during a run, over its cycles, and the estimate for members on
+# their own cores is the cycles per second at which the busiest member
+# would use one core whole (both machine-independent, unlike cycles/s
+# on a shared 2-core machine). With BEFORE=KEYLOCKD (another build's
+# keylockd, e.g. main's before a change), two more front ends of that
+# binary run on the same cluster under their own prefix (kbefore/,
+# idle but for their watch and lease while the others run) and every row
+# runs it too, as "before", in the same rounds. RESULTS names the
 # output; KEEP=1 keeps the raw JSON. With --write, the same section also
 # replaces the one between its markers in bench/RESULTS.md (RESULTS_MD),
 # which bench/compare.sh keeps when it rewrites that file. The section
@@ -37,13 +46,14 @@ done
 build=$(cd "$builddir" && pwd)
 KEYLOCKD=${KEYLOCKD:-$build/src/keylockd}
 KEYLOCK_BENCH=${KEYLOCK_BENCH:-$build/tools/keylock-bench}
+BEFORE=${BEFORE:-}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
 RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
 RESULTS_MD=${RESULTS_MD:-$here/RESULTS.md}
 ROWS=${ROWS:-"lock-unlock:50 lock-unlock:50:2 contended:4 contended:50"}
 
-for p in "$KEYLOCKD" "$KEYLOCK_BENCH"; do
+for p in "$KEYLOCKD" "$KEYLOCK_BENCH" ${BEFORE:+"$BEFORE"}; do
 	[ -x "$p" ] || { echo "etcd_compare.sh: $p: not found" >&2; exit 1; }
 done
 command -v etcd >/dev/null || { echo "etcd_compare.sh: no etcd" \
@@ -77,23 +87,46 @@ endpoints2=${endpoints#*,},${endpoints%%,*}
 member2=${endpoints2%%,*}
 member2=${member2#http://}
 
-for i in 1 2; do
-	eps=$endpoints
+# frontend NAME BINARY PREFIX I: front end I (1: m1 first, 2: m2 first)
+# of a system; its address in $TMP/NAME.addr, its pid in $TMP/NAME.pid.
+frontend() {
+	local name=$1 bin=$2 prefix=$3 i=$4 eps=$endpoints
 	[ "$i" = 2 ] && eps=$endpoints2
-	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
-	    --port-file "$TMP/port$i" --unix "" --state-dir "$TMP" \
-	    --backend etcd --etcd-endpoints "$eps" \
-	    --max-clients 100000 >"$TMP/frontend$i.log" 2>&1 &
+	mkdir -p "$TMP/$name"
+	"$bin" --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --port-file "$TMP/$name.port" --unix "" --state-dir "$TMP/$name" \
+	    --backend etcd --etcd-endpoints "$eps" --etcd-prefix "$prefix" \
+	    --max-clients 100000 >"$TMP/$name.log" 2>&1 &
 	PIDS="$PIDS $!"
+	echo $! >"$TMP/$name.pid"
 	for _ in $(seq 400); do
-		grep -q '^[0-9]' "$TMP/port$i" 2>/dev/null && break
+		grep -q '^[0-9]' "$TMP/$name.port" 2>/dev/null && break
 		sleep 0.05
 	done
-	grep -q '^[0-9]' "$TMP/port$i" ||
-	    { cat "$TMP/frontend$i.log" >&2; exit 1; }
-done
-frontend1=127.0.0.1:$(head -n 1 "$TMP/port1")
-frontend2=127.0.0.1:$(head -n 1 "$TMP/port2")
+	grep -q '^[0-9]' "$TMP/$name.port" ||
+	    { cat "$TMP/$name.log" >&2; exit 1; }
+	echo "127.0.0.1:$(head -n 1 "$TMP/$name.port")" >"$TMP/$name.addr"
+}
+frontend keylockd1 "$KEYLOCKD" keylock/ 1
+frontend keylockd2 "$KEYLOCKD" keylock/ 2
+SYSTEMS="keylockd etcd"
+if [ -n "$BEFORE" ]; then
+	frontend before1 "$BEFORE" kbefore/ 1
+	frontend before2 "$BEFORE" kbefore/ 2
+	SYSTEMS="keylockd before etcd"
+fi
+clk=$(getconf CLK_TCK)
+
+# cpu PID...: user + system CPU ticks of each process, one a line.
+cpu() {
+	local p
+	for p in "$@"; do
+		# the fields after the command's closing parenthesis: utime is
+		# the 12th, stime the 13th
+		sed 's/.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }'
+	done
+}
+members=$(cat "$TMP"/etcd/m[123].pid)
 
 revision() {
 	curl -s -X POST -d '{"key":"eA==","count_only":true}' \
@@ -101,17 +134,20 @@ revision() {
 	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{header}{revision}'
 }
 
-# leftovers: how many keys outside the front ends' prefix (keylock/) etcd
-# holds: etcd's lock API's keys of a run whose leases outlived it.
+# count KEY RANGE_END (base64): how many keys etcd holds in the range.
+count() {
+	curl -s -X POST -d "{\"key\":\"$1\",\"range_end\":\"$2\",\"count_only\":true}" \
+	    "http://$member1/v3/kv/range" |
+	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{count} // 0'
+}
+
+# leftovers: how many keys outside the front ends' prefixes (keylock/,
+# kbefore/) etcd holds: etcd's lock API's keys of a run whose leases
+# outlived it.
 leftovers() {
-	local a b
-	a=$(curl -s -X POST -d '{"key":"AA==","range_end":"a2V5bG9jay8=","count_only":true}' \
-	    "http://$member1/v3/kv/range" |
-	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{count} // 0')
-	b=$(curl -s -X POST -d '{"key":"a2V5bG9jazA=","range_end":"AA==","count_only":true}' \
-	    "http://$member1/v3/kv/range" |
-	    perl -MJSON::PP -e 'print decode_json(join("", <STDIN>))->{count} // 0')
-	echo $((a + b))
+	# [\0, kbefore/), [kbefore0, keylock/), [keylock0, the end)
+	echo $(($(count AA== a2JlZm9yZS8=) + $(count a2JlZm9yZTA= a2V5bG9jay8=) +
+	    $(count a2V5bG9jazA= AA==)))
 }
 
 # An etcd run starts on a cluster without another run's lock keys (their
@@ -131,16 +167,25 @@ wait_clean() {
 
 # run SYSTEM WORK CONNS SPREAD ROUND: one run, its JSON in
 # $TMP/SYSTEM.WORK.CONNS.SPREAD.ROUND
+# $TMP/SYSTEM.WORK.CONNS.SPREAD.ROUND, etcd's revisions before and after
+# it in .rev, the CPU ticks the members (one a line) and the system's
+# front ends (their sum, last line; 0 for etcd) used in .cpu
 run() {
 	local sys=$1 work=$2 conns=$3 spread=$4 round=$5 out before after
-	local ke=$frontend1 ee=$member1
+	local ee=$member1 ke= fes= c0 c1
+	if [ "$sys" != etcd ]; then
+		ke=$(cat "$TMP/${sys}1.addr")
+		fes=$(cat "$TMP/${sys}1.pid" "$TMP/${sys}2.pid")
+	fi
 	if [ "$spread" = 2 ]; then
-		ke=$frontend1,$frontend2
+		[ "$sys" != etcd ] && ke=$ke,$(cat "$TMP/${sys}2.addr")
 		ee=$member1,$member2
 	fi
 	out=$TMP/$sys.$work.$conns.$spread.$round.json
 	if [ "$sys" = etcd ]; then wait_clean; fi
 	before=$(revision)
+	# shellcheck disable=SC2086
+	c0=$(cpu $members $fes)
 	if [ "$sys" = etcd ]; then
 		"$KEYLOCK_BENCH" --etcd -S "$ee" -w "$work" -c "$conns" \
 		    -t "$DURATION" --json --no-progress >"$out"
@@ -148,8 +193,13 @@ run() {
 		"$KEYLOCK_BENCH" -S "$ke" -w "$work" -c "$conns" \
 		    -t "$DURATION" --json --no-progress >"$out"
 	fi
+	# shellcheck disable=SC2086
+	c1=$(cpu $members $fes)
 	after=$(revision)
 	echo "$before $after" >"$out.rev"
+	paste <(echo "$c0") <(echo "$c1") | awk -v n=3 '
+	    NR <= n { print $2 - $1 } NR > n { fe += $2 - $1 }
+	    END { print fe + 0 }' >"$out.cpu"
 }
 
 load_before=$(cut -d ' ' -f 1-3 /proc/loadavg)
@@ -159,13 +209,12 @@ for round in $(seq "$ROUNDS"); do
 $row
 EOF
 		spread=${spread:-1}
-		if [ $((round % 2)) -eq 1 ]; then
-			run keylockd "$work" "$conns" "$spread" "$round"
-			run etcd "$work" "$conns" "$spread" "$round"
-		else
-			run etcd "$work" "$conns" "$spread" "$round"
-			run keylockd "$work" "$conns" "$spread" "$round"
-		fi
+		order=$SYSTEMS
+		[ $((round % 2)) -eq 0 ] &&
+		    order=$(echo "$SYSTEMS" | tr ' ' '\n' | tac | tr '\n' ' ')
+		for sys in $order; do
+			run "$sys" "$work" "$conns" "$spread" "$round"
+		done
 		echo "round $round: $row done" >&2
 	done
 done
@@ -176,14 +225,23 @@ etcdv=$(etcd --version | sed -n 's/^etcd Version: //p')
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 ncpu=$(nproc)
 perl -MJSON::PP -e '
-my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1) =
-    @ARGV;
+my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1,
+    $systems, $clk) = @ARGV;
+my @sys = split " ", $systems;
+my @kl = grep { $_ ne "etcd" } @sys;
+my $before = grep { $_ eq "before" } @sys;
+# issue 11 (keylockd/etcd), and issue 23 (5x at 50 clients on distinct keys)
 my %target = ("lock-unlock:50" => 10, "lock-unlock:50:2" => 10,
     "contended:4" => 10, "contended:50" => 2);
-my (@verdicts, @stalls);
+my %target23 = ("lock-unlock:50" => 5);
+my (@verdicts, @stalls, @mi);
 sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
 sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
     local $/; my $j = decode_json(<$h>); close($h); return $j; }
+sub lines { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
+    my @l = map { chomp; $_ } <$h>; close($h); return @l; }
+sub rng { my @v = sort { $a <=> $b } @_;
+    return sprintf("%.0f [%.0f-%.0f]", med(@v), $v[0], $v[-1]); }
 print "<!-- bench/etcd_compare.sh: begin -->\n";
 print "## keylockd backend etcd against etcd'"'"'s lock API\n\n";
 print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
@@ -194,32 +252,45 @@ print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
     "keylock-bench on the same machine ($cpu, $ncpu CPUs, shared), ",
     "$rounds rounds of $dur s, medians [min-max]. A cycle is LOCK + ",
     "UNLOCK through keylockd, /v3/lock/lock + /v3/lock/unlock (each ",
-    "connection with its lease) through etcd. Load average (1, 5, 15 ",
-    "min) before the runs: $l0; after: $l1.\n\n";
-print "| workload | clients | keylockd cycles/s | etcd cycles/s | ",
-    "keylockd/etcd | keylockd p50/p99 ms | etcd p50/p99 ms | ",
-    "etcd writes per cycle, keylockd / etcd |\n";
-print "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    "connection with its lease) through etcd. ",
+    ($before ? "\"before\" is the keylockd of `BEFORE=`, run in the same " .
+    "rounds on the same cluster (its own two front ends, prefix kbefore/). "
+    : ""),
+    "Load average (1, 5, 15 min) before the runs: $l0; after: $l1.\n\n";
+my @h = ("workload", "clients", map("$_ cycles/s", @sys),
+    map("$_/etcd", @kl), map("$_ p50/p99 ms", @sys));
+print "| ", join(" | ", @h), " |\n|---|", "---:|" x (@h - 1), "\n";
 for my $row (split " ", $rows) {
     my ($work, $conns, $spread) = split /:/, $row;
     $spread //= 1;
-    my (%c, %p50, %p99, %w, @ratio);
+    my (%c, %p50, %p99, %w, %mcpu, %mmax, %fcpu, %ratio);
     for my $r (1 .. $rounds) {
-        for my $s ("keylockd", "etcd") {
+        for my $s (@sys) {
             my $f = "$tmp/$s.$work.$conns.$spread.$r.json";
             my $j = rd($f);
             die "$f: not ok: $j->{failure}\n" unless $j->{ok};
+            my $n = $j->{cycles};
             push @{$c{$s}}, $j->{cycles_per_s};
             push @{$p50{$s}}, $j->{latency_ms}{all}{p50};
             push @{$p99{$s}}, $j->{latency_ms}{all}{p99};
-            open(my $h, "<", "$f.rev") or die; my ($b, $a) = split " ",
-                <$h>; close($h);
-            push @{$w{$s}}, $j->{cycles} > 0 ? ($a - $b) / $j->{cycles} : 0;
+            my ($b, $a) = split " ", (lines("$f.rev"))[0];
+            push @{$w{$s}}, $n > 0 ? ($a - $b) / $n : 0;
+            # ticks to ms per cycle
+            my @t = lines("$f.cpu");
+            my $fe = pop @t;
+            my ($sum, $max) = (0, 0);
+            for (@t) { $sum += $_; $max = $_ if $_ > $max; }
+            push @{$mcpu{$s}}, $n > 0 ? $sum * 1000 / $clk / $n : 0;
+            push @{$mmax{$s}}, $n > 0 ? $max * 1000 / $clk / $n : 0;
+            push @{$fcpu{$s}}, $n > 0 ? $fe * 1000 / $clk / $n : 0;
         }
-        push @ratio, $c{etcd}[-1] > 0 ? $c{keylockd}[-1] / $c{etcd}[-1] : 0;
+        for my $s (@kl) {
+            push @{$ratio{$s}}, $c{etcd}[-1] > 0 ?
+                $c{$s}[-1] / $c{etcd}[-1] : 0;
+        }
     }
     my $stalled = 0;
-    for my $s ("keylockd", "etcd") {
+    for my $s (@sys) {
         my @v = @{$c{$s}};
         my $max = (sort { $b <=> $a } @v)[0];
         for my $r (1 .. $rounds) {
@@ -231,33 +302,56 @@ for my $row (split " ", $rows) {
             $stalled++;
         }
     }
-    my @k = sort { $a <=> $b } @{$c{keylockd}};
-    my @e = sort { $a <=> $b } @{$c{etcd}};
-    printf "| %s | %d | %.0f [%.0f-%.0f] | %.0f [%.0f-%.0f] | %.1f | " .
-        "%.2f / %.2f | %.2f / %.2f | %.2f / %.2f |\n",
-        ($work eq "contended" ? "one busy key" : "distinct keys") .
-        ($spread == 2 ? ", both front ends (etcd: m1, m2)" : ""), $conns,
-        med(@k), $k[0], $k[-1], med(@e), $e[0], $e[-1], med(@ratio),
-        med(@{$p50{keylockd}}), med(@{$p99{keylockd}}),
-        med(@{$p50{etcd}}), med(@{$p99{etcd}}),
-        med(@{$w{keylockd}}), med(@{$w{etcd}});
-    push @verdicts, sprintf("| %s, %d clients: keylockd/etcd >= %d | " .
-        "%.1f | %s |\n", ($work eq "contended" ?
-        "hand-offs/s on one busy key" : "cycles/s on distinct keys") .
-        ($spread == 2 ? " over both front ends" : ""),
-        $conns, $target{$row}, med(@ratio),
-        $stalled ? "not judged: stalled rounds" :
-        med(@ratio) >= $target{$row} ? "met" : "not met")
-        if exists $target{$row};
+    my $what = ($work eq "contended" ? "one busy key" : "distinct keys") .
+        ($spread == 2 ? ", both front ends (etcd: m1, m2)" : "");
+    print "| $what | $conns | ", join(" | ", map(rng(@{$c{$_}}), @sys),
+        map(sprintf("%.1f", med(@{$ratio{$_}})), @kl),
+        map(sprintf("%.2f / %.2f", med(@{$p50{$_}}), med(@{$p99{$_}})),
+        @sys)), " |\n";
+    # the busiest member on a core of its own: 1000 ms / its ms per cycle
+    push @mi, "| $what | $conns | " . join(" | ",
+        join(" / ", map(sprintf("%.3f", med(@{$w{$_}})), @sys)),
+        join(" / ", map(sprintf("%.3f", med(@{$mcpu{$_}})), @sys)),
+        join(" / ", map(sprintf("%.3f", med(@{$fcpu{$_}})), @kl)),
+        join(" / ", map { my $m = med(@{$mmax{$_}});
+            $m > 0 ? sprintf("%.0f", 1000 / $m) : "-" } @sys)) . " |\n";
+    for my $s (@kl) {
+        my $t = ($s eq "keylockd" ? "" : " ($s)");
+        push @verdicts, sprintf("| %s, %d clients: keylockd/etcd >= %d%s " .
+            "(issue 11) | %.1f | %s |\n", ($work eq "contended" ?
+            "hand-offs/s on one busy key" : "cycles/s on distinct keys") .
+            ($spread == 2 ? " over both front ends" : ""),
+            $conns, $target{$row}, $t, med(@{$ratio{$s}}),
+            $stalled ? "not judged: stalled rounds" :
+            med(@{$ratio{$s}}) >= $target{$row} ? "met" : "not met")
+            if exists $target{$row};
+        push @verdicts, sprintf("| cycles/s on distinct keys, %d clients: " .
+            "keylockd/etcd >= %d%s on this machine (issue 23) | %.1f | %s |\n",
+            $conns, $target23{$row}, $t, med(@{$ratio{$s}}),
+            $stalled ? "not judged: stalled rounds" :
+            med(@{$ratio{$s}}) >= $target23{$row} ? "met" : "not met")
+            if exists $target23{$row};
+    }
 }
-print "\n| target (issue 11) | keylockd/etcd, median of the rounds | |\n",
+my $order = join(" / ", @sys);
+print "\nMachine-independent figures of the same runs (medians), $order: ",
+    "etcd writes (revisions) per cycle; the three members'"'"' CPU time ",
+    "(user + system) per cycle; the keylockd front ends'"'"' CPU time per ",
+    "cycle; and, for members each on a core of its own, the cycles per ",
+    "second at which the busiest member would fill its core (1000 ms over ",
+    "its CPU ms per cycle: a paper estimate, which leaves out the network ",
+    "and the disk).\n\n";
+print "| workload | clients | etcd writes per cycle | members'"'"' CPU ms per ",
+    "cycle | front ends'"'"' CPU ms per cycle | cycles/s, members on their ",
+    "own cores |\n|---|---:|---:|---:|---:|---:|\n", @mi;
+print "\n| target | keylockd/etcd, median of the rounds | |\n",
     "|---|---:|---|\n", @verdicts;
 print "\nStalled rounds (under a tenth of the best round of the same row; ",
     "a median over them is not a figure of that system): ",
     join("; ", @stalls), ".\n" if @stalls;
 print "<!-- bench/etcd_compare.sh: end -->\n";
 ' "$TMP" "$ROUNDS" "$ROWS" "$DURATION" "$rev" "$etcdv" "$cpu" "$ncpu" \
-    "$load_before" "$load_after" >"$TMP/section.md"
+    "$load_before" "$load_after" "$SYSTEMS" "$clk" >"$TMP/section.md"
 cp "$TMP/section.md" "$RESULTS"
 if [ "$WRITE" = 1 ]; then
 	# the section between its markers, or appended
