@@ -40,7 +40,9 @@ enum be_op {
 	BE_LOCK = 0,	/* LOCK, TRYLOCK: OK token */
 	BE_UNLOCK,	/* UNLOCK: OK n */
 	BE_UNLOCKALL,	/* UNLOCKALL: OK n */
-	BE_REFRESH	/* REFRESH: OK n */
+	BE_REFRESH,	/* REFRESH: OK n */
+	BE_READ		/* read_barrier: the read may go now; value the
+			 * command, why.key and why.keylen its argument */
 };
 
 struct be_result {
@@ -137,6 +139,18 @@ struct backend_ops {
 			    struct be_result *);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
+	/*
+	 * Read your own writes, where a release is answered before the
+	 * table applies it (backend etcd): may o's read of the table (cmd,
+	 * STATS, INFO or CLIENTS, with its argument) go now? BE_DONE: yes
+	 * (res->err KL_OK; KL_ERR_NOMEM: no memory to wait); BE_PENDING:
+	 * hooks.done brings BE_READ, with cmd and a copy of arg, once the
+	 * table has applied every release answered before this call. NULL:
+	 * reads always go at once.
+	 */
+	enum be_status	 (*read_barrier)(struct backend *, struct lt_owner *,
+			    uint64_t cmd, const char *arg, size_t arglen,
+			    struct be_result *);
 	/* Shutdown: nothing is granted from now on. */
 	void		 (*freeze)(struct backend *);
 	/* End of an event-loop turn: arm timers, send what was batched. */

@@ -7,7 +7,10 @@
  * events in revision order to its own table (backend_etcd_replica.c), which
  * decides the request there; the front end whose client asked answers
  * it. Releases, withdrawals and ttl expiries are deletes of the owner's
- * entries. Every operation is BE_PENDING but REFRESH, which only restarts
+ * entries. A LOCK and a withdrawal are BE_PENDING; an UNLOCK and an
+ * UNLOCKALL are answered once their deletes are queued for the next
+ * group commit (reads of the table through read_barrier wait for the
+ * replica to apply them: read your own writes); REFRESH only restarts
  * our own timers.
  *
  * Here: the seam's operations and the one place a client's answer leaves
@@ -68,6 +71,28 @@ struct elease {
 	bool			 hb_seen;	/* the watch brought it */
 };
 
+/* Read your own writes: the UNLOCKs answered since the first read that
+ * waits for them count their entries in an epoch; a read waits for
+ * every epoch up to the last closed before it. */
+struct ebe_epoch {
+	TAILQ_ENTRY(ebe_epoch)	 entry;
+	uint64_t		 epoch;
+	size_t			 left;		/* its entries not applied */
+};
+TAILQ_HEAD(ebe_epochq, ebe_epoch);
+
+/* A STATS, INFO or CLIENTS that waits (read_barrier). */
+struct ebe_read {
+	TAILQ_ENTRY(ebe_read)	 entry;
+	struct eowner		*o;
+	uint64_t		 upto;		/* goes once every epoch up to
+						 * this one is applied */
+	uint64_t		 cmd;
+	size_t			 arglen;
+	char			 arg[];
+};
+TAILQ_HEAD(ebe_readq, ebe_read);
+
 struct ebe {
 	struct backend		 be;		/* first: the seam's view */
 	struct be_hooks		 hooks;		/* end_turn NULL while
@@ -90,6 +115,12 @@ struct ebe {
 	int			 start_pause_ms;
 	struct be_counters	*count;		/* hooks.counters or own */
 	struct be_counters	 own;
+	uint64_t		 rd_epoch;	/* UNLOCKs answered now count
+						 * their entries in it */
+	size_t			 rd_open;	/* of those, not yet applied */
+	struct ebe_epochq	 rd_closed;	/* earlier epochs with entries
+						 * left, oldest first */
+	struct ebe_readq	 rd_waiting;	/* reads, oldest first */
 };
 
 static void	ebe_step(struct ebe *e);
@@ -97,6 +128,7 @@ static void	ebe_recover_in(struct ebe *e, int ms);
 static void	ebe_fail(struct ebe *e, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
 static bool	ebe_lease_safe(struct ebe *e);
+static void	ebe_read_release(struct ebe *e);
 
 static struct ebe *
 ebe_of(struct backend *be)
@@ -128,6 +160,8 @@ ebe_end_turn(void *arg)
 	struct ebe *e = arg;
 
 	ebe_note_ready(e);
+	if (!TAILQ_EMPTY(&e->rd_waiting) && e->state < EBE_STOPPING)
+		ebe_read_release(e);
 	commit_flush(e->cm);
 	/* in backend_etcd_new() the caller's side is not built yet; in
 	 * ebe_free() it is gone */
@@ -168,48 +202,22 @@ be_backend(struct be_result *r, enum be_op op, const char *text)
 }
 
 /*
- * An UNLOCK or UNLOCKALL is answered once its deletes are committed and
- * our replica has applied them (read your own writes): after its OK,
- * STATS, INFO and every other reader of this front end's table see the
- * keys free, as a grant's OK goes out only once the replica has applied
- * it. The watch's delete event may come before or after the commit's
- * reply; whichever is last answers.
+ * Read your own writes. An UNLOCK or UNLOCKALL is answered once its
+ * deletes are queued for the next group commit, before our replica has
+ * applied them; so that what a client was told is what STATS, INFO and
+ * CLIENTS of this front end show next, on any connection, such a read
+ * waits until the replica has applied every delete of an UNLOCK answered
+ * before it came (ebe_read_barrier). The entries of the UNLOCKs answered
+ * since the last read that had to wait count in the current epoch
+ * (rd_open); a read that finds some closes it (rd_closed) and waits for
+ * it and every earlier one, so that a stream of UNLOCKs after it cannot
+ * keep it waiting.
  */
 static void
-ebe_release_maybe_done(struct ebe *e, struct eowner *o)
+ebe_read_count(struct ebe *e, struct eentry *x)
 {
-	struct be_result r;
-
-	if (o->state != OWN_RELEASE || o->op_left > 0 || o->op_unseen > 0)
-		return;
-	memset(&r, 0, sizeof(r));
-	r.op = o->op;
-	r.value = o->op_n;
-	ebe_done(e, o, &r);
-}
-
-/* An UNLOCK's or UNLOCKALL's deletes: n more committed, or failed. */
-static void
-ebe_released(void *arg, struct eowner *o, size_t n, const char *why)
-{
-	struct ebe		*e = arg;
-	struct be_result	 r;
-
-	if (o->state != OWN_RELEASE)
-		return;
-	if (why != NULL) {
-		/* the details (a member's address, etcd's own text) are
-		 * for the log, not for every client (review L7) */
-		log_info("backend etcd: a release failed: %s; it is tried "
-		    "again", why);
-		snprintf(e->why, sizeof(e->why), "etcd did not take the "
-		    "release in time; it is tried again");
-		be_backend(&r, o->op, e->why);
-		ebe_done(e, o, &r);
-		return;
-	}
-	o->op_left = n >= o->op_left ? 0 : o->op_left - n;
-	ebe_release_maybe_done(e, o);
+	x->barrier = e->rd_epoch;
+	e->rd_open++;
 }
 
 /* The replica applied the delete of our entry x (called before x's
@@ -217,15 +225,76 @@ ebe_released(void *arg, struct eowner *o, size_t n, const char *why)
 static void
 ebe_deleted(void *arg, struct eentry *x)
 {
-	struct ebe	*e = arg;
-	struct eowner	*o = x->req->owner;
+	struct ebe		*e = arg;
+	struct ebe_epoch	*ep;
 
-	if (x->op_gen == 0 || x->op_gen != o->op_gen ||
-	    o->state != OWN_RELEASE || o->op_unseen == 0)
+	if (x->barrier == 0)
 		return;
-	x->op_gen = 0;
-	o->op_unseen--;
-	ebe_release_maybe_done(e, o);
+	if (x->barrier == e->rd_epoch)
+		e->rd_open--;
+	else
+		TAILQ_FOREACH(ep, &e->rd_closed, entry)
+			if (ep->epoch == x->barrier) {
+				ep->left--;
+				break;
+			}
+	x->barrier = 0;
+}
+
+/* The reads whose epochs are all applied go (at the end of a turn of
+ * ours, not inside the replica's events). */
+static void
+ebe_read_release(struct ebe *e)
+{
+	struct ebe_epoch	*ep;
+	struct ebe_read		*rd;
+	struct be_result	 r;
+	uint64_t		 low;
+
+	while ((ep = TAILQ_FIRST(&e->rd_closed)) != NULL && ep->left == 0) {
+		TAILQ_REMOVE(&e->rd_closed, ep, entry);
+		kl_free(ep);
+	}
+	low = ep != NULL ? ep->epoch : e->rd_epoch;
+	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL && rd->upto < low) {
+		TAILQ_REMOVE(&e->rd_waiting, rd, entry);
+		memset(&r, 0, sizeof(r));
+		r.op = BE_READ;
+		r.value = rd->cmd;
+		r.why.key = rd->arg;
+		r.why.keylen = rd->arglen;
+		ebe_done(e, rd->o, &r);
+		kl_free(rd);
+	}
+}
+
+/* Nothing of ours is left to apply (the replica is emptied): every read
+ * goes at the end of this turn. */
+static void
+ebe_read_reset(struct ebe *e)
+{
+	struct ebe_epoch *ep;
+
+	while ((ep = TAILQ_FIRST(&e->rd_closed)) != NULL) {
+		TAILQ_REMOVE(&e->rd_closed, ep, entry);
+		kl_free(ep);
+	}
+	e->rd_open = 0;
+	e->rd_epoch++;
+}
+
+/* o's connection is gone: its read with it. */
+static void
+ebe_read_forget(struct ebe *e, struct eowner *o)
+{
+	struct ebe_read *rd;
+
+	TAILQ_FOREACH(rd, &e->rd_waiting, entry)
+		if (rd->o == o) {
+			TAILQ_REMOVE(&e->rd_waiting, rd, entry);
+			kl_free(rd);
+			return;
+		}
 }
 
 /* ---- the lease ---- */
@@ -376,12 +445,18 @@ ebe_heartbeat_seen(void *arg, int64_t rev)
 static void
 drop_clients(struct ebe *e, const char *why)
 {
-	struct eowner *o, *next;
+	struct eowner	*o, *next;
+	struct ereq	*r;
 
 	for (o = TAILQ_FIRST(replica_owners(e->rp)); o != NULL; o = next) {
+		bool holds = false;
+
 		next = TAILQ_NEXT(o, entry);
-		if (o->state == OWN_LOCK || o->state == OWN_RELEASE ||
-		    (o->state == OWN_IDLE && !TAILQ_EMPTY(&o->reqs)))
+		/* not for entries whose UNLOCK was answered */
+		TAILQ_FOREACH(r, &o->reqs, entry)
+			for (size_t i = 0; i < r->nent && !holds; i++)
+				holds = r->ent[i].w < W_DEL_WAIT;
+		if (o->state == OWN_LOCK || (o->state == OWN_IDLE && holds))
 			e->hooks.drop(e->hooks.arg, o->lo, why);
 	}
 }
@@ -394,8 +469,14 @@ drop_clients(struct ebe *e, const char *why)
 static void
 ebe_clear(struct ebe *e)
 {
+	struct eowner *o;
+
 	commit_drop(e->cm);
 	replica_clear(e->rp);
+	/* the replies of what was on the wire are not heard */
+	TAILQ_FOREACH(o, replica_owners(e->rp), entry)
+		o->dels_out = 0;
+	ebe_read_reset(e);
 	if (e->lease.fe != 0)
 		commit_start(e->cm, e->lease.fe);
 }
@@ -640,6 +721,7 @@ ebe_owner_free(struct backend *be, struct lt_owner *lo, uint64_t now_ms)
 		return;
 	o->state = OWN_GONE;
 	o->open = NULL;
+	ebe_read_forget(e, o);
 	locktable_owner_set_udata(o->lo, NULL);
 	for (r = TAILQ_FIRST(&o->reqs); r != NULL; r = next) {
 		next = TAILQ_NEXT(r, entry);
@@ -741,34 +823,33 @@ held_entries(struct ebe *e, struct eowner *o, const char *const *keys,
 	return true;
 }
 
-/* Deletes ents for o's UNLOCK or UNLOCKALL, answered when committed. */
+/*
+ * Deletes ents for o's UNLOCK or UNLOCKALL, answered now that they are
+ * queued for the next group commit: the client has let go, and nobody
+ * else is granted the keys before the deletes are committed (every
+ * replica grants the next holder at the delete's revision). A delete
+ * that fails is tried again until it succeeds or the lease goes; if this
+ * front end dies first, the entries stay until its lease expires, held
+ * by nobody who could use them. o's next UNLOCK of these keys is
+ * NOTHELD (held_entries()), and its next LOCK's puts follow the deletes
+ * (commit_put()). Reads of our table wait for the replica to apply them
+ * (ebe_read_barrier()).
+ */
 static enum be_status
 ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
     struct eentry **ents, size_t n, struct be_result *r)
 {
 	r->op = op;
 	r->value = n;
-	if (n == 0)
-		return BE_DONE;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (ents[i]->ttl != NULL)
 			evtimer_del(ents[i]->ttl);
-	o->op = op;
-	o->state = OWN_RELEASE;
-	o->op_n = n;
-	o->op_gen++;
-	o->op_unseen = 0;
-	for (size_t i = 0; i < n; i++)
-		if (ents[i]->rep == ENT_LIVE || ents[i]->rep == ENT_HELD) {
-			ents[i]->op_gen = o->op_gen;
-			o->op_unseen++;
-		}
-	o->op_left = commit_delete(e->cm, ents, n, o);
-	if (o->op_left == 0 && o->op_unseen == 0) {
-		o->state = OWN_IDLE;
-		return BE_DONE;
+		if (ents[i]->rep == ENT_LIVE || ents[i]->rep == ENT_HELD)
+			ebe_read_count(e, ents[i]);
 	}
-	return BE_PENDING;
+	if (n > 0)
+		commit_delete(e->cm, ents, n);
+	return BE_DONE;
 }
 
 static enum be_status
@@ -917,6 +998,43 @@ ebe_table(const struct backend *be)
 	return replica_table(((const struct ebe *)be)->rp);
 }
 
+/* The seam's read_barrier (read your own writes, above). */
+static enum be_status
+ebe_read_barrier(struct backend *be, struct lt_owner *lo, uint64_t cmd,
+    const char *arg, size_t arglen, struct be_result *r)
+{
+	struct ebe		*e = ebe_of(be);
+	struct eowner		*o = eowner_of(e->rp, lo);
+	struct ebe_epoch	*ep = NULL;
+	struct ebe_read		*rd;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_READ;
+	r->value = cmd;
+	if (o == NULL || (e->rd_open == 0 && TAILQ_EMPTY(&e->rd_closed)))
+		return BE_DONE;
+	if ((rd = kl_calloc(1, sizeof(*rd) + arglen + 1)) == NULL ||
+	    (e->rd_open > 0 && (ep = kl_calloc(1, sizeof(*ep))) == NULL)) {
+		kl_free(rd);
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	if (ep != NULL) {
+		ep->epoch = e->rd_epoch++;
+		ep->left = e->rd_open;
+		e->rd_open = 0;
+		TAILQ_INSERT_TAIL(&e->rd_closed, ep, entry);
+	}
+	rd->o = o;
+	rd->upto = TAILQ_LAST(&e->rd_closed, ebe_epochq)->epoch;
+	rd->cmd = cmd;
+	rd->arglen = arglen;
+	if (arglen > 0)
+		memcpy(rd->arg, arg, arglen);
+	TAILQ_INSERT_TAIL(&e->rd_waiting, rd, entry);
+	return BE_PENDING;
+}
+
 static void
 ebe_freeze(struct backend *be)
 {
@@ -968,6 +1086,7 @@ ebe_free(struct backend *be)
 {
 	struct ebe	*e = ebe_of(be);
 	enum ebe_state	 was = e->state;
+	struct ebe_read	*rd;
 
 	e->state = EBE_STOPPING;
 	if (e->lease.keepalive != NULL)
@@ -989,6 +1108,11 @@ ebe_free(struct backend *be)
 	e->state = EBE_STOPPED;
 	if (e->cm != NULL)
 		commit_drop(e->cm);	/* what the loop queued */
+	ebe_read_reset(e);
+	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL) {
+		TAILQ_REMOVE(&e->rd_waiting, rd, entry);
+		kl_free(rd);
+	}
 	replica_free(e->rp);
 	etcd_free(e->etcd);
 	commit_free(e->cm);
@@ -1014,6 +1138,7 @@ static const struct backend_ops ebe_ops = {
 	.refresh = ebe_refresh,
 	.withdraw = ebe_withdraw,
 	.table = ebe_table,
+	.read_barrier = ebe_read_barrier,
 	.freeze = ebe_freeze,
 	.end_turn = ebe_op_end_turn,
 	.free = ebe_free,
@@ -1072,7 +1197,7 @@ ebe_del(void *arg, struct ereq *r, struct eentry *x)
 	if (x == NULL)
 		commit_delete_req(e->cm, r);
 	else
-		commit_delete(e->cm, &x, 1, NULL);
+		commit_delete(e->cm, &x, 1);
 }
 
 static bool
@@ -1133,7 +1258,6 @@ static const struct replica_hooks ebe_replica_hooks = {
 
 static const struct commit_hooks ebe_commit_hooks = {
 	.put_failed = ebe_put_failed,
-	.released = ebe_released,
 	.heartbeat = ebe_heartbeat_acked,
 	.lose = ebe_lose_cb,
 	.end_turn = ebe_end_turn,
@@ -1160,6 +1284,9 @@ ebe_create(const struct config *cfg, struct event_base *base,
 	}
 	e->be.ops = &ebe_ops;
 	e->hooks = *hooks;
+	e->rd_epoch = 1;
+	TAILQ_INIT(&e->rd_closed);
+	TAILQ_INIT(&e->rd_waiting);
 	e->count = hooks->counters != NULL ? hooks->counters : &e->own;
 	e->base = base;
 	e->state = EBE_STARTING;

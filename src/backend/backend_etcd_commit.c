@@ -13,8 +13,10 @@
  * clients, 10 operations a transaction instead of 24, and fewer cycles
  * per second). After the reply of a transaction of EBE_LINGER_MIN or more
  * operations, with none on the wire, the queue also waits up to
- * EBE_LINGER_US for the clients that reply answered (UNLOCK's OK, the
- * grants of its LOCKs' puts) to send their next request, until three
+ * EBE_LINGER_US for the clients it carried (the grants of its LOCKs'
+ * puts, which the watch brings at about the same time; an UNLOCK is
+ * answered at once, and its client's next LOCK follows it) to send their
+ * next requests, until three
  * quarters of its operations have come back: otherwise the clients split
  * into two halves that take turns, each in a transaction of half the
  * size, and every commit carries half what it could (at 50 clients on a
@@ -25,11 +27,18 @@
  * for its entry's put to be acknowledged (a put and a delete of one key in
  * one transaction are refused, a delete before the put would leave the
  * entry behind, and a put tried again after the delete would make it
- * anew). Deletes that fail are tried again until they succeed or the
+ * anew). A client's UNLOCK is answered once its deletes are queued here,
+ * so a LOCK's puts wait for every delete of its owner's entries asked
+ * before them (eowner.dels_out): they go in the same transaction, after
+ * them, or in one sent after those are acked; otherwise a relock of the
+ * key just unlocked could reach the replicas before its delete and be
+ * refused. Deletes that fail are tried again until they succeed or the
  * lease goes; a LOCK whose put fails is answered ERR BACKEND and its
  * entries deleted, in case the put was made after all.
+
  *
- * It writes an entry's w (enum eentry_w) and a request's refs; it learns
+ * It writes an entry's w (enum eentry_w), a request's refs and an
+ * owner's dels_out; it learns
  * nothing else of the replica, which it never calls but to free a request
  * it lets go (ereq_maybe_free); what the backend must hear goes up
  * through struct commit_hooks.
@@ -63,8 +72,6 @@ struct eitem {
 	struct ereq		*req;		/* ITEM_PUT */
 	struct eentry		**del;		/* ITEM_DEL */
 	size_t			 ndel;
-	struct eowner		*reply;		/* its ack completes this
-						 * owner's UNLOCK */
 	int			 tries;
 	uint64_t		 queued_ms;
 };
@@ -182,9 +189,17 @@ commit_put(struct committer *cm, struct ereq *r)
 	return 0;
 }
 
+/* its deletes are out (sent, or failed and to be tried again): d 1; or
+ * not any more (acked, or queued again): d -1 */
+static void
+item_dels_out(struct eitem *it, int d)
+{
+	for (size_t i = 0; i < it->ndel; i++)
+		it->del[i]->req->owner->dels_out += (size_t)d;
+}
+
 size_t
-commit_delete(struct committer *cm, struct eentry **ents, size_t n,
-    struct eowner *reply)
+commit_delete(struct committer *cm, struct eentry **ents, size_t n)
 {
 	struct eitem	*it = NULL;
 	size_t		 count = 0;
@@ -199,7 +214,8 @@ commit_delete(struct committer *cm, struct eentry **ents, size_t n,
 			/* even if seen: a put still on the wire may be tried
 			 * again, and would make the entry anew after this
 			 * delete; commit_unwait() sends it */
-			x->w = reply != NULL ? W_DEL_WAIT_REPLY : W_DEL_WAIT;
+			x->w = W_DEL_WAIT;
+			x->req->owner->dels_out++;
 			continue;
 		}
 		x->w = W_DELETING;
@@ -213,10 +229,8 @@ commit_delete(struct committer *cm, struct eentry **ents, size_t n,
 		it->del[it->ndel++] = x;
 		x->req->refs++;
 	}
-	if (it != NULL) {
-		it->reply = reply;
+	if (it != NULL)
 		item_queue(cm, it);
-	}
 	return count;
 }
 
@@ -232,7 +246,7 @@ commit_delete_req(struct committer *cm, struct ereq *r)
 	}
 	for (size_t i = 0; i < r->nent; i++)
 		ents[i] = &r->ent[i];
-	commit_delete(cm, ents, r->nent, NULL);
+	commit_delete(cm, ents, r->nent);
 	if (ents != stack)
 		kl_free(ents);
 }
@@ -253,32 +267,28 @@ commit_heartbeat(struct committer *cm)
 static void
 commit_unwait(struct committer *cm, struct ereq *r)
 {
-	struct eitem *it[2] = { NULL, NULL };	/* no reply, reply */
+	struct eitem *it = NULL;
 
 	for (size_t i = 0; i < r->nent; i++) {
 		struct eentry	*x = &r->ent[i];
-		int		 k = x->w == W_DEL_WAIT_REPLY ? 1 : 0;
 
-		if (x->w != W_DEL_WAIT && x->w != W_DEL_WAIT_REPLY)
+		if (x->w != W_DEL_WAIT)
 			continue;
 		x->w = W_DELETING;
-		if (it[k] == NULL && ((it[k] = item_new(cm, ITEM_DEL)) ==
-		    NULL ||
-		    (it[k]->del = kl_calloc(r->nent, sizeof(*it[k]->del))) ==
+		r->owner->dels_out--;		/* queued: out once sent */
+		if (it == NULL && ((it = item_new(cm, ITEM_DEL)) == NULL ||
+		    (it->del = kl_calloc(r->nent, sizeof(*it->del))) ==
 		    NULL)) {
-			item_free(it[k]);
+			item_free(it);
 			cm->hooks.lose(cm->hooks.arg,
 			    "out of memory for deletes");
 			return;
 		}
-		it[k]->del[it[k]->ndel++] = x;
+		it->del[it->ndel++] = x;
 		r->refs++;
 	}
-	for (int k = 0; k < 2; k++)
-		if (it[k] != NULL) {
-			it[k]->reply = k == 1 ? r->owner : NULL;
-			item_queue(cm, it[k]);
-		}
+	if (it != NULL)
+		item_queue(cm, it);
 }
 
 static void
@@ -290,12 +300,33 @@ commit_put_acked(struct committer *cm, struct ereq *r)
 	commit_unwait(cm, r);
 }
 
-static void
+/*
+ * May the queued item go in the transaction being filled? Not a LOCK's
+ * puts while a delete of its owner's entries is out (sent and not acked,
+ * or waiting): the replicas must apply that first. Its own entries'
+ * deletes that wait for this very put do not count.
+ */
+static bool
+item_may_go(const struct eitem *it)
+{
+	const struct ereq	*r = it->req;
+	size_t			 own = 0;
+
+	if (it->kind != ITEM_PUT || r->owner->dels_out == 0)
+		return true;
+	for (size_t i = 0; i < r->nent; i++)
+		own += r->ent[i].w == W_DEL_WAIT;
+	return r->owner->dels_out <= own;
+}
+
+/* One transaction of what the queue has that may go; false if nothing
+ * may. */
+static bool
 commit_send(struct committer *cm)
 {
 	struct etcd_txn	*t;
 	struct etxn	*ctx;
-	struct eitem	*it;
+	struct eitem	*it, *next;
 	size_t		 ops = 0, n = 0;
 	char		 key[512], val[128];
 
@@ -304,28 +335,37 @@ commit_send(struct committer *cm)
 
 		if (n > 0 && ops + k > cm->max_ops)
 			break;
+		if (!item_may_go(it))
+			continue;
 		ops += k;
 		n++;
 	}
 	if (n == 0)
-		return;
+		return false;
 	if ((t = etcd_txn_new()) == NULL ||
 	    (ctx = kl_calloc(1, sizeof(*ctx) + n * sizeof(ctx->items[0]))) ==
 	    NULL) {
 		etcd_txn_free(t);
 		cm->hooks.lose(cm->hooks.arg,
 		    "out of memory for a transaction");
-		return;
+		return false;
 	}
 	ctx->cm = cm;
 	ctx->gen = cm->gen;
 	ctx->sent_ms = kl_now_ms();
 	ctx->ops = ops;
-	for (size_t i = 0; i < n; i++) {
-		ctx->items[i] = it = TAILQ_FIRST(&cm->queue);
+	/* the same items as above: nothing they look at changed */
+	for (it = TAILQ_FIRST(&cm->queue); it != NULL && ctx->n < n;
+	    it = next) {
+		next = TAILQ_NEXT(it, entry);
+		if (!item_may_go(it))
+			continue;
+		ctx->items[ctx->n++] = it;
 		item_unqueue(cm, it);
 	}
-	ctx->n = n;
+	for (size_t i = 0; i < n; i++)
+		if (ctx->items[i]->kind == ITEM_DEL)
+			item_dels_out(ctx->items[i], 1);
 	/* deletes first: a release is applied before a LOCK written with it */
 	for (size_t i = 0; i < n; i++) {
 		it = ctx->items[i];
@@ -374,13 +414,14 @@ commit_send(struct committer *cm)
 		r.message = "too many etcd calls queued";
 		commit_txn_cb(ctx, &r);
 	}
-	return;
+	return true;
 nomem:
 	etcd_txn_free(t);
 	for (size_t i = 0; i < n; i++)
 		item_release(ctx->items[i]);
 	kl_free(ctx);
 	cm->hooks.lose(cm->hooks.arg, "out of memory for a transaction");
+	return false;
 }
 
 static uint64_t
@@ -457,7 +498,8 @@ commit_flush(struct committer *cm)
 	while (cm->inflight < cm->max_inflight && !TAILQ_EMPTY(&cm->queue) &&
 	    cm->fe != 0 &&
 	    !commit_hold(cm))
-		commit_send(cm);
+		if (!commit_send(cm))
+			break;	/* puts that wait for their owners' deletes */
 }
 
 static void
@@ -468,6 +510,7 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 
 	while ((it = TAILQ_FIRST(&cm->later)) != NULL) {
 		TAILQ_REMOVE(&cm->later, it, entry);
+		item_dels_out(it, -1);	/* out again once sent */
 		item_queue(cm, it);
 	}
 	commit_flush(cm);
@@ -502,9 +545,7 @@ commit_item_ok(struct committer *cm, struct eitem *it,
 		commit_put_acked(cm, it->req);
 		break;
 	case ITEM_DEL:
-		if (it->reply != NULL)
-			cm->hooks.released(cm->hooks.arg, it->reply, it->ndel,
-			    NULL);
+		item_dels_out(it, -1);
 		break;
 	case ITEM_HEARTBEAT:
 		cm->hooks.heartbeat(cm->hooks.arg, res->revision);
@@ -529,11 +570,11 @@ commit_item_failed(struct committer *cm, struct eitem *it, const char *why)
 		item_release(it);
 		break;
 	case ITEM_DEL:
-		if (it->reply != NULL) {
-			cm->hooks.released(cm->hooks.arg, it->reply, it->ndel,
-			    why);
-			it->reply = NULL;
-		}
+		/* its UNLOCK was answered when it was queued: it stays out
+		 * (its owner's next puts wait) until it is acked */
+		if (it->tries == 0)
+			log_info("backend etcd: %zu deletes failed: %s; they "
+			    "are tried again", it->ndel, why);
 		item_later(cm, it);
 		break;
 	case ITEM_HEARTBEAT:

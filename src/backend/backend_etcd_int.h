@@ -74,8 +74,6 @@ enum eentry_w {
 	W_PUTTING = 0,		/* the put is not known to be made */
 	W_PUT,			/* the put is committed */
 	W_DEL_WAIT,		/* its delete waits for the put's ack */
-	W_DEL_WAIT_REPLY,	/* the same; the delete's ack completes the
-				 * owner's UNLOCK */
 	W_DELETING		/* its delete is queued or sent */
 };
 
@@ -114,7 +112,6 @@ enum eowner_state {
 				 * range shows and nobody answers for */
 	OWN_IDLE,		/* ours, connected, nothing open */
 	OWN_LOCK,		/* ours: its LOCK (open) waits for a verdict */
-	OWN_RELEASE,		/* ours: its UNLOCK or UNLOCKALL waits */
 	OWN_GONE		/* ours: the connection closed; freed with its
 				 * last request */
 };
@@ -134,9 +131,12 @@ struct eentry {
 	enum lt_why	 why;		/* ours: what asked its delete
 					 * (UNLOCK, EXPIRED, DISCONNECT): the
 					 * counter its release bumps here */
-	uint64_t	 op_gen;	/* ours: its delete's application
-					 * completes the owner's open UNLOCK
-					 * numbered so (eowner.op_gen) */
+	uint64_t	 barrier;	/* ours: an UNLOCK that asked its
+					 * delete is answered, and reads of
+					 * the table wait for the replica to
+					 * apply it: the reads' epoch it
+					 * counts in (backend_etcd.c); 0:
+					 * none */
 	struct event	*ttl;		/* ours: its expiry */
 	struct eentry	*hnext;		/* replica's entries, by ekey */
 	struct eentry	*knext;		/* replica's held, by owner, lkey */
@@ -179,11 +179,11 @@ struct eowner {
 	enum eowner_state	 state;
 	struct ereqq		 reqs;
 	struct ereq		*open;		/* OWN_LOCK: that LOCK */
-	enum be_op		 op;		/* OWN_RELEASE: which */
-	size_t			 op_left;	/* its deletes not yet acked */
-	size_t			 op_unseen;	/* nor applied by the replica */
-	uint64_t		 op_gen;	/* numbers the open operation */
-	uint64_t		 op_n;		/* its result */
+	size_t			 dels_out;	/* the committer's: deletes of
+						 * its entries sent, or waiting
+						 * for their put's ack or to be
+						 * tried again, and not acked:
+						 * its puts wait for them */
 	TAILQ_ENTRY(eowner)	 entry;		/* replica's owners */
 	struct eowner		*hnext;		/* replica's by_id */
 	struct eowner		*pnext;		/* replica's by_lo */
@@ -313,9 +313,6 @@ struct commit_hooks {
 	 * client holds what the watch brought); else its entries are
 	 * deleted, and its client is to be answered here. */
 	bool	(*put_failed)(void *arg, struct ereq *r, const char *why);
-	/* n of the deletes of o's UNLOCK are acked, or they failed (why). */
-	void	(*released)(void *arg, struct eowner *o, size_t n,
-		    const char *why);
 	/* Our heartbeat's transaction is acked at rev. */
 	void	(*heartbeat)(void *arg, int64_t rev);
 	void	(*lose)(void *arg, const char *why);
@@ -330,12 +327,15 @@ struct committer *commit_new(struct event_base *base, struct etcd *etcd,
 void		 commit_free(struct committer *cm);
 /* Writes go under lease fe from now on (after a commit_drop()). */
 void		 commit_start(struct committer *cm, uint64_t fe);
+/* A LOCK's puts; they go after every delete of its owner's entries
+ * asked before (in the same transaction, or once those are acked), so
+ * that every replica applies an UNLOCK before the owner's next LOCK. */
 int		 commit_put(struct committer *cm, struct ereq *r);
-/* Deletes of entries (those not already on their way); reply: whose
- * open operation completes with their ack, or NULL. Returns how many
- * were queued now or wait for their put's ack. */
+/* Deletes of entries (those not already on their way), until they
+ * succeed or the lease goes. Returns how many were queued now or wait
+ * for their put's ack. */
 size_t		 commit_delete(struct committer *cm, struct eentry **ents,
-		    size_t n, struct eowner *reply);
+		    size_t n);
 void		 commit_delete_req(struct committer *cm, struct ereq *r);
 int		 commit_heartbeat(struct committer *cm);
 void		 commit_flush(struct committer *cm);

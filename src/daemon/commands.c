@@ -574,6 +574,35 @@ cmd_cancel(struct commands *cmds, struct conn *c, const struct request *req)
 
 /* ---- other handlers ---- */
 
+/*
+ * Read your own writes: a read of the table (STATS, INFO, CLIENTS) and
+ * QUIT's OK wait until the table has applied every release answered
+ * before them (backend etcd answers UNLOCK once its deletes are queued).
+ * true: go on now; false: c's request waits (conn_pend()), and
+ * commands_done() brings BE_READ to cmd_read_go(), or c is closed.
+ */
+static bool
+cmd_read_barrier(struct commands *cmds, struct conn *c,
+    const struct request *req)
+{
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
+
+	if (be->ops->read_barrier == NULL)
+		return true;
+	if (be->ops->read_barrier(be, conn_owner(c), (uint64_t)req->cmd,
+	    req->nargs > 0 ? req->args[0] : NULL, req->nargs > 0 ?
+	    req->arglens[0] : 0, &r) == BE_PENDING) {
+		conn_pend(c, false, -1, 0);
+		return false;
+	}
+	if (r.err == KL_ERR_NOMEM) {
+		conn_close_nomem(c, "a read");
+		return false;
+	}
+	return true;
+}
+
 /* A JSON reply, or ERR LIMIT if it alone would pass max-output: a
  * client is never closed for one reply it asked for (security review
  * M5). */
@@ -1003,8 +1032,11 @@ cmd_quit(struct commands *cmds, struct conn *c, const struct request *req)
 
 	if (conn_session(c) != NULL)
 		session_end(conn_session(c), "QUIT");
-	if (be->ops->quit_releases && be->ops->release_owner(be,
-	    conn_owner(c), kl_now_ms(), &r) == BE_PENDING) {
+	/* and, where a release is answered before it is applied, QUIT
+	 * waits for it (cmd_read_barrier()) */
+	if (be->ops->quit_releases && (be->ops->release_owner(be,
+	    conn_owner(c), kl_now_ms(), &r) == BE_PENDING ||
+	    !cmd_read_barrier(cmds, c, req))) {
 		conn_pend(c, false, -1, 0);
 		conn_quit(c);
 		return;
@@ -1109,10 +1141,12 @@ cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
 		cmd_cancel(cmds, c, req);
 		break;
 	case CMD_CLIENTS:
-		cmd_clients(cmds, c, req);
+		if (cmd_read_barrier(cmds, c, req))
+			cmd_clients(cmds, c, req);
 		break;
 	case CMD_INFO:
-		cmd_info(cmds, c, req);
+		if (cmd_read_barrier(cmds, c, req))
+			cmd_info(cmds, c, req);
 		break;
 	case CMD_KILL:
 		cmd_kill(cmds, c, req);
@@ -1140,7 +1174,8 @@ cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
 		cmd_session(cmds, c, req);
 		break;
 	case CMD_STATS:
-		cmd_stats(cmds, c, req);
+		if (cmd_read_barrier(cmds, c, req))
+			cmd_stats(cmds, c, req);
 		break;
 	case CMD_UNLOCK:
 		cmd_unlock(cmds, c, req);
@@ -1238,6 +1273,26 @@ commands_execute(struct commands *cmds, struct conn *c,
 
 /* ---- later completions ---- */
 
+/* A read that waited for cmd_read_barrier(), with its argument back. */
+static void
+cmd_read_go(struct commands *cmds, struct conn *c, const struct be_result *r)
+{
+	struct request req;
+
+	memset(&req, 0, sizeof(req));
+	req.cmd = (enum cmd_id)r->value;
+	req.nargs = r->why.keylen > 0 ? 1 : 0;
+	req.args[0] = r->why.key;
+	req.arglens[0] = r->why.keylen;
+	/* not through cmd_dispatch(): it would wait again */
+	if (req.cmd == CMD_STATS)
+		cmd_stats(cmds, c, &req);
+	else if (req.cmd == CMD_INFO)
+		cmd_info(cmds, c, &req);
+	else if (req.cmd == CMD_CLIENTS)
+		cmd_clients(cmds, c, &req);
+}
+
 void
 commands_done(struct commands *cmds, struct lt_owner *o,
     const struct be_result *r)
@@ -1248,6 +1303,8 @@ commands_done(struct commands *cmds, struct lt_owner *o,
 		return;	/* a detached session's: RESUME tells */
 	if (conn_is_quitting(c))
 		conn_reply_ok(c, "%s", "");	/* QUIT's release */
+	else if (r->op == BE_READ)
+		cmd_read_go(cmds, c, r);
 	else
 		cmd_reply(cmds, c, r);
 	conn_complete(c, r->err);

@@ -462,6 +462,70 @@ START_TEST(answered_writes_are_seen_by_stats_and_info_of_the_front_end)
 END_TEST
 
 /*
+ * An UNLOCK is answered once its deletes are queued for the next commit
+ * (keylockd(8), BACKEND ETCD): the same connection's next UNLOCK of the
+ * key is NOTHELD and its next LOCK of it is granted, not refused as a
+ * relock; UNLOCKALL, QUIT and reads right after them see the keys free;
+ * a waiter on another front end is granted once the delete commits.
+ * Each round is pipelined in one write, so that nothing waits between
+ * its requests.
+ */
+START_TEST(an_unlock_answered_before_its_commit_keeps_every_rule)
+{
+	struct kt_daemon	*a = fe_start(), *b = fe_start();
+	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*w = kt_connect_to(b, KT_TCP);
+	const char		 round[] = "LOCK uq:k\nUNLOCK uq:k\n"
+				    "UNLOCK uq:k\nLOCK uq:k uq:l\n"
+				    "UNLOCK uq:l\nUNLOCK uq:l\nUNLOCKALL\n"
+				    "STATS\nUNLOCKALL\n";
+	json_t			*st;
+	uint64_t		 t1, t2;
+
+	for (int i = 0; i < 50; i++) {
+		kt_send_raw(c, round, sizeof(round) - 1);
+		kt_expect_token(c);
+		kt_expect_line(c, "OK 1");
+		kt_expect_err(c, "NOTHELD");
+		kt_expect_token(c);	/* the relock */
+		kt_expect_line(c, "OK 1");
+		kt_expect_err(c, "NOTHELD");
+		kt_expect_line(c, "OK 1");	/* uq:k alone is left */
+		st = kt_expect_json(c);
+		ck_assert_int_eq(kt_jint(st, "keys"), 0);
+		ck_assert_int_eq(kt_jint(st, "held"), 0);
+		json_decref(st);
+		kt_expect_line(c, "OK 0");
+	}
+	/* and through another connection, and INFO */
+	kt_lock(c, "LOCK uq:a uq:b");
+	kt_req(c, "OK 2", "UNLOCKALL");
+	st = kt_stats(o);
+	ck_assert_int_eq(kt_jint(st, "keys"), 0);
+	json_decref(st);
+	st = kt_info(o, "uq:a");
+	ck_assert_int_eq(kt_jint(st, "holders_total"), 0);
+	json_decref(st);
+	/* a waiter on b is granted by the delete, after the holder's OK */
+	t1 = kt_lock(c, "LOCK uq:h");
+	kt_send(w, "LOCK uq:h timeout=20000");
+	json_decref(kt_wait_queue(o, "uq:h", 1, 1));
+	kt_req(c, "OK 1", "UNLOCK uq:h");
+	t2 = kt_expect_token(w);
+	ck_assert_uint_gt(t2, t1);
+	kt_req(w, "OK 1", "UNLOCK uq:h");
+	/* QUIT's OK comes once its releases are applied here */
+	kt_lock(c, "LOCK uq:q");
+	kt_send(c, "QUIT");
+	kt_expect_line(c, "OK");
+	st = kt_stats(o);
+	ck_assert_int_eq(kt_jint(st, "keys"), 0);
+	json_decref(st);
+}
+END_TEST
+
+/*
  * STATS counts a ttl expiry in expired and a connection's end in
  * disconnect_releases on the owner's front end, as backend local does;
  * another front end learns only that the entries were deleted, and
@@ -877,6 +941,8 @@ frontend_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc,
 	    answered_writes_are_seen_by_stats_and_info_of_the_front_end);
+	tcase_add_test(tc,
+	    an_unlock_answered_before_its_commit_keeps_every_rule);
 	tcase_add_test(tc,
 	    expiries_and_disconnects_are_counted_as_in_backend_local);
 	tcase_add_test(tc, a_half_closed_connection_gets_its_replies);
