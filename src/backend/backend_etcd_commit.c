@@ -35,13 +35,25 @@
  * refused. Deletes that fail are tried again until they succeed or the
  * lease goes; a LOCK whose put fails is answered ERR BACKEND and its
  * entries deleted, in case the put was made after all.
-
  *
- * It writes an entry's w (enum eentry_w), a request's refs and an
- * owner's dels_out; it learns
- * nothing else of the replica, which it never calls but to free a request
- * it lets go (ereq_maybe_free); what the backend must hear goes up
- * through struct commit_hooks.
+ * A put must never be made after its delete: the entry would be a lock
+ * nobody holds, until the lease expires (issue 23). The etcd client may
+ * give up a try on a member that is stopped or cut off and send the
+ * transaction to another one; the member may still carry the first try
+ * out when it is back, late. So every transaction with puts compares
+ * our fence, the heartbeat key P fe/FE, with the newest revision we knew
+ * when we sent it (known_rev): it goes only if the fence was not
+ * written since. A put that was sent to more than one member, or failed
+ * (ereq.late), has its entries' deletes rewrite the fence in their own
+ * transaction; a late try of it then finds the fence moved, and fails.
+ * Heartbeats move it too: a transaction sent while one is on the wire
+ * may fail the compare, and is then sent again at once (nothing of it
+ * was made), knowing the revision of that reply.
+ *
+ * It writes an entry's w (enum eentry_w), a request's refs and late and
+ * an owner's dels_out; it learns nothing else of the replica, which it
+ * never calls but to free a request it lets go (ereq_maybe_free); what
+ * the backend must hear goes up through struct commit_hooks.
  */
 #include <sys/time.h>
 
@@ -72,6 +84,8 @@ struct eitem {
 	struct ereq		*req;		/* ITEM_PUT */
 	struct eentry		**del;		/* ITEM_DEL */
 	size_t			 ndel;
+	bool			 fence;		/* ITEM_DEL: of a late put's
+						 * entries: the fence moves */
 	int			 tries;
 	uint64_t		 queued_ms;
 };
@@ -91,6 +105,7 @@ struct committer {
 						 * reply of a transaction sent
 						 * before the last is unheard */
 	uint64_t		 hb_count;
+	int64_t			 known_rev;	/* the newest a reply gave */
 	struct eitemq		 queue;
 	size_t			 queue_ops;	/* etcd operations queued */
 	int			 inflight;
@@ -103,6 +118,7 @@ struct committer {
 
 struct etxn {
 	struct committer	*cm;
+	bool		 compare;	/* with puts: the fence compared */
 	uint64_t	 gen;		/* cm->gen when sent */
 	uint64_t	 sent_ms;
 	size_t		 ops;
@@ -227,6 +243,7 @@ commit_delete(struct committer *cm, struct eentry **ents, size_t n)
 			return 0;
 		}
 		it->del[it->ndel++] = x;
+		it->fence |= x->req->late;
 		x->req->refs++;
 	}
 	if (it != NULL)
@@ -285,6 +302,7 @@ commit_unwait(struct committer *cm, struct ereq *r)
 			return;
 		}
 		it->del[it->ndel++] = x;
+		it->fence = r->late;
 		r->refs++;
 	}
 	if (it != NULL)
@@ -329,6 +347,8 @@ commit_send(struct committer *cm)
 	struct eitem	*it, *next;
 	size_t		 ops = 0, n = 0;
 	char		 key[512], val[128];
+	bool		 fence = false, hb = false;
+	int		 keylen;
 
 	TAILQ_FOREACH(it, &cm->queue, entry) {
 		size_t k = item_ops(it);
@@ -363,9 +383,19 @@ commit_send(struct committer *cm)
 		ctx->items[ctx->n++] = it;
 		item_unqueue(cm, it);
 	}
-	for (size_t i = 0; i < n; i++)
-		if (ctx->items[i]->kind == ITEM_DEL)
-			item_dels_out(ctx->items[i], 1);
+	for (size_t i = 0; i < n; i++) {
+		it = ctx->items[i];
+		if (it->kind == ITEM_DEL)
+			item_dels_out(it, 1);
+		ctx->compare |= it->kind == ITEM_PUT;
+		fence |= it->kind == ITEM_DEL && it->fence;
+		hb |= it->kind == ITEM_HEARTBEAT;
+	}
+	keylen = snprintf(key, sizeof(key), "%sfe/%016" PRIx64, cm->prefix,
+	    cm->fe);
+	if (ctx->compare && etcd_txn_compare(t, key, (size_t)keylen,
+	    ETCD_CMP_MOD, ETCD_CMP_LESS, cm->known_rev + 1) != 0)
+		goto nomem;
 	/* deletes first: a release is applied before a LOCK written with it */
 	for (size_t i = 0; i < n; i++) {
 		it = ctx->items[i];
@@ -376,7 +406,6 @@ commit_send(struct committer *cm)
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct ereq *r;
-		int len;
 
 		it = ctx->items[i];
 		switch (it->kind) {
@@ -389,11 +418,9 @@ commit_send(struct committer *cm)
 					goto nomem;
 			break;
 		case ITEM_HEARTBEAT:
-			len = snprintf(key, sizeof(key), "%sfe/%016" PRIx64,
-			    cm->prefix, cm->fe);
 			snprintf(val, sizeof(val), "keylockd %s %ld %" PRIu64,
 			    PACKAGE_VERSION, (long)getpid(), ++cm->hb_count);
-			if (etcd_txn_put(t, true, key, (size_t)len, val,
+			if (etcd_txn_put(t, true, key, (size_t)keylen, val,
 			    strlen(val), (int64_t)cm->fe) != 0)
 				goto nomem;
 			break;
@@ -401,10 +428,18 @@ commit_send(struct committer *cm)
 			break;
 		}
 	}
+	if (fence && !hb) {
+		snprintf(val, sizeof(val), "keylockd %s %ld %" PRIu64,
+		    PACKAGE_VERSION, (long)getpid(), ++cm->hb_count);
+		if (etcd_txn_put(t, true, key, (size_t)keylen, val,
+		    strlen(val), (int64_t)cm->fe) != 0)
+			goto nomem;
+	}
 	cm->count->txns++;
 	cm->inflight++;
 	/* tried again on the next member when one fails: a put twice is a
-	 * rewrite (replicas ignore it), a delete twice nothing */
+	 * rewrite (replicas ignore it) or fails the fence, a delete twice
+	 * nothing */
 	if (etcd_txn(cm->etcd, t, ETCD_RETRY, commit_txn_cb, ctx) == NULL) {
 		struct etcd_result r;
 
@@ -559,6 +594,7 @@ commit_item_failed(struct committer *cm, struct eitem *it, const char *why)
 {
 	switch (it->kind) {
 	case ITEM_PUT:
+		it->req->late = true;	/* made, or maybe later */
 		if (cm->hooks.put_failed(cm->hooks.arg, it->req, why)) {
 			commit_put_acked(cm, it->req);
 			item_release(it);
@@ -603,7 +639,28 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 		    "revision %" PRId64 ": %s in %" PRIu64 " ms", ctx->ops,
 		    res->revision, etcd_status_name(res->status),
 		    kl_now_ms() - ctx->sent_ms);
-	if (res->status == ETCD_OK) {
+	if (res->status == ETCD_OK && res->revision > cm->known_rev)
+		cm->known_rev = res->revision;
+	if (res->status == ETCD_OK && ctx->compare && !res->succeeded) {
+		/* the fence moved since we sent it: nothing was made; again,
+		 * in the same order, ahead of what came since */
+		log_debug("backend etcd: a transaction of %zu items found the "
+		    "fence moved; sending it again", ctx->n);
+		for (size_t i = ctx->n; i-- > 0;) {
+			struct eitem *it = ctx->items[i];
+
+			if (it->kind == ITEM_DEL)
+				item_dels_out(it, -1);
+			it->queued_ms = kl_now_ms();
+			TAILQ_INSERT_HEAD(&cm->queue, it, entry);
+			cm->queue_ops += item_ops(it);
+		}
+	} else if (res->status == ETCD_OK) {
+		/* a try given up on a member may still be made, late: the
+		 * deletes of these puts' entries will move the fence */
+		for (size_t i = 0; res->tries > 1 && i < ctx->n; i++)
+			if (ctx->items[i]->kind == ITEM_PUT)
+				ctx->items[i]->req->late = true;
 		if (cm->inflight == 0 && ctx->ops >= EBE_LINGER_MIN) {
 			/* its clients' next requests: wait a little for them */
 			cm->linger_until = commit_now_us() + EBE_LINGER_US;

@@ -18,7 +18,12 @@
  *                    SEQ its count of LOCKs, both 16 hex digits; the value
  *                    is the request (ereq_value_*()).
  *   P fe/FE          a front end's heartbeat, rewritten every TTL/3 with
- *                    its keepalive; its watch must see each one.
+ *                    its keepalive; its watch must see each one. Also its
+ *                    fence: every transaction with puts requires that
+ *                    it has not been written since the newest revision
+ *                    the front end knew when it sent it, and the deletes
+ *                    of a LOCK whose put may land late rewrite it, so
+ *                    that such a put, landing after them, fails.
  * Everything a front end writes carries its lease.
  */
 #ifndef ETCD_BACKEND_H
@@ -159,6 +164,10 @@ struct ereq {
 	size_t			 valuelen;
 	uint64_t		 ttl_ms;
 	int			 refs;		/* commit items holding it */
+	bool			 late;		/* the committer's: a try of
+						 * its put may be carried out
+						 * late, after its delete: that
+						 * delete moves our fence */
 	TAILQ_ENTRY(ereq)	 entry;		/* owner->reqs */
 	struct ereq		*hnext;		/* replica's reqs, by fe, seq */
 };

@@ -413,6 +413,7 @@ call_finish(struct etcd_call *c, struct etcd_result *r)
 {
 	if (r->endpoint == NULL)
 		r->endpoint = c->e->eps[c->ep >= 0 ? c->ep : c->e->cur].url;
+	r->tries = c->tries;
 	c->cb(c->arg, r);
 	call_free(c);
 }

@@ -102,6 +102,9 @@ struct etcd_result {
 	int			 grpc_code;	/* ETCD_ERR_GRPC */
 	const char		*message;	/* why, for any error */
 	const char		*endpoint;	/* that answered, or was tried */
+	int			 tries;		/* members it was sent to: past
+						 * 1, an abandoned try may still
+						 * be carried out, late */
 	int64_t			 revision;	/* header.revision */
 	int64_t			 raft_term;
 	/* range */
