@@ -302,9 +302,15 @@ lt_blocker_fill(const struct lt_key *k, enum lt_mode mode, uint64_t now_ms,
 	why->keylen = k->keylen;
 	why->holder = NULL;
 	why->held_ms = 0;
+	why->waiter = NULL;
+	why->waited_ms = 0;
 	if (first != NULL && !lt_key_admits(k, mode)) {
 		why->holder = first->owner;
 		why->held_ms = lt_ms_since(now_ms, first->granted_ms);
+	} else if (k->x != NULL && k->x->qhead != NULL) {
+		why->waiter = k->x->qhead->req->owner;
+		why->waited_ms = lt_ms_since(now_ms,
+		    k->x->qhead->req->arrival_ms);
 	}
 	why->nholders = lt_key_nholders(k);
 	why->nwaiters = lt_key_nwaiters(k);

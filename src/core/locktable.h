@@ -70,13 +70,16 @@ struct lt_acquire {
  * Who stands in the way, for the error texts of TIMEOUT, LOCKED, BUSY and
  * DEADLOCK. key points into the table and is valid until the next call
  * that changes the table. holder is the longest-standing conflicting holder,
- * or NULL when the key is blocked only by requests queued ahead.
+ * or NULL when the key is blocked only by requests queued ahead; then
+ * waiter is the owner of the first of them (NULL if none).
  */
 struct lt_blocker {
 	const char	*key;
 	size_t		 keylen;
 	struct lt_owner	*holder;
 	uint64_t	 held_ms;
+	struct lt_owner	*waiter;
+	uint64_t	 waited_ms;
 	size_t		 nholders;
 	size_t		 nwaiters;
 };

@@ -579,6 +579,18 @@ proto_key_is_valid(const char *key, size_t len, char *why, size_t whylen)
 	return false;
 }
 
+/* s[0..len) is all digits, a number over max. */
+static bool
+proto_is_past(const char *s, size_t len, uint64_t max)
+{
+	uint64_t	v;
+
+	for (size_t i = 0; i < len; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return len > 0 && !kl_parse_u64(s, len, 0, max, &v);
+}
+
 /* keylockd-protocol(7), OPTIONS: name=value, the name case-insensitive. */
 static enum kl_err
 proto_parse_option(struct request *req, const struct proto_cmd *cmd,
@@ -623,6 +635,12 @@ proto_parse_option(struct request *req, const struct proto_cmd *cmd,
 		else if (proto_casecmp(val, vallen, "exclusive", -1) != 0)
 			return proto_fail(req, KL_ERR_SYNTAX, "bad value for "
 			    "mode: must be exclusive or shared");
+		return KL_OK;
+	}
+	if (def->bit == OPT_GRACE && proto_is_past(val, vallen, def->max)) {
+		/* keylockd-protocol(7), SESSIONS: a number over
+		 * session-grace-max is LIMIT, however large */
+		req->grace_ms = UINT64_MAX;
 		return KL_OK;
 	}
 	if (!kl_parse_u64(val, vallen, def->min, def->max, &v))
@@ -701,7 +719,7 @@ proto_parse_arg(struct request *req, const struct proto_cmd *cmd,
 		for (off = 0; off < tok->len; off++)
 			if (tok->p[off] < '0' || tok->p[off] > '9')
 				break;
-		if (tok->len <= 20 && off == tok->len)
+		if (off == tok->len)	/* past 2^64: no such client */
 			break;
 		snprintf(req->why, sizeof(req->why), "a client id is a "
 		    "number");

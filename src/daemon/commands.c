@@ -358,6 +358,18 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 			n += snprintf(buf + n, len - (size_t)n, " and %zu "
 			    "other holder%s", b->nholders - 1,
 			    b->nholders > 2 ? "s" : "");
+	} else if (b->waiter != NULL) {
+		const char	*name = owner_name(b->waiter);
+		char		 ch[16] = "";
+
+		if (owner_channel(b->waiter) != 0)
+			snprintf(ch, sizeof(ch), "/%" PRIu32,
+			    owner_channel(b->waiter));
+		n = snprintf(buf, len, "%.*s has requests queued ahead: "
+		    "client %" PRIu64 "%s%s%s%s first, waiting for %" PRIu64
+		    " ms", (int)b->keylen, b->key, owner_client(b->waiter), ch,
+		    name != NULL ? " (" : "", name != NULL ? name : "",
+		    name != NULL ? ")" : "", b->waited_ms);
 	} else {
 		n = snprintf(buf, len, "%.*s has requests queued ahead",
 		    (int)b->keylen, b->key);
@@ -903,9 +915,8 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	if (grace > (uint64_t)cfg->session_grace_max) {
-		conn_reply_err(c, KL_ERR_LIMIT, "grace=%" PRIu64 " is over "
-		    "session-grace-max %" PRId64, grace,
-		    cfg->session_grace_max);
+		conn_reply_err(c, KL_ERR_LIMIT, "grace is over "
+		    "session-grace-max %" PRId64, cfg->session_grace_max);
 		return;
 	}
 	/* A detached session keeps its connection's slot (keylockd-
@@ -1098,8 +1109,39 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM },
 	[CMD_UNLOCKALL]	= { 0 },
-	[CMD_UPGRADE]	= { CMD_ADMIN },
+	[CMD_UPGRADE]	= { CMD_ADMIN | CMD_CONN },
 };
+
+static const struct request *cmd_sorting;	/* cmd_key_order's request */
+
+static int
+cmd_key_order(const void *a, const void *b)
+{
+	size_t	i = *(const uint16_t *)a, j = *(const uint16_t *)b;
+	size_t	li = cmd_sorting->arglens[i], lj = cmd_sorting->arglens[j];
+
+	if (li != lj)
+		return li < lj ? -1 : 1;
+	return memcmp(cmd_sorting->args[i], cmd_sorting->args[j], li);
+}
+
+/* The distinct keys of req (keylockd-protocol(7), SEMANTICS: duplicate
+ * keys in one request count once); only asked past max-keys. */
+static size_t __attribute__((noinline))
+cmd_distinct_keys(const struct request *req)
+{
+	uint16_t	idx[KL_KEYS_HARD_MAX];
+	size_t		n = 0;
+
+	for (size_t i = 0; i < req->nargs; i++)
+		idx[i] = (uint16_t)i;
+	cmd_sorting = req;
+	qsort(idx, req->nargs, sizeof(idx[0]), cmd_key_order);
+	for (size_t i = 0; i < req->nargs; i++)
+		n += i == 0 || cmd_key_order(&idx[i - 1], &idx[i]) != 0;
+	cmd_sorting = NULL;
+	return n;
+}
 
 /* The refusal of a request that failed a shared check: out of line, so
  * that commands_execute() stays a few tests and a call. */
@@ -1122,7 +1164,8 @@ cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
 		    "AUTH as an operator", proto_cmd_name(req->cmd));
 	else
 		conn_reply_err(c, KL_ERR_LIMIT, "%zu keys in one request, "
-		    "max-keys is %" PRId64, req->nargs, cmds->cfg->max_keys);
+		    "max-keys is %" PRId64, cmd_distinct_keys(req),
+		    cmds->cfg->max_keys);
 }
 
 /*
@@ -1265,7 +1308,8 @@ commands_execute(struct commands *cmds, struct conn *c,
 	    cmd_noperm(cmds, c, req))
 		;	/* answered NOPERM */
 	else if ((e->flags & CMD_KEYS) &&
-	    req->nargs > (size_t)cmds->cfg->max_keys)
+	    req->nargs > (size_t)cmds->cfg->max_keys &&
+	    cmd_distinct_keys(req) > (size_t)cmds->cfg->max_keys)
 		cmd_refuse(cmds, c, req, CMD_KEYS);
 	else
 		cmd_dispatch(cmds, c, req);

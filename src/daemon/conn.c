@@ -1305,21 +1305,51 @@ conn_is_blank(const char *p, size_t n)
 	return true;
 }
 
-/* "@N ERR LIMIT": channel N is not in use and may not be. */
+/*
+ * Channel N is not in use and may not be: its line (NULL: one over
+ * max-line) is refused on it. keylockd-protocol(7), ERRORS: TOOLONG and
+ * SYNTAX/BADKEY come before LIMIT.
+ */
 static void
-conn_chan_limit(struct conn *r, uint32_t n)
+conn_chan_limit(struct conn *r, uint32_t n, const char *line, size_t len)
 {
-	char	*p, text[160];
-	int	 k;
+	struct request	*req = &r->cs->req;
+	char		*p, text[PROTO_WHY_MAX + 64];
+	int		 k;
+	enum kl_err	 err = line != NULL ? proto_parse(line, len, req) :
+			    KL_ERR_TOOLONG;
 
 	r->cs->st->errors++;
-	k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR LIMIT %" PRIu32
-	    " channels in use on this connection (max-channels)\n", n,
-	    r->nchans);
+	if (line == NULL)
+		k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR TOOLONG "
+		    "request line over %" PRId64 " bytes\n", n,
+		    r->cs->cfg->max_line);
+	else if (err != KL_OK)
+		k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR %s %s\n",
+		    n, proto_err_word(err), req->why);
+	else
+		k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR LIMIT %"
+		    PRIu32 " channels in use on this connection "
+		    "(max-channels)\n", n, r->nchans);
+	if (k < 0 || (size_t)k >= sizeof(text))
+		k = (int)sizeof(text) - 1;
+	text[k - 1] = '\n';
 	if ((p = conn_room(r, (size_t)k)) == NULL)
 		return;
 	memcpy(p, text, (size_t)k);
 	conn_appended(r, (size_t)k);
+}
+
+/* A line of channel 0 that starts with an @ that names no channel:
+ * ERR SYNTAX in its turn (conn_line_channel() says why). */
+static bool
+conn_is_bad_at(const char *p, size_t n)
+{
+	size_t	i = 0;
+
+	while (i < n && (p[i] == ' ' || p[i] == '\t'))
+		i++;
+	return i < n && p[i] == '@';
 }
 
 /*
@@ -1336,13 +1366,20 @@ conn_route(struct conn *r, const char *line, size_t len, uint32_t chan)
 	struct conn	*ch = r;
 
 	if (line != NULL && (n = conn_line_channel(r, line, len, &rest,
-	    &restlen, true)) < 0)
+	    &restlen, false)) < 0) {
+		/* channel 0's error, after what channel 0 has queued */
+		if (r->state != CONN_READY || r->qlen > 0)
+			conn_enqueue(r, line, len);
+		else
+			conn_line_channel(r, line, len, &rest, &restlen, true);
 		return;
+	}
 	if (line != NULL && conn_is_blank(rest, restlen))
 		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
 	if (n != 0 && (ch = conn_chan_find(r, (uint32_t)n)) == NULL) {
 		if (r->nchans >= (uint64_t)r->cs->cfg->max_channels) {
-			conn_chan_limit(r, (uint32_t)n);
+			conn_chan_limit(r, (uint32_t)n, line != NULL ? rest :
+			    NULL, restlen);
 			return;
 		}
 		if ((ch = conn_chan_new(r, (uint32_t)n, NULL)) == NULL) {
@@ -1442,7 +1479,8 @@ static void
 conn_run_queue(struct conn *c)
 {
 	struct conn	*r = c->root;
-	size_t		 off = 0, handled = 0, base = r->produced;
+	size_t		 off = 0, handled = 0, base = r->produced, restlen;
+	const char	*rest;
 
 	while (off < c->qlen && c->state == CONN_READY) {
 		char	*p = c->q + off, *lf;
@@ -1458,6 +1496,8 @@ conn_run_queue(struct conn *c)
 		off += n + 1;
 		if (n == 0)
 			conn_reply_toolong(c);
+		else if (c == r && conn_is_bad_at(p, n))
+			conn_line_channel(c, p, n, &rest, &restlen, true);
 		else
 			conn_exec(c, p, n);
 		handled++;

@@ -158,8 +158,11 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 		}
 		/* The unix socket keeps a few slots past max-clients, so an
 		 * operator gets in to CLIENTS and KILL when the network has
-		 * filled every other (keylockd.conf(5), reserved-slots). */
-		if (srv->stats.clients >= (uint64_t)srv->cfg->max_clients +
+		 * filled every other (keylockd.conf(5), reserved-slots). A
+		 * detached session keeps its connection's slot until it ends
+		 * (keylockd-protocol(7), SESSIONS: Limits). */
+		if (srv->stats.clients + srv->stats.sessions_detached >=
+		    (uint64_t)srv->cfg->max_clients +
 		    (l->transport == CONN_UNIX ?
 		    (uint64_t)srv->cfg->reserved_slots : 0)) {
 			log_debug("refused a connection on %s: max-clients "

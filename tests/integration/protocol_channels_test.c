@@ -100,6 +100,8 @@ START_TEST(channel_numbers_and_what_a_channel_may_send)
 	kt_expect_prefix(c, "@1 ERR SYNTAX ");
 	kt_send(c, "@1 KILL 1");
 	kt_expect_prefix(c, "@1 ERR SYNTAX ");
+	kt_send(c, "@1 UPGRADE");	/* SYNTAX comes before AUTH */
+	kt_expect_prefix(c, "@1 ERR SYNTAX ");
 	/* What any channel may send. */
 	kt_send(c, "@2 STATS");
 	kt_expect_prefix(c, "@2 OK {\"version\":");
@@ -128,6 +130,32 @@ START_TEST(channel_numbers_and_what_a_channel_may_send)
 	json_decref(s);
 	kt_req(c, "OK", "QUIT");
 	kt_expect_eof(c, kt_ms(1000));
+}
+END_TEST
+
+/* keylockd-protocol(7), CHANNELS: "@ followed by anything else ... is ERR
+ * SYNTAX on channel 0", and channel 0's replies come in its request
+ * order: after the reply of the LOCK it waits for. */
+START_TEST(a_line_with_a_bad_channel_waits_for_channel_0s_turn)
+{
+	struct kt_conn	*h = kt_connect(), *c = kt_connect();
+
+	kt_lock(h, "LOCK bad@:x");
+	kt_send(c, "LOCK bad@:x");
+	kt_send(c, "@0 PING");
+	kt_send(c, "@x PING");
+	kt_send(c, "@0 CANCEL");	/* not a CANCEL: no channel */
+	kt_send(c, "@5 PING");		/* channel 5 is free */
+	kt_expect_line(c, "@5 OK PONG");
+	kt_send(c, "PING");
+	kt_expect_silence(c, kt_ms(200));
+	kt_req(h, "OK 1", "UNLOCK bad@:x");
+	kt_expect_prefix(c, "OK ");
+	kt_expect_prefix(c, "ERR SYNTAX @0 is not a channel");
+	kt_expect_prefix(c, "ERR SYNTAX @x is not a channel");
+	kt_expect_prefix(c, "ERR SYNTAX @0 is not a channel");
+	kt_expect_line(c, "OK PONG");
+	kt_req(c, "OK 1", "UNLOCK bad@:x");
 }
 END_TEST
 
@@ -444,6 +472,7 @@ END_TEST
 START_TEST(max_channels_bounds_the_channels_in_use)
 {
 	struct kt_conn	*c;
+	char		*longline;
 
 	kt_start("--max-channels", "3");
 	c = kt_connect();
@@ -455,6 +484,16 @@ START_TEST(max_channels_bounds_the_channels_in_use)
 	pc_token(c, 3);
 	kt_send(c, "@4 PING");
 	kt_expect_prefix(c, "@4 ERR LIMIT ");
+	/* TOOLONG, SYNTAX and BADKEY come before LIMIT */
+	kt_send(c, "@4 FROB");
+	kt_expect_prefix(c, "@4 ERR SYNTAX ");
+	kt_send(c, "@4 LOCK \x01");
+	kt_expect_prefix(c, "@4 ERR BADKEY ");
+	longline = pu_repeat("x", 5000);
+	kt_send(c, "@4 LOCK %s", longline);
+	kt_expect_prefix(c, "@4 ERR TOOLONG ");
+	free(longline);
+	ck_assert_int_eq(kt_stat(c, "channels"), 3);
 	kt_req(c, "@2 OK PONG", "@2 PING");	/* one in use is fine */
 	kt_req(c, "OK PONG", "PING");		/* channel 0 never counts */
 	kt_req(c, "@3 OK 1", "@3 UNLOCK m:c");
@@ -479,6 +518,8 @@ protocol_channels_suite(void)
 	tc = kt_tcase(s, "channels", KT_PRIVATE, 60, NULL);
 	if (tc != NULL) {
 		tcase_add_test(tc, channel_numbers_and_what_a_channel_may_send);
+		tcase_add_test(tc,
+		    a_line_with_a_bad_channel_waits_for_channel_0s_turn);
 		tcase_add_test(tc, a_wait_on_one_channel_holds_up_no_other);
 		tcase_add_test(tc,
 		    held_notheld_deadlock_and_unlockall_are_per_channel);

@@ -277,6 +277,13 @@ START_TEST(max_keys_per_request)
 	kt_req_err(c, "LIMIT", "LOCK mx:a mx:b mx:c mx:d mx:e");
 	kt_req_err(c, "LIMIT", "UNLOCK mx:a mx:b mx:c mx:d mx:e");
 	kt_req(c, "OK 1", "UNLOCK mx:a");
+	/* duplicate keys count once (keylockd-protocol(7), SEMANTICS) */
+	kt_lock(c, "LOCK mx:a mx:a mx:a mx:a mx:a mx:a");
+	kt_req(c, "OK 1", "UNLOCK mx:a mx:a mx:a mx:a mx:a");
+	kt_lock(c, "LOCK mx:a mx:b mx:a mx:c mx:b mx:d mx:a");
+	kt_send(c, "UNLOCK mx:a mx:b mx:c mx:e mx:d mx:a");
+	kt_expect_prefix(c, "ERR LIMIT 5 keys in one request");
+	kt_req(c, "OK 4", "UNLOCK mx:d mx:a mx:b mx:c mx:d mx:a");
 }
 END_TEST
 
@@ -338,6 +345,23 @@ START_TEST(max_clients_refuses_the_extra_connection)
 		kt_sleep_ms(10);	/* polling interval */
 	}
 	kt_wait_stat(o, "clients", 3);
+
+	/* keylockd-protocol(7), SESSIONS: a detached session keeps its
+	 * connection's slot until it ends */
+	kt_req(c[0], "OK PONG", "PING");
+	kt_send(c[0], "SESSION grace=60000");
+	kt_expect_prefix(c[0], "OK ");
+	kt_conn_close(c[0]);
+	kt_wait_stat(o, "sessions_detached", 1);
+	extra = kt_connect();
+	kt_expect_line(extra, "ERR LIMIT too many connections");
+	kt_conn_close(extra);
+	kt_conn_close(c[1]);
+	kt_wait_stat(o, "clients", 1);
+	extra = kt_connect();
+	kt_req(extra, "OK PONG", "PING");
+	o = kt_connect();
+	kt_expect_line(o, "ERR LIMIT too many connections");
 }
 END_TEST
 

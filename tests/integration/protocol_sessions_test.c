@@ -62,6 +62,9 @@ START_TEST(session_opens_once_within_its_bounds)
 	kt_req_err(a, "SYNTAX", "SESSION 12");
 	kt_req_err(a, "SYNTAX", "SESSION timeout=5");
 	kt_req_err(a, "LIMIT", "SESSION grace=60001");
+	/* "a larger value is ERR LIMIT", however large */
+	kt_req_err(a, "LIMIT", "SESSION grace=1000000000001");
+	kt_req_err(a, "LIMIT", "SESSION grace=99999999999999999999999");
 	ps_session(a, "SESSION grace=60000", id, sizeof(id));
 	kt_req_err(a, "SESSION", "SESSION");
 	ps_session(b, "session", id2, sizeof(id2));	/* case-insensitive */
@@ -347,6 +350,10 @@ START_TEST(kill_ends_a_session_attached_or_not)
 	ck_assert_int_eq(kt_stat(op, "sessions"), 0);
 	ck_assert_int_eq(kt_stat(op, "keys"), 0);
 	kt_req(op, "OK 0", "KILL %lld", (long long)ida);
+	/* "OK 0 if there is no such connection or session": past 2^64 too */
+	kt_req(op, "OK 0", "KILL 18446744073709551616");
+	kt_req(op, "OK 0", "KILL 999999999999999999999999999999");
+	kt_req_err(op, "SYNTAX", "KILL 12x");
 	n = kt_connect();
 	kt_req_err(n, "GONE", "RESUME %s", id);
 
@@ -490,30 +497,38 @@ ps_connect_room(void)
 
 START_TEST(detached_sessions_keep_their_slots)
 {
-	struct kt_conn	*a, *b, *c, *n;
+	struct kt_conn	*o, *a, *b, *n;
 	json_t		*r;
 	char		 ida[80], idb[80];
 
-	kt_start("--max-clients", "2");
+	/* keylockd-protocol(7), SESSIONS: Limits: a detached session
+	 * counts against max-clients until it ends */
+	kt_start("--max-clients", "3");
+	o = ps_connect_room();
 	a = ps_connect_room();
-	b = ps_connect_room();
 	ps_session(a, "SESSION", ida, sizeof(ida));
 	kt_lock(a, "LOCK m:a");
 	kt_conn_close(a);
-	kt_wait_stat(b, "sessions_detached", 1);
-	ps_session(b, "SESSION", idb, sizeof(idb));	/* 1 + 1: room */
+	kt_wait_stat(o, "sessions_detached", 1);
+	b = ps_connect_room();		/* 2 open + 1 detached: full */
+	n = kt_connect();
+	kt_expect_line(n, "ERR LIMIT too many connections");
+	kt_conn_close(n);
+	ps_session(b, "SESSION", idb, sizeof(idb));
 	kt_conn_close(b);
-	c = ps_connect_room();	/* once the server has seen b go */
-	kt_wait_stat(c, "sessions_detached", 2);
-	kt_req_err(c, "LIMIT", "SESSION");	/* 1 + 2 over 2 */
-	/* A connection is still accepted, so a client can come back. */
-	r = ps_resume(c, ida);
+	kt_wait_stat(o, "sessions_detached", 2);
+	n = kt_connect();		/* 1 open + 2 detached: full */
+	kt_expect_line(n, "ERR LIMIT too many connections");
+	kt_conn_close(n);
+	/* a RESUME gives the slot back to a connection */
+	r = ps_resume(o, ida);
 	ck_assert_uint_eq(json_array_size(json_object_get(r, "held")), 1);
 	json_decref(r);
 	n = ps_connect_room();
 	r = ps_resume(n, idb);
 	json_decref(r);
-	kt_req(c, "OK", "QUIT");
+	ck_assert_int_eq(kt_stat(n, "sessions_detached"), 0);
+	kt_req(o, "OK", "QUIT");
 	kt_req(n, "OK", "QUIT");
 }
 END_TEST

@@ -227,14 +227,21 @@ START_TEST(shared_readers_together_writer_waits_reader_queues_behind_it)
 	struct kt_conn	*r4 = kt_connect(), *o = kt_connect();
 	json_t		*info;
 
+	const char	*text;
+
 	kt_lock(r1, "LOCK sh:k mode=shared");
 	kt_lock(r2, "LOCK sh:k mode=shared");
+	kt_req(w, "OK", "NAME writer");
 	kt_send(w, "LOCK sh:k");
 	json_decref(kt_wait_queue(o, "sh:k", 2, 1));
 	kt_send(r3, "LOCK sh:k mode=shared");
 	json_decref(kt_wait_queue(o, "sh:k", 2, 2));
 	kt_expect_silence(r3, 100);
-	kt_req_err(r4, "LOCKED", "TRYLOCK sh:k mode=shared");
+	/* the text names who blocks: the writer queued ahead */
+	text = kt_req_err(r4, "LOCKED", "TRYLOCK sh:k mode=shared");
+	ck_assert_msg(strstr(text, "sh:k has requests queued ahead: client ")
+	    != NULL && strstr(text, " (writer) first, waiting for ") != NULL,
+	    "got \"%s\"", text);
 	kt_req(r1, "OK 1", "UNLOCK sh:k");
 	kt_expect_silence(w, 100);
 	kt_req(r2, "OK 1", "UNLOCK sh:k");
