@@ -41,8 +41,10 @@ enum be_op {
 	BE_UNLOCK,	/* UNLOCK: OK n */
 	BE_UNLOCKALL,	/* UNLOCKALL: OK n */
 	BE_REFRESH,	/* REFRESH: OK n */
-	BE_READ		/* read_barrier: the read may go now; value the
+	BE_READ,	/* read_barrier: the read may go now; value the
 			 * command, why.key and why.keylen its argument */
+	BE_SESSION,	/* SESSION: OK ID (the ID is the daemon's) */
+	BE_RESUME	/* RESUME: the session's owner, to adopt */
 };
 
 struct be_result {
@@ -60,7 +62,11 @@ struct be_result {
 	uint32_t	 limit;
 	uint32_t	 key_limit;
 	int64_t		 max_waiters;
-	const char	*text;		/* BACKEND: what went wrong */
+	const char	*text;		/* BACKEND, SESSION: what went wrong */
+	/* BE_RESUME: the session's owner (its holds and wait) that the
+	 * connection takes over, its client id (value) and grace. */
+	struct lt_owner	*owner;
+	uint64_t	 grace_ms;
 };
 
 /* What a backend counts, in its caller's memory (STATS, /metrics);
@@ -100,6 +106,13 @@ struct be_hooks {
 	 * was on its way; from now on it waits for others. May be NULL.
 	 */
 	void	(*queued)(void *arg, struct lt_owner *o);
+	/*
+	 * o's session was resumed through another front end (backend
+	 * etcd): o is no longer this one's to answer for or to release.
+	 * Its connection is closed without a release, or its detached
+	 * session forgotten; o itself stays the backend's. May be NULL.
+	 */
+	void	(*moved)(void *arg, struct lt_owner *o);
 };
 
 struct backend_ops {
@@ -137,6 +150,29 @@ struct backend_ops {
 	enum be_status	 (*withdraw)(struct backend *, struct lt_owner *,
 			    enum lt_why why, uint64_t now_ms,
 			    struct be_result *);
+	/*
+	 * Sessions across front ends (keylockd-protocol(7), SESSIONS:
+	 * Across front ends); NULL where a session is the daemon's alone
+	 * (backend local). hash is the hex SHA-256 of the session's raw ID
+	 * (64 digits): the ID itself never leaves the daemon. session_open
+	 * makes o, which holds and waits for nothing, a session's owner
+	 * (BE_SESSION); session_resume finds the session hash names, checks
+	 * it is user's (NULL: none), takes it over from the front end it is
+	 * attached to and hands back its owner (BE_RESUME: KL_ERR_GONE when
+	 * there is no such session of user's). session_end: o's session
+	 * ends (QUIT, KILL, its grace, the server stopping), called before
+	 * o's owner_free; its holds go at once.
+	 */
+	enum be_status	 (*session_open)(struct backend *, struct lt_owner *,
+			    const char *hash, uint64_t grace_ms,
+			    const char *user, struct be_result *);
+	enum be_status	 (*session_resume)(struct backend *,
+			    struct lt_owner *, const char *hash,
+			    const char *user, struct be_result *);
+	void		 (*session_end)(struct backend *, struct lt_owner *);
+	/* o's session can no longer be resumed, its holds staying for
+	 * session-lock-delay until session_end. */
+	void		 (*session_close)(struct backend *, struct lt_owner *);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
 	/*

@@ -121,9 +121,17 @@ struct ebe {
 	struct ebe_epochq	 rd_closed;	/* earlier epochs with entries
 						 * left, oldest first */
 	struct ebe_readq	 rd_waiting;	/* reads, oldest first */
+	struct esession		**sessions;	/* by the first digits of H */
+	size_t			 nsessions;
+	struct erevoke		*revokes;	/* put off (es_revoke_free) */
+	size_t			 nrevokes, caprevokes;
+	struct event		*revoke_timer;
 };
 
 static void	ebe_step(struct ebe *e);
+static void	es_drop_all(struct ebe *e, const char *why);
+static void	ebe_session_end(struct backend *be, struct lt_owner *lo);
+static void	es_free_all(struct ebe *e);
 static void	ebe_recover_in(struct ebe *e, int ms);
 static void	ebe_fail(struct ebe *e, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
@@ -456,7 +464,8 @@ drop_clients(struct ebe *e, const char *why)
 		TAILQ_FOREACH(r, &o->reqs, entry)
 			for (size_t i = 0; i < r->nent && !holds; i++)
 				holds = r->ent[i].w < W_DEL_WAIT;
-		if (o->state == OWN_LOCK || (o->state == OWN_IDLE && holds))
+		if (o->state == OWN_LOCK || o->state == OWN_SESSION ||
+		    (o->state == OWN_IDLE && holds))
 			e->hooks.drop(e->hooks.arg, o->lo, why);
 	}
 }
@@ -503,6 +512,7 @@ ebe_lose(struct ebe *e, const char *why)
 	evtimer_del(e->lease.keepalive);
 	evtimer_del(e->lease.guard);
 	drop_clients(e, "lock lost: the etcd backend lost its lease");
+	es_drop_all(e, "lock lost: the etcd backend lost its lease");
 	ebe_clear(e);
 	e->start_pause_ms = EBE_RETRY_MS;
 	ebe_recover_in(e, 0);
@@ -653,6 +663,7 @@ watch_compacted(void *arg, int64_t crev)
 	/* their deletes are dropped with the rest: the range shows their
 	 * entries, ours and unknown, and they are deleted then */
 	drop_clients(e, "lock lost: the etcd backend rebuilds its table");
+	es_drop_all(e, "lock lost: the etcd backend rebuilds its table");
 	ebe_clear(e);
 	if (replica_rebuild_start(e->rp, false) != 0)
 		ebe_lose(e, "out of memory");
@@ -719,6 +730,8 @@ ebe_owner_free(struct backend *be, struct lt_owner *lo, uint64_t now_ms)
 
 	if (o == NULL)
 		return;
+	if (o->sess != NULL)
+		ebe_session_end(be, lo);
 	o->state = OWN_GONE;
 	o->open = NULL;
 	ebe_read_forget(e, o);
@@ -752,6 +765,24 @@ distinct_keys(const struct lt_acquire *a)
 	return n;
 }
 
+/*
+ * The SEQ of our next LOCK: the writer's order (one transaction has one
+ * writer), and never below the applied revision shifted left
+ * EBE_SEQ_SHIFT bits, so that (L, SEQ) stays unique when a session's
+ * lease L is written by one front end after another: the one that takes
+ * a session over has applied the revision of its takeover, past every
+ * LOCK the one before it wrote for L (fewer than 2^EBE_SEQ_SHIFT a
+ * revision).
+ */
+static uint64_t
+ebe_next_seq(struct ebe *e)
+{
+	uint64_t floor = (uint64_t)(replica_rev(e->rp) + 1) << EBE_SEQ_SHIFT;
+
+	e->seq = e->seq + 1 > floor ? e->seq + 1 : floor;
+	return e->seq;
+}
+
 static enum be_status
 ebe_acquire(struct backend *be, struct lt_owner *lo,
     const struct lt_acquire *a, uint64_t now_ms, struct be_result *r)
@@ -773,7 +804,8 @@ ebe_acquire(struct backend *be, struct lt_owner *lo,
 		be_backend(r, BE_LOCK, e->why);
 		return BE_DONE;
 	}
-	if ((q = ereq_new(e->rp, o, e->lease.fe, ++e->seq, a)) == NULL ||
+	if ((q = ereq_new(e->rp, o, o->lease != 0 ? o->lease : e->lease.fe,
+	    ebe_next_seq(e), a)) == NULL ||
 	    ereq_value(q, NULL) != 0 || commit_put(e->cm, q) != 0) {
 		memset(r, 0, sizeof(*r));
 		r->op = BE_LOCK;
@@ -1095,9 +1127,12 @@ ebe_free(struct backend *be)
 		evtimer_del(e->lease.guard);
 	if (e->start != NULL)
 		evtimer_del(e->start);
+	if (e->revoke_timer != NULL)
+		evtimer_del(e->revoke_timer);
 	/* transactions still on the wire end unheard */
 	if (e->cm != NULL)
 		commit_drop(e->cm);
+	es_free_all(e);
 	if (e->lease.fe != 0 && e->etcd != NULL && was != EBE_LOST) {
 		/* our entries go now, not at the lease's expiry */
 		etcd_watch_stop(e->etcd);
@@ -1122,8 +1157,922 @@ ebe_free(struct backend *be)
 		event_free(e->lease.guard);
 	if (e->start != NULL)
 		event_free(e->start);
+	if (e->revoke_timer != NULL)
+		event_free(e->revoke_timer);
 	kl_free(e->prefix);
 	kl_free(e);
+}
+
+/* ---- sessions across front ends ---- */
+
+/*
+ * keylockd-protocol(7), SESSIONS: Across front ends. A session is a
+ * record P s/H (H the hex SHA-256 of its raw ID, which never leaves the
+ * daemon) under a lease L of its own, which every entry of its owner
+ * carries too: its holds and its wait last as long as L does, whatever
+ * becomes of the front end they were asked through. L's TTL is
+ * ceil(3/2 x grace) s (etcd raises it to its minimum), kept alive every
+ * TTL/4 by the front end the record names, so that when that front end
+ * dies L goes between grace and TTL after the last byte it read. The
+ * daemon keeps the session itself (its ID, its grace timer while
+ * detached, src/daemon/session.c); struct esession keeps L, the record
+ * and the takeover:
+ *   SESSION: L granted, the record put if there is none (ES_OPENING),
+ *   then ES_OURS: the owner's entries carry L (eowner_set_lease).
+ *   RESUME of a session this front end does not have: the record read,
+ *   put again naming us if it has not changed since (a compare of its mod
+ *   revision: of two RESUMEs one wins; the other reads it again and moves
+ *   it on, as a second RESUME does in backend local) (ES_RESUMING); once
+ *   our watch brings that put, the owner the replica has built from the
+ *   session's entries becomes ours (replica_adopt) and the connection
+ *   adopts it. The front end it moved from sees the same put, forgets
+ *   the session without a release (hooks.moved, replica_disown) and stops
+ *   keeping L alive.
+ *   Ended here (QUIT, KILL, its grace, a lock lost): L revoked, which
+ *   deletes its record and its entries at once, on every replica.
+ */
+
+enum esession_state {
+	ES_OPENING,		/* SESSION: L, then the record */
+	ES_RESUMING,		/* RESUME: the record read, then taken */
+	ES_OURS			/* its record names us: we keep L alive */
+};
+
+struct esession {
+	struct ebe		*e;
+	struct esession		*next;		/* e->sessions' chain */
+	enum esession_state	 state;
+	char			 hash[EBE_HASH_HEX + 1];
+	uint64_t		 lease;		/* L; 0 before its grant */
+	uint64_t		 client;
+	uint64_t		 grace_ms;
+	char			 user[KL_NAME_MAX + 1];	/* "": none */
+	struct eowner		*o;		/* ES_OURS: the session's */
+	struct eowner		*req;		/* OPENING, RESUMING: whose
+						 * SESSION or RESUME waits;
+						 * NULL once it has gone */
+	bool			 closed;	/* its record deleted: in
+						 * session-lock-delay */
+	int64_t			 seen_rev;	/* RESUMING: the record read */
+	int64_t			 rec_rev;	/* our record's revision */
+	int			 tries;
+	int64_t			 ttl_s;
+	uint64_t		 until;		/* L lasts at least until */
+	uint64_t		 ka_sent;
+	struct event		*ka;		/* every TTL/4 */
+	struct event		*guard;		/* until - margin */
+	struct etcd_call	*call;		/* grant, range or txn */
+	struct etcd_call	*ka_call;
+};
+
+#define ES_BUCKETS	4096		/* by the first 3 digits of H */
+#define ES_MARGIN_MIN_MS 250
+#define ES_TRIES	3		/* takeovers lost to another RESUME */
+
+static size_t
+es_bucket(const char *hash)
+{
+	size_t b = 0;
+
+	for (int i = 0; i < 3; i++) {
+		int c = (unsigned char)hash[i];
+
+		b = b << 4 | (size_t)(c >= 'a' ? c - 'a' + 10 : c - '0');
+	}
+	return b & (ES_BUCKETS - 1);
+}
+
+static struct esession *
+es_find(struct ebe *e, const char *hash)
+{
+	struct esession *es;
+
+	if (e->sessions == NULL)
+		return NULL;
+	for (es = e->sessions[es_bucket(hash)]; es != NULL; es = es->next)
+		if (memcmp(es->hash, hash, EBE_HASH_HEX) == 0)
+			return es;
+	return NULL;
+}
+
+/* L's TTL for a grace: etcd lets L go at least 3/4 TTL after the last
+ * keepalive we sent, which is at most TTL/4 before the last byte. */
+static int64_t
+es_ttl_s(uint64_t grace_ms)
+{
+	uint64_t s = (grace_ms * 3 / 2 + 999) / 1000;
+
+	return s < 1 ? 1 : (int64_t)s;
+}
+
+static uint64_t
+es_margin(const struct esession *es)
+{
+	uint64_t m = (uint64_t)es->ttl_s * 1000 / 4;
+
+	return m < ES_MARGIN_MIN_MS ? ES_MARGIN_MIN_MS : m;
+}
+
+static void	es_ka_cb(evutil_socket_t, short, void *);
+static void	es_guard_cb(evutil_socket_t, short, void *);
+
+static struct esession *
+es_new(struct ebe *e, const char *hash)
+{
+	struct esession	*es;
+	size_t		 b = es_bucket(hash);
+
+	if (e->sessions == NULL && (e->sessions = kl_calloc(ES_BUCKETS,
+	    sizeof(*e->sessions))) == NULL)
+		return NULL;
+	if ((es = kl_calloc(1, sizeof(*es))) == NULL)
+		return NULL;
+	if ((es->ka = evtimer_new(e->base, es_ka_cb, es)) == NULL ||
+	    (es->guard = evtimer_new(e->base, es_guard_cb, es)) == NULL) {
+		if (es->ka != NULL)
+			event_free(es->ka);
+		kl_free(es);
+		return NULL;
+	}
+	es->e = e;
+	memcpy(es->hash, hash, EBE_HASH_HEX);
+	es->next = e->sessions[b];
+	e->sessions[b] = es;
+	e->nsessions++;
+	return es;
+}
+
+/* Forgets es (L is left as it is). */
+static void
+es_free(struct esession *es)
+{
+	struct ebe	*e = es->e;
+	struct esession	**pp = &e->sessions[es_bucket(es->hash)];
+
+	while (*pp != es)
+		pp = &(*pp)->next;
+	*pp = es->next;
+	e->nsessions--;
+	if (es->call != NULL)
+		etcd_cancel(es->call);
+	if (es->ka_call != NULL)
+		etcd_cancel(es->ka_call);
+	event_free(es->ka);
+	event_free(es->guard);
+	if (es->o != NULL && es->o->sess == es)
+		es->o->sess = NULL;
+	if (es->req != NULL && es->req->sess == es)
+		es->req->sess = NULL;
+	kl_free(es);
+}
+
+static size_t
+es_key(const struct esession *es, char *out, size_t cap)
+{
+	return (size_t)snprintf(out, cap, "%ss/%s", es->e->prefix, es->hash);
+}
+
+/* A session lease whose revoke is put off until at_ms. */
+struct erevoke {
+	uint64_t	lease;
+	uint64_t	at_ms;
+};
+
+static void
+revokes_arm(struct ebe *e)
+{
+	struct timeval	tv;
+	uint64_t	now = kl_now_ms(), at = UINT64_MAX;
+
+	for (size_t i = 0; i < e->nrevokes; i++)
+		if (e->revokes[i].at_ms < at)
+			at = e->revokes[i].at_ms;
+	if (at == UINT64_MAX)
+		return;
+	tv_ms(&tv, at > now ? at - now : 0);
+	evtimer_add(e->revoke_timer, &tv);
+}
+
+/* The revokes that are due (all of them: now is UINT64_MAX). */
+static void
+revokes_run(struct ebe *e, uint64_t now)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < e->nrevokes; i++)
+		if (e->revokes[i].at_ms <= now)
+			etcd_lease_revoke(e->etcd,
+			    (int64_t)e->revokes[i].lease, ETCD_RETRY,
+			    revoke_done, NULL);
+		else
+			e->revokes[n++] = e->revokes[i];
+	e->nrevokes = n;
+}
+
+static void
+revoke_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ebe *e = arg;
+
+	revokes_run(e, kl_now_ms());
+	revokes_arm(e);
+	ebe_end_turn(e);
+}
+
+/* Does a put under es's lease wait for etcd's answer (queued, or on the
+ * wire, where the etcd client may try it again until etcd-timeout)? */
+static bool
+es_puts_on_the_way(const struct esession *es)
+{
+	const struct ereq *r;
+
+	if (es->o == NULL)
+		return false;
+	TAILQ_FOREACH(r, &es->o->reqs, entry)
+		for (size_t i = 0; r->refs > 0 && i < r->nent; i++)
+			if (r->ent[i].w == W_PUTTING)
+				return true;
+	return false;
+}
+
+/*
+ * Ends the session: L revoked deletes its record and every entry. While
+ * a put under L is on its way, L goes only once etcd-timeout has passed
+ * (that put would fail for want of L, and with it every write of its
+ * transaction, which etcd then answers "lease not found", our own
+ * lease's loss): the record goes at once, so that RESUME is ERR GONE,
+ * and the owner's deletes release the rest meanwhile.
+ */
+static void
+es_revoke_free(struct esession *es)
+{
+	struct ebe	*e = es->e;
+	struct erevoke	*p = e->revokes;
+	char		 key[512];
+	size_t		 klen;
+
+	if (es->lease != 0 && es_puts_on_the_way(es) &&
+	    e->state < EBE_STOPPING && (e->nrevokes < e->caprevokes ||
+	    (p = kl_realloc(e->revokes, (e->caprevokes * 2 + 4) *
+	    sizeof(*p))) != NULL)) {
+		if (e->nrevokes == e->caprevokes) {
+			e->revokes = p;
+			e->caprevokes = e->caprevokes * 2 + 4;
+		}
+		e->revokes[e->nrevokes].lease = es->lease;
+		e->revokes[e->nrevokes++].at_ms = kl_now_ms() +
+		    (uint64_t)e->timeout_ms + EBE_RETRY_MAX_MS;
+		revokes_arm(e);
+		klen = es_key(es, key, sizeof(key));
+		etcd_deleterange(e->etcd, key, klen, NULL, 0, ETCD_RETRY,
+		    revoke_done, NULL);
+	} else if (es->lease != 0) {
+		etcd_lease_revoke(e->etcd, (int64_t)es->lease, ETCD_RETRY,
+		    revoke_done, NULL);
+	}
+	es_free(es);
+}
+
+static size_t
+es_value(const struct esession *es, uint64_t fe, char *out, size_t cap)
+{
+	return (size_t)snprintf(out, cap, EBE_RECORD_VERSION " %" PRIu64 " %"
+	    PRIu64 " %016" PRIx64 "%s%s", es->client, es->grace_ms, fe,
+	    es->user[0] != '\0' ? " " : "", es->user);
+}
+
+/* The SESSION or RESUME waiting for es is answered. */
+static void
+es_answer(struct esession *es, const struct be_result *res)
+{
+	struct eowner *o = es->req;
+
+	es->req = NULL;
+	if (o == NULL)
+		return;
+	if (o->sess == es)
+		o->sess = NULL;
+	if (o->state == OWN_SESSION)
+		ebe_done(es->e, o, res);
+}
+
+/* SESSION or RESUME cannot be carried out now: ERR BACKEND. */
+static void
+es_fail(struct esession *es, const char *why)
+{
+	struct ebe		*e = es->e;
+	struct be_result	 r;
+
+	log_info("backend etcd: a %s failed: %s", es->state == ES_OPENING ?
+	    "SESSION" : "RESUME", why);
+	snprintf(e->why, sizeof(e->why), "etcd did not take the %s in time; "
+	    "nothing was changed", es->state == ES_OPENING ? "SESSION" :
+	    "RESUME");
+	be_backend(&r, es->state == ES_OPENING ? BE_SESSION : BE_RESUME,
+	    e->why);
+	es_answer(es, &r);
+	if (es->state == ES_OPENING)
+		es_revoke_free(es);
+	else
+		es_free(es);
+}
+
+/* RESUME of a session that does not exist, or is another user's. */
+static void
+es_gone(struct esession *es)
+{
+	struct be_result r;
+
+	memset(&r, 0, sizeof(r));
+	r.op = BE_RESUME;
+	r.err = KL_ERR_GONE;
+	es_answer(es, &r);
+	es_free(es);
+}
+
+/* Our session's lease is gone, or at risk: its client's locks are lost
+ * (its connection closes, its session ends). */
+static void
+es_lost(struct esession *es, const char *why)
+{
+	struct ebe	*e = es->e;
+	struct eowner	*o = es->o;
+
+	if (es->state == ES_RESUMING) {
+		es_gone(es);
+		return;
+	}
+	if (es->state != ES_OURS) {
+		es_fail(es, why);
+		return;
+	}
+	log_warnx("backend etcd: client %" PRIu64 ": %s: its session ends",
+	    es->client, why);
+	es_revoke_free(es);
+	if (locktable_owner_udata(o->lo) != NULL)
+		e->hooks.drop(e->hooks.arg, o->lo, "lock lost: the session's "
+		    "etcd lease ended");
+}
+
+static void
+es_guard_arm(struct esession *es)
+{
+	struct timeval	tv;
+	uint64_t	now = kl_now_ms(), at = es->until - es_margin(es);
+
+	tv_ms(&tv, at > now ? at - now : 0);
+	evtimer_add(es->guard, &tv);
+}
+
+static void
+es_guard_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+
+	if (es->state == ES_OURS &&
+	    kl_now_ms() + es_margin(es) >= es->until)
+		es_lost(es, "etcd has not renewed the session's lease in time");
+	ebe_end_turn(e);
+}
+
+static void
+es_ka_done(void *arg, const struct etcd_result *r)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+	struct timeval	 tv;
+
+	es->ka_call = NULL;
+	if (r->status == ETCD_OK && r->ttl > 0) {
+		es->ttl_s = r->ttl;
+		es->until = es->ka_sent + (uint64_t)r->ttl * 1000;
+		es_guard_arm(es);
+		tv_ms(&tv, (uint64_t)r->ttl * 1000 / 4);
+	} else if (r->status == ETCD_OK || (r->status == ETCD_ERR_GRPC &&
+	    r->grpc_code == ETCD_GRPC_NOT_FOUND)) {
+		es_lost(es, "etcd let the session's lease expire");
+		ebe_end_turn(e);
+		return;
+	} else {
+		tv_ms(&tv, EBE_RETRY_MS * 2);
+	}
+	evtimer_add(es->ka, &tv);
+	ebe_end_turn(e);
+}
+
+static void
+es_ka_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+	struct timeval	 tv;
+
+	if (es->ka_call == NULL) {
+		es->ka_sent = kl_now_ms();
+		es->ka_call = etcd_lease_keepalive(e->etcd,
+		    (int64_t)es->lease, ETCD_RETRY, es_ka_done, es);
+	}
+	if (es->ka_call == NULL) {
+		tv_ms(&tv, EBE_RETRY_MS * 2);
+		evtimer_add(es->ka, &tv);
+	}
+	ebe_end_turn(e);
+}
+
+/* Keeps L alive from now on: a keepalive at once, then every TTL/4. */
+static void
+es_ka_start(struct esession *es)
+{
+	struct timeval tv = { 0, 0 };
+
+	evtimer_add(es->ka, &tv);
+	if (es->until != 0)
+		es_guard_arm(es);
+}
+
+/* ---- SESSION ---- */
+
+static void
+es_recorded(void *arg, const struct etcd_result *r)
+{
+	struct esession		*es = arg;
+	struct ebe		*e = es->e;
+	struct eowner		*o = es->req;
+	struct be_result	 res;
+
+	es->call = NULL;
+	if (r->status != ETCD_OK || !r->succeeded) {
+		es_fail(es, r->status != ETCD_OK ? (r->message != NULL ?
+		    r->message : etcd_status_name(r->status)) :
+		    "the record is there already");
+	} else if (o == NULL || o->state != OWN_SESSION ||
+	    e->state != EBE_READY) {
+		es_revoke_free(es);	/* nobody to tell: it ends */
+	} else {
+		es->req = NULL;
+		es->state = ES_OURS;
+		es->rec_rev = r->revision;
+		es->o = o;
+		o->sess = es;
+		eowner_set_lease(e->rp, o, es->lease);
+		es_ka_start(es);
+		log_info("backend etcd: client %" PRIu64 ": session under lease "
+		    "%016" PRIx64 " (%" PRId64 " s)", es->client, es->lease,
+		    es->ttl_s);
+		memset(&res, 0, sizeof(res));
+		res.op = BE_SESSION;
+		ebe_done(e, o, &res);
+	}
+	ebe_end_turn(e);
+}
+
+static void
+es_granted(void *arg, const struct etcd_result *r)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+	struct etcd_txn	*t;
+	char		 key[512], val[256];
+	size_t		 klen, vlen;
+
+	es->call = NULL;
+	if (r->status != ETCD_OK || r->lease_id == 0) {
+		es_fail(es, r->message != NULL ? r->message : "no lease");
+		ebe_end_turn(e);
+		return;
+	}
+	es->lease = (uint64_t)r->lease_id;
+	es->ttl_s = r->ttl;
+	es->until = es->ka_sent + (uint64_t)r->ttl * 1000;
+	if (es->req == NULL || e->state != EBE_READY) {
+		es_revoke_free(es);
+		ebe_end_turn(e);
+		return;
+	}
+	klen = es_key(es, key, sizeof(key));
+	vlen = es_value(es, e->lease.fe, val, sizeof(val));
+	if ((t = etcd_txn_new()) == NULL ||
+	    etcd_txn_compare(t, key, klen, ETCD_CMP_CREATE, ETCD_CMP_EQUAL,
+	    0) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
+	    (int64_t)es->lease) != 0 ||
+	    (es->call = etcd_txn(e->etcd, t, ETCD_RETRY, es_recorded,
+	    es)) == NULL) {
+		if (t != NULL && es->call == NULL)
+			etcd_txn_free(t);
+		es_fail(es, "out of memory for the session's record");
+	}
+	ebe_end_turn(e);
+}
+
+static enum be_status
+ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
+    uint64_t grace_ms, const char *user, struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_SESSION;
+	if (!ebe_serving(e, r, BE_SESSION))
+		return BE_DONE;
+	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
+	    o->sess != NULL || o->lease != 0) {
+		r->err = KL_ERR_SESSION;
+		r->text = "through backend etcd, SESSION comes before the "
+		    "connection's first LOCK";
+		return BE_DONE;
+	}
+	if (es_find(e, hash) != NULL) {
+		r->err = KL_ERR_SESSION;
+		r->text = "no session: its ID is in use";
+		return BE_DONE;
+	}
+	if ((es = es_new(e, hash)) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	es->state = ES_OPENING;
+	es->client = o->client;
+	es->grace_ms = grace_ms;
+	snprintf(es->user, sizeof(es->user), "%s", user != NULL ? user : "");
+	es->ttl_s = es_ttl_s(grace_ms);
+	es->ka_sent = kl_now_ms();
+	if ((es->call = etcd_lease_grant(e->etcd, es->ttl_s, 0, ETCD_RETRY,
+	    es_granted, es)) == NULL) {
+		es_free(es);
+		be_backend(r, BE_SESSION, "etcd cannot be asked for a lease "
+		    "now; nothing was changed");
+		return BE_DONE;
+	}
+	es->req = o;
+	o->sess = es;
+	o->state = OWN_SESSION;
+	return BE_PENDING;
+}
+
+/* ---- RESUME through another front end ---- */
+
+/* Our watch brought our takeover's put at rev: the session's owner,
+ * built by the replica from its entries, becomes ours. */
+static void
+es_adopt(struct esession *es, int64_t rev)
+{
+	struct ebe		*e = es->e;
+	struct eowner		*req = es->req, *o;
+	struct be_result	 res;
+
+	if (req == NULL || req->state != OWN_SESSION) {
+		/* the connection that asked is gone: the session ends */
+		log_info("backend etcd: client %" PRIu64 ": its RESUME's "
+		    "connection closed before the takeover: the session "
+		    "ends", es->client);
+		es_revoke_free(es);
+		return;
+	}
+	if ((o = eowner_get(e->rp, es->lease, es->client, true)) == NULL ||
+	    o->state != OWN_THEIRS) {
+		es_fail(es, o == NULL ? "out of memory for the session's owner" :
+		    "the session's owner is still ours");
+		return;
+	}
+	replica_adopt(e->rp, o);
+	o->lease = es->lease;
+	o->sess = es;
+	es->o = o;
+	es->state = ES_OURS;
+	es->rec_rev = rev;
+	es->req = NULL;
+	req->sess = NULL;
+	if (es->ka_call == NULL && !evtimer_pending(es->ka, NULL))
+		es_ka_start(es);
+	log_info("backend etcd: client %" PRIu64 ": session taken over at "
+	    "revision %" PRId64 ": %zu keys held, %s", es->client, rev,
+	    locktable_owner_nholds(o->lo), o->open != NULL ? "waiting" :
+	    "not waiting");
+	memset(&res, 0, sizeof(res));
+	res.op = BE_RESUME;
+	res.owner = o->lo;
+	res.value = es->client;
+	res.grace_ms = es->grace_ms;
+	ebe_done(e, req, &res);
+}
+
+static int	es_read(struct esession *es);
+
+static void
+es_taken(void *arg, const struct etcd_result *r)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+
+	es->call = NULL;
+	if (es->state == ES_OURS)
+		;		/* the watch brought the put first */
+	else if (r->status == ETCD_ERR_GRPC &&
+	    r->grpc_code == ETCD_GRPC_NOT_FOUND)
+		es_gone(es);	/* L expired under us */
+	else if (r->status != ETCD_OK)
+		es_fail(es, r->message != NULL ? r->message :
+		    etcd_status_name(r->status));
+	else if (!r->succeeded && ++es->tries < ES_TRIES) {
+		if (es_read(es) != 0)
+			es_fail(es, "out of memory for a range");
+	} else if (!r->succeeded)
+		es_fail(es, "the session kept moving to other front ends");
+	else if (es->req == NULL)
+		es_revoke_free(es);	/* its connection is gone: it ends */
+	else	/* the watch brings the put at r->revision: es_adopt() */
+		es->rec_rev = r->revision;
+	ebe_end_turn(e);
+}
+
+static void
+es_read_done(void *arg, const struct etcd_result *r)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+	struct erecord	 rec;
+	struct etcd_txn	*t;
+	char		 key[512], val[256];
+	size_t		 klen, vlen, ulen = strlen(es->user);
+
+	es->call = NULL;
+	if (es->req == NULL || e->state != EBE_READY) {
+		es_fail(es, "the front end is not serving");
+		ebe_end_turn(e);
+		return;
+	}
+	if (r->status != ETCD_OK) {
+		es_fail(es, r->message != NULL ? r->message :
+		    etcd_status_name(r->status));
+		ebe_end_turn(e);
+		return;
+	}
+	/* another user's session is as unknown as one that never was */
+	if (r->nkvs != 1 || r->kvs[0].lease == 0 ||
+	    ebe_record_decode(r->kvs[0].value, r->kvs[0].valuelen,
+	    &rec) != NULL || rec.userlen != ulen ||
+	    (ulen > 0 && memcmp(rec.user, es->user, ulen) != 0)) {
+		es_gone(es);
+		ebe_end_turn(e);
+		return;
+	}
+	es->client = rec.client;
+	es->grace_ms = rec.grace_ms;
+	es->lease = (uint64_t)r->kvs[0].lease;
+	es->seen_rev = r->kvs[0].mod_revision;
+	if (es->ttl_s == 0)
+		es->ttl_s = es_ttl_s(es->grace_ms);
+	/* L renewed first: whatever is left of it, it lasts a TTL more
+	 * once we have it (a keepalive of a session we do not take is
+	 * harmless) */
+	if (es->ka_call == NULL && !evtimer_pending(es->ka, NULL))
+		es_ka_start(es);
+	klen = es_key(es, key, sizeof(key));
+	vlen = es_value(es, e->lease.fe, val, sizeof(val));
+	if ((t = etcd_txn_new()) == NULL ||
+	    etcd_txn_compare(t, key, klen, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
+	    es->seen_rev) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
+	    (int64_t)es->lease) != 0 ||
+	    (es->call = etcd_txn(e->etcd, t, ETCD_RETRY, es_taken,
+	    es)) == NULL) {
+		if (t != NULL && es->call == NULL)
+			etcd_txn_free(t);
+		es_fail(es, "out of memory for the takeover");
+	}
+	ebe_end_turn(e);
+}
+
+static int
+es_read(struct esession *es)
+{
+	char			key[512];
+	struct etcd_range	rg;
+
+	memset(&rg, 0, sizeof(rg));
+	rg.key = key;
+	rg.keylen = es_key(es, key, sizeof(key));
+	es->call = etcd_range(es->e->etcd, &rg, ETCD_RETRY, es_read_done, es);
+	return es->call != NULL ? 0 : -1;
+}
+
+static enum be_status
+ebe_session_resume(struct backend *be, struct lt_owner *lo,
+    const char *hash, const char *user, struct be_result *r)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es;
+
+	memset(r, 0, sizeof(*r));
+	r->op = BE_RESUME;
+	if (!ebe_serving(e, r, BE_RESUME))
+		return BE_DONE;
+	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
+	    o->sess != NULL || o->lease != 0) {
+		r->err = KL_ERR_SESSION;
+		r->text = "RESUME needs a connection without a session, locks "
+		    "or waits";
+		return BE_DONE;
+	}
+	if (es_find(e, hash) != NULL) {
+		be_backend(r, BE_RESUME, "a RESUME of this session is under "
+		    "way on this front end; try again");
+		return BE_DONE;
+	}
+	if ((es = es_new(e, hash)) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	es->state = ES_RESUMING;
+	snprintf(es->user, sizeof(es->user), "%s", user != NULL ? user : "");
+	if (es_read(es) != 0) {
+		es_free(es);
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	es->req = o;
+	o->sess = es;
+	o->state = OWN_SESSION;
+	return BE_PENDING;
+}
+
+/* The replica: record hash is put (rec) or deleted (NULL) at rev. */
+static void
+ebe_record(void *arg, const char *hash, const struct erecord *rec,
+    int64_t rev)
+{
+	struct ebe	*e = arg;
+	struct esession	*es = es_find(e, hash);
+	struct eowner	*o;
+	struct lt_owner	*lo;
+
+	if (es == NULL)
+		return;
+	if (es->state == ES_RESUMING) {
+		if (es->seen_rev == 0 || rev <= es->seen_rev)
+			return;
+		if (rec == NULL)
+			es_gone(es);
+		else if (rec->fe == e->lease.fe && e->lease.fe != 0)
+			es_adopt(es, rev);
+		/* else another front end took it first: our compare fails
+		 * and we read it again */
+		return;
+	}
+	if (es->state != ES_OURS || rev <= es->rec_rev)
+		return;
+	if (rec == NULL && es->closed)
+		return;		/* ebe_session_close()'s delete */
+	if (rec == NULL) {
+		es_lost(es, "the session's etcd lease ended");
+	} else if (rec->fe != e->lease.fe) {
+		/* resumed through another front end: forgotten here, with
+		 * nothing released; it keeps L alive from now on */
+		o = es->o;
+		lo = o->lo;
+		log_info("backend etcd: client %" PRIu64 ": session resumed "
+		    "through front end %016" PRIx64, es->client, rec->fe);
+		es_free(es);
+		if (e->hooks.moved != NULL &&
+		    locktable_owner_udata(lo) != NULL)
+			e->hooks.moved(e->hooks.arg, lo);
+		replica_disown(e->rp, o);
+	} else {
+		es->rec_rev = rev;
+	}
+}
+
+/* o's session ends here (QUIT, KILL, grace, lock lost), or o, whose
+ * SESSION or RESUME is on its way, has gone: that one ends unanswered. */
+static void
+ebe_session_end(struct backend *be, struct lt_owner *lo)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es;
+
+	if (o == NULL || (es = o->sess) == NULL)
+		return;
+	if (es->o == o) {
+		es_revoke_free(es);
+		return;
+	}
+	es->req = NULL;
+	o->sess = NULL;
+	if (o->state == OWN_SESSION)
+		o->state = OWN_IDLE;
+}
+
+/* o's session's grace ran out and its keys stay for session-lock-delay:
+ * its record goes now (RESUME is ERR GONE), L with session_end. */
+static void
+ebe_session_close(struct backend *be, struct lt_owner *lo)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es;
+	char		 key[512];
+	size_t		 klen;
+
+	if (o == NULL || (es = o->sess) == NULL || es->o != o || es->closed)
+		return;
+	es->closed = true;
+	klen = es_key(es, key, sizeof(key));
+	etcd_deleterange(e->etcd, key, klen, NULL, 0, ETCD_RETRY, revoke_done,
+	    NULL);
+}
+
+/* The front end lost its lease or rebuilds its table: every session of
+ * ours ends (its locks could not be vouched for); a SESSION or RESUME
+ * on its way ends with its connection (drop_clients()). */
+static void
+es_drop_all(struct ebe *e, const char *why)
+{
+	for (size_t b = 0; e->sessions != NULL && b < ES_BUCKETS; b++) {
+		struct esession *es, *next;
+
+		for (es = e->sessions[b]; es != NULL; es = next) {
+			struct eowner *o = es->o;
+
+			next = es->next;
+			if (es->state != ES_OURS) {
+				if (es->req != NULL &&
+				    es->req->state == OWN_SESSION)
+					es->req->state = OWN_IDLE;
+				if (es->state == ES_OPENING)
+					es_revoke_free(es);
+				else
+					es_free(es);
+				continue;
+			}
+			es_revoke_free(es);
+			if (locktable_owner_udata(o->lo) != NULL)
+				e->hooks.drop(e->hooks.arg, o->lo, why);
+		}
+	}
+}
+
+/* The replica's tests, without etcd: lo's session hash under lease,
+ * recorded at rev, is ours (as after SESSION)... */
+void
+ebe_assume_session(struct ebe *e, struct lt_owner *lo, const char *hash,
+    uint64_t lease, uint64_t grace_ms, int64_t rev)
+{
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es = es_new(e, hash);
+
+	es->state = ES_OURS;
+	es->lease = lease;
+	es->client = o->client;
+	es->grace_ms = grace_ms;
+	es->rec_rev = rev;
+	es->o = o;
+	o->sess = es;
+	eowner_set_lease(e->rp, o, lease);
+}
+
+/* ... or lo's RESUME of it has read the record at rev and put it again
+ * naming us (the watch is to bring that put). */
+void
+ebe_assume_resume(struct ebe *e, struct lt_owner *lo, const char *hash,
+    uint64_t lease, uint64_t client, uint64_t grace_ms, int64_t rev)
+{
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es = es_new(e, hash);
+
+	es->state = ES_RESUMING;
+	es->lease = lease;
+	es->client = client;
+	es->grace_ms = grace_ms;
+	es->seen_rev = rev;
+	es->req = o;
+	o->sess = es;
+	o->state = OWN_SESSION;
+}
+
+/* The stop: every session of ours ends (as in backend local). */
+static void
+es_free_all(struct ebe *e)
+{
+	for (size_t b = 0; e->sessions != NULL && b < ES_BUCKETS; b++)
+		while (e->sessions[b] != NULL) {
+			struct esession *es = e->sessions[b];
+
+			if (es->state == ES_RESUMING)
+				es_free(es);
+			else
+				es_revoke_free(es);
+		}
+	kl_free(e->sessions);
+	e->sessions = NULL;
+	if (e->etcd != NULL)
+		revokes_run(e, UINT64_MAX);
+	kl_free(e->revokes);
+	e->revokes = NULL;
+	e->nrevokes = e->caprevokes = 0;
 }
 
 static const struct backend_ops ebe_ops = {
@@ -1137,6 +2086,10 @@ static const struct backend_ops ebe_ops = {
 	.release_owner = ebe_release_owner,
 	.refresh = ebe_refresh,
 	.withdraw = ebe_withdraw,
+	.session_open = ebe_session_open,
+	.session_resume = ebe_session_resume,
+	.session_end = ebe_session_end,
+	.session_close = ebe_session_close,
 	.table = ebe_table,
 	.read_barrier = ebe_read_barrier,
 	.freeze = ebe_freeze,
@@ -1250,6 +2203,7 @@ static const struct replica_hooks ebe_replica_hooks = {
 	.deleted = ebe_deleted,
 	.built = ebe_built,
 	.heartbeat = ebe_heartbeat_seen,
+	.record = ebe_record,
 	.lease_safe = ebe_lease_safe_cb,
 	.lose = ebe_lose_cb,
 	.fail = ebe_fail_cb,
@@ -1314,7 +2268,9 @@ ebe_create(const struct config *cfg, struct event_base *base,
 	    e->count, &ch)) == NULL ||
 	    (e->lease.keepalive = evtimer_new(base, keepalive_cb, e)) == NULL ||
 	    (e->lease.guard = evtimer_new(base, guard_cb, e)) == NULL ||
-	    (e->start = evtimer_new(base, start_cb, e)) == NULL) {
+	    (e->start = evtimer_new(base, start_cb, e)) == NULL ||
+	    (e->revoke_timer = evtimer_new(base, revoke_timer_cb, e)) ==
+	    NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}

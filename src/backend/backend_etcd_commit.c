@@ -412,9 +412,10 @@ commit_send(struct committer *cm)
 		case ITEM_PUT:
 			r = it->req;
 			for (size_t j = 0; j < r->nent; j++)
+				/* r->fe: our lease, or a session's */
 				if (etcd_txn_put(t, true, r->ent[j].ekey,
 				    r->ent[j].ekeylen, r->value, r->valuelen,
-				    (int64_t)cm->fe) != 0)
+				    (int64_t)r->fe) != 0)
 					goto nomem;
 			break;
 		case ITEM_HEARTBEAT:

@@ -24,7 +24,13 @@
  *                    the front end knew when it sent it, and the deletes
  *                    of a LOCK whose put may land late rewrite it, so
  *                    that such a put, landing after them, fails.
- * Everything a front end writes carries its lease.
+ *   P s/H            a session (keylockd-protocol(7), SESSIONS: Across
+ *                    front ends): H the hex SHA-256 of its raw ID, the
+ *                    value "s1 CLIENT GRACE_MS FE USER" (FE the front end
+ *                    it is attached to, 16 hex digits; USER may be
+ *                    empty), under the session's own lease L.
+ * Everything a front end writes carries its lease, but a session's: its
+ * record and its owners' entries (P q/KEY/L-SEQ) carry L.
  */
 #ifndef ETCD_BACKEND_H
 #define ETCD_BACKEND_H
@@ -44,6 +50,7 @@ struct event;
 #define EBE_ID_HEX	16		/* digits of FE and of SEQ */
 #define EBE_VALUE_VERSION "k1"
 #define EBE_TOKEN_SHIFT	20		/* token: revision << 20 | n */
+#define EBE_SEQ_SHIFT	24		/* SEQ >= applied revision << 24 */
 #define EBE_RANGE_PAGE	1000		/* entries per range while rebuilding */
 #define EBE_RETRY_MS	100		/* first pause before trying again */
 #define EBE_RETRY_MAX_MS 1000
@@ -117,12 +124,14 @@ enum eowner_state {
 				 * range shows and nobody answers for */
 	OWN_IDLE,		/* ours, connected, nothing open */
 	OWN_LOCK,		/* ours: its LOCK (open) waits for a verdict */
+	OWN_SESSION,		/* ours: its SESSION or RESUME waits */
 	OWN_GONE		/* ours: the connection closed; freed with its
 				 * last request */
 };
 
 struct ereq;
 struct eowner;
+struct esession;
 
 /* One etcd entry: one key of one LOCK. */
 struct eentry {
@@ -193,11 +202,27 @@ struct eowner {
 						 * for their put's ack or to be
 						 * tried again, and not acked:
 						 * its puts wait for them */
+	uint64_t		 lease;		/* its entries': 0, the front
+						 * end's; a session's L */
+	struct esession		*sess;		/* ours: its session's */
 	TAILQ_ENTRY(eowner)	 entry;		/* replica's owners */
 	struct eowner		*hnext;		/* replica's by_id */
 	struct eowner		*pnext;		/* replica's by_lo */
 };
 TAILQ_HEAD(eownerq, eowner);
+
+/* A session's record (P s/H), decoded. */
+struct erecord {
+	uint64_t	 client;
+	uint64_t	 grace_ms;
+	uint64_t	 fe;		/* the front end it is attached to */
+	uint64_t	 lease;		/* L, the record's own */
+	const char	*user;		/* into the value; NULL: none */
+	size_t		 userlen;
+};
+
+#define EBE_HASH_HEX	64		/* digits of H */
+#define EBE_RECORD_VERSION "s1"
 
 /* A live entry of a range: what a rebuild applies. */
 struct erange_kv {
@@ -221,6 +246,16 @@ struct ebe	*ebe_create(const struct config *cfg, struct event_base *base,
 /* The replica's tests: serve as front end fe with a lease that lasts,
  * without etcd. */
 void		 ebe_assume(struct ebe *e, uint64_t fe);
+/* And sessions (backend_etcd.c, "sessions across front ends"): lo's
+ * session hash (EBE_HASH_HEX digits) is ours under lease, recorded at
+ * rev; or lo resumes client's session hash, its record read at rev and
+ * put again naming us. */
+void		 ebe_assume_session(struct ebe *e, struct lt_owner *lo,
+		    const char *hash, uint64_t lease, uint64_t grace_ms,
+		    int64_t rev);
+void		 ebe_assume_resume(struct ebe *e, struct lt_owner *lo,
+		    const char *hash, uint64_t lease, uint64_t client,
+		    uint64_t grace_ms, int64_t rev);
 bool		 ebe_lost(const struct ebe *e);
 void		 ebe_lose(struct ebe *e, const char *why);
 struct replica	*ebe_replica(struct ebe *e);
@@ -244,6 +279,9 @@ struct replica_hooks {
 	void	(*built)(void *arg, int64_t rev);
 	/* Our heartbeat at rev is seen. */
 	void	(*heartbeat)(void *arg, int64_t rev);
+	/* Session record hash is put (rec) or deleted (NULL) at rev. */
+	void	(*record)(void *arg, const char *hash,
+		    const struct erecord *rec, int64_t rev);
 	/* May a grant be told to a client now (ebe_lease_safe)? */
 	bool	(*lease_safe)(void *arg);
 	void	(*lose)(void *arg, const char *why);	/* everything */
@@ -280,6 +318,17 @@ struct eowner	*eowner_get(struct replica *rp, uint64_t fe, uint64_t client,
 struct eowner	*eowner_of(struct replica *rp, const struct lt_owner *lo);
 struct eowner	*eowner_new_ours(struct replica *rp, uint64_t id,
 		    void *udata);
+/* Our o's entries carry lease from now on, and name it (fe, client). */
+void		 eowner_set_lease(struct replica *rp, struct eowner *o,
+		    uint64_t lease);
+/* Sessions moving between front ends: another front end's o becomes
+ * ours (its held requests answered, its waiting one asked: o->open),
+ * or ours becomes another's (THEIRS; it may be freed). */
+void		 replica_adopt(struct replica *rp, struct eowner *o);
+void		 replica_disown(struct replica *rp, struct eowner *o);
+/* A session's record value, or what is wrong with it. */
+const char	*ebe_record_decode(const char *v, size_t len,
+		    struct erecord *rec);
 /*
  * Where requests and owners are freed, and the one rule for it: a request
  * goes once no entry of it is live in the table, it neither waits nor

@@ -278,6 +278,16 @@ eowner_new_ours(struct replica *rp, uint64_t id, void *udata)
 	return o;
 }
 
+void
+eowner_set_lease(struct replica *rp, struct eowner *o, uint64_t lease)
+{
+	ehash_remove(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext));
+	o->fe = o->lease = lease;
+	ehash_insert(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext), owner_id_hash, rp);
+}
+
 static void
 eowner_free(struct eowner *o)
 {
@@ -863,6 +873,86 @@ req_decide(struct replica *rp, struct ereq *r)
 	req_delete(rp, r);
 }
 
+/* ---- sessions moving between front ends ---- */
+
+/*
+ * Another front end's o becomes ours: the session it belongs to was
+ * resumed here. Its requests keep their verdicts, the same on every
+ * replica; what changes is who answers for them: a grant is one our
+ * client holds (its entries ours to delete), the waiting LOCK one our
+ * client waits for (o->open), and what is neither is left over from the
+ * other front end and deleted.
+ */
+void
+replica_adopt(struct replica *rp, struct eowner *o)
+{
+	struct ereq *r, *next;
+
+	o->state = OWN_IDLE;
+	o->open = NULL;
+	for (r = TAILQ_FIRST(&o->reqs); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		for (size_t i = 0; i < r->nent; i++)
+			if (r->ent[i].w == W_PUTTING)
+				r->ent[i].w = W_PUT;	/* made, or gone */
+		switch (r->state) {
+		case REQ_HELD:
+			r->side = SIDE_ANSWERED;
+			for (size_t i = 0; i < r->nent; i++)
+				if (r->ent[i].rep == ENT_HELD)
+					held_add(rp, &r->ent[i]);
+			break;
+		case REQ_WAITING:
+			if (o->open == NULL) {
+				r->side = SIDE_ASKED;
+				o->open = r;
+				o->state = OWN_LOCK;
+				break;
+			}
+			r->side = SIDE_ENDED;	/* a second wait: not ours */
+			req_delete(rp, r);
+			break;
+		default:
+			r->side = SIDE_ENDED;
+			if (r->nlive > 0)
+				req_delete(rp, r);
+			break;
+		}
+	}
+}
+
+/* Ours o becomes another front end's: its session was resumed there.
+ * Nothing is released or answered here; o may be freed. */
+void
+replica_disown(struct replica *rp, struct eowner *o)
+{
+	struct ereq *r, *next;
+
+	o->open = NULL;
+	o->state = OWN_THEIRS;
+	o->sess = NULL;
+	locktable_owner_set_udata(o->lo, NULL);
+	TAILQ_FOREACH(r, &o->reqs, entry) {
+		if (r->side == SIDE_THEIRS)
+			continue;
+		for (size_t i = 0; i < r->nent; i++) {
+			held_remove(rp, &r->ent[i]);	/* if there */
+			if (r->ent[i].ttl != NULL)
+				evtimer_del(r->ent[i].ttl);
+		}
+		r->side = SIDE_THEIRS;
+	}
+	if (TAILQ_EMPTY(&o->reqs)) {
+		eowner_maybe_free(o);
+		return;
+	}
+	/* the last request freed frees o: o is not read after it */
+	for (r = TAILQ_FIRST(&o->reqs); r != NULL; r = next) {
+		next = TAILQ_NEXT(r, entry);
+		ereq_maybe_free(r);
+	}
+}
+
 /* ---- applying events ---- */
 
 /*
@@ -931,9 +1021,11 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 			    "out of memory for the lock table");
 			return;
 		}
-		if (fe == rp->fe) {
-			/* ours, but unknown here: nobody waits for it, and
-			 * its put is made (the one write of w here) */
+		if (fe == rp->fe || o->state != OWN_THEIRS) {
+			/* ours (our lease's, or a session's of ours: one
+			 * the front end it moved from wrote late), but
+			 * unknown here: nobody waits for it, and its put is
+			 * made (the one write of w here) */
 			r->side = SIDE_ENDED;
 			for (size_t i = 0; i < r->nent; i++)
 				r->ent[i].w = W_PUT;
@@ -1040,6 +1132,67 @@ apply_heartbeat(struct replica *rp, const struct etcd_event *ev)
 		rp->hooks.heartbeat(rp->hooks.arg, ev->kv.mod_revision);
 }
 
+/* P s/H: a session's record, for the backend. */
+static void
+apply_record(struct replica *rp, const struct etcd_event *ev)
+{
+	const struct etcd_kv	*kv = &ev->kv;
+	char			 hash[EBE_HASH_HEX + 1];
+	struct erecord		 rec;
+	const char		*why;
+
+	if (kv->keylen != rp->prefixlen + 2 + EBE_HASH_HEX) {
+		entry_skip(rp, kv, "not a session's key");
+		return;
+	}
+	memcpy(hash, kv->key + rp->prefixlen + 2, EBE_HASH_HEX);
+	hash[EBE_HASH_HEX] = '\0';
+	if (ev->is_delete) {
+		rp->hooks.record(rp->hooks.arg, hash, NULL, kv->mod_revision);
+		return;
+	}
+	if ((why = ebe_record_decode(kv->value, kv->valuelen, &rec)) !=
+	    NULL) {
+		entry_skip(rp, kv, why);
+		return;
+	}
+	rec.lease = (uint64_t)kv->lease;
+	rp->hooks.record(rp->hooks.arg, hash, &rec, kv->mod_revision);
+}
+
+/* "s1 CLIENT GRACE_MS FE USER": USER the rest, may be empty. */
+const char *
+ebe_record_decode(const char *v, size_t len, struct erecord *rec)
+{
+	size_t	off = sizeof(EBE_RECORD_VERSION) - 1;
+	int64_t	c, g;
+
+	memset(rec, 0, sizeof(*rec));
+	if (len < off || memcmp(v, EBE_RECORD_VERSION, off) != 0)
+		return "not a session record of this version";
+	if (!value_num(v, len, &off, false, &c) || c < 1 ||
+	    !value_num(v, len, &off, false, &g) || g < 1)
+		return "bad client id or grace";
+	if (off + 1 + EBE_ID_HEX > len || v[off] != ' ' ||
+	    !hex16(v + off + 1, &rec->fe))
+		return "bad front end";
+	off += 1 + EBE_ID_HEX;
+	if (off < len) {
+		if (v[off] != ' ' || len - off - 1 > KL_NAME_MAX)
+			return "bad user";
+		for (size_t i = off + 1; i < len; i++)
+			if ((unsigned char)v[i] <= 0x20 || v[i] == 0x7f)
+				return "a control byte in the user";
+		if (len - off - 1 > 0) {
+			rec->user = v + off + 1;
+			rec->userlen = len - off - 1;
+		}
+	}
+	rec->client = (uint64_t)c;
+	rec->grace_ms = (uint64_t)g;
+	return NULL;
+}
+
 /* The watch's events, in revision order. */
 void
 replica_events(struct replica *rp, const struct etcd_event *ev, size_t n,
@@ -1061,6 +1214,9 @@ replica_events(struct replica *rp, const struct etcd_event *ev, size_t n,
 		    memcmp(kv->key + rp->prefixlen, "fe/", 3) == 0) {
 			if (!ev[i].is_delete)
 				apply_heartbeat(rp, &ev[i]);
+		} else if (kv->keylen > rp->prefixlen + 2 &&
+		    memcmp(kv->key + rp->prefixlen, "s/", 2) == 0) {
+			apply_record(rp, &ev[i]);
 		} else if (ev[i].is_delete) {
 			apply_delete(rp, kv);
 		} else {

@@ -519,6 +519,13 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 
 	if (!cmd_timeout(cmds, c, req, &timeout))
 		return;
+	if (conn_channel(c) != 0 && be->ops->session_open != NULL &&
+	    conn_session(c) != NULL) {
+		/* keylockd-protocol(7), SESSIONS: Across front ends */
+		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, a "
+		    "session's locks are taken on channel 0 only");
+		return;
+	}
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
@@ -884,17 +891,21 @@ cmd_kill(struct commands *cmds, struct conn *c, const struct request *req)
 
 /* ---- sessions (keylockd-protocol(7), SESSIONS) ---- */
 
-/* backend etcd replicates owners per front end: a session there would
- * not outlive its front end, which is what a user of it expects. */
+/* A backend whose sessions cross front ends (etcd) says so with
+ * session_open; backend local's are the daemon's alone. */
 static bool
 cmd_sessions_available(struct commands *cmds, struct conn *c)
 {
-	if (strcmp(backend_name(cmds->be), "local") == 0)
+	if (strcmp(backend_name(cmds->be), "local") == 0 ||
+	    cmds->be->ops->session_open != NULL)
 		return true;
 	conn_reply_err(c, KL_ERR_BACKEND, "sessions are not available with "
 	    "backend %s yet: nothing was changed", backend_name(cmds->be));
 	return false;
 }
+
+static bool	cmd_session_backend(struct commands *, struct conn *,
+		    struct session *, uint64_t);
 
 static void
 cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
@@ -912,6 +923,18 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 	if (conn_session(c) != NULL) {
 		conn_reply_err(c, KL_ERR_SESSION, "this connection already "
 		    "has a session");
+		return;
+	}
+	/* backend etcd writes a session's entries under a lease of its own
+	 * from the start, and does not carry channels to another front end
+	 * (keylockd-protocol(7), SESSIONS: Across front ends) */
+	if (cmds->be->ops->session_open != NULL &&
+	    (locktable_owner_nholds(conn_owner(c)) > 0 ||
+	    locktable_owner_is_waiting(conn_owner(c)) ||
+	    conn_nchannels(c) > 0)) {
+		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, "
+		    "SESSION comes before the connection's first LOCK and "
+		    "without channels in use");
 		return;
 	}
 	if (grace > (uint64_t)cfg->session_grace_max) {
@@ -941,7 +964,91 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 	session_set_user(s, conn_user(c) != NULL ?
 	    user_name(conn_user(c)) : NULL);
 	conn_set_session(c, s);
+	if (cmds->be->ops->session_open != NULL &&
+	    cmd_session_backend(cmds, c, s, grace))
+		return;		/* pending, or refused */
 	conn_reply_ok_str(c, id);
+}
+
+/* SESSION or RESUME refused by the backend: s is forgotten. */
+static void
+cmd_session_refused(struct conn *c, struct session *s,
+    const struct be_result *r)
+{
+	session_discard(s);
+	if (r->err == KL_ERR_NOMEM)
+		conn_close_nomem(c, r->op == BE_SESSION ? "a session" :
+		    "RESUME");
+	else if (r->err == KL_ERR_GONE)
+		conn_reply_err(c, KL_ERR_GONE, "no such session: it ended "
+		    "and its locks were released");
+	else
+		conn_reply_err(c, r->err, "%s", r->text != NULL ? r->text :
+		    "the backend cannot be reached");
+}
+
+/* backend etcd: the session's lease and record. true: pending, or
+ * answered with an error. */
+static bool
+cmd_session_backend(struct commands *cmds, struct conn *c, struct session *s,
+    uint64_t grace)
+{
+	struct backend		*be = cmds->be;
+	struct be_result	 r;
+	char			 hash[SESSION_HASH_HEX + 1], err[256];
+
+	if (!session_hash(s, hash, err, sizeof(err))) {
+		memset(&r, 0, sizeof(r));
+		r.op = BE_SESSION;
+		r.err = KL_ERR_BACKEND;
+		r.text = err;
+		cmd_session_refused(c, s, &r);
+		return true;
+	}
+	if (be->ops->session_open(be, conn_owner(c), hash, grace,
+	    session_user(s), &r) == BE_PENDING) {
+		conn_pend(c, false, -1, 0);
+		return true;
+	}
+	if (r.err == KL_OK)
+		return false;
+	cmd_session_refused(c, s, &r);
+	return true;
+}
+
+/* The backend's answer to SESSION (BE_SESSION) or RESUME (BE_RESUME). */
+static void
+cmd_session_done(struct commands *cmds, struct conn *c,
+    const struct be_result *r)
+{
+	struct session	*s = conn_session(c);
+	char		 id[SESSION_ID_LEN + 1], *json;
+	bool		 waiting;
+
+	if (s == NULL) {	/* KILLed meanwhile: its end says so */
+		if (r->op == BE_RESUME && r->err == KL_OK)
+			cmds->be->ops->owner_free(cmds->be, r->owner,
+			    kl_now_ms());
+		conn_reply_err(c, KL_ERR_GONE, "the session ended");
+		return;
+	}
+	if (r->err != KL_OK) {
+		cmd_session_refused(c, s, r);
+		return;
+	}
+	if (r->op == BE_SESSION) {
+		session_id(s, id);
+		conn_reply_ok_str(c, id);
+		explicit_bzero(id, sizeof(id));
+		return;
+	}
+	session_resumed(s, r->value, r->grace_ms);
+	conn_adopt_session(c, r->owner, &waiting);
+	session_id(s, id);
+	json = stats_resume_json(backend_table(cmds->be), r->owner, id,
+	    SESSION_ID_LEN, r->grace_ms, kl_now_ms(), NULL, 0);
+	explicit_bzero(id, sizeof(id));
+	cmd_json_reply(cmds, c, json);
 }
 
 static bool
@@ -980,6 +1087,43 @@ cmd_chans_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* backend etcd: RESUME of a session this front end does not have; the
+ * user check is the backend's (the record names its user). */
+static void
+cmd_resume_backend(struct commands *cmds, struct conn *c,
+    const struct request *req)
+{
+	struct backend		*be = cmds->be;
+	struct session		*s;
+	struct be_result	 r;
+	char			 hash[SESSION_HASH_HEX + 1], err[256];
+	bool			 nomem;
+
+	if ((s = session_resuming(conns_sessions(conn_set(c)), c,
+	    req->args[0], req->arglens[0], &nomem)) == NULL) {
+		if (nomem)
+			conn_close_nomem(c, "RESUME");
+		else
+			conn_reply_err(c, KL_ERR_GONE, "no such session: it "
+			    "ended and its locks were released");
+		return;
+	}
+	conn_set_session(c, s);
+	session_set_user(s, conn_user(c) != NULL ?
+	    user_name(conn_user(c)) : NULL);
+	memset(&r, 0, sizeof(r));
+	r.op = BE_RESUME;
+	if (!session_hash(s, hash, err, sizeof(err))) {
+		r.err = KL_ERR_BACKEND;
+		r.text = err;
+	} else if (be->ops->session_resume(be, conn_owner(c), hash,
+	    session_user(s), &r) == BE_PENDING) {
+		conn_pend(c, false, -1, 0);
+		return;
+	}
+	cmd_session_refused(c, s, &r);
+}
+
 static void
 cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 {
@@ -999,8 +1143,18 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 	}
 	/* Another user's session is as unknown as one that never was
 	 * (keylockd-protocol(7), ACCESS CONTROL). */
-	if ((s = sessions_find(conns_sessions(conn_set(c)), req->args[0],
-	    req->arglens[0])) == NULL || !cmd_session_is_mine(c, s)) {
+	s = sessions_find(conns_sessions(conn_set(c)), req->args[0],
+	    req->arglens[0]);
+	if (s != NULL && session_is_resuming(s)) {
+		conn_reply_err(c, KL_ERR_BACKEND, "a RESUME of this session "
+		    "is under way on this front end; try again");
+		return;
+	}
+	if (s == NULL && cmds->be->ops->session_resume != NULL) {
+		cmd_resume_backend(cmds, c, req);
+		return;
+	}
+	if (s == NULL || !cmd_session_is_mine(c, s)) {
 		conn_reply_err(c, KL_ERR_GONE, "no such session: it ended "
 		    "and its locks were released");
 		return;
@@ -1345,6 +1499,14 @@ commands_done(struct commands *cmds, struct lt_owner *o,
 
 	if (c == NULL)
 		return;	/* a detached session's: RESUME tells */
+	if (r->op == BE_SESSION || r->op == BE_RESUME) {
+		cmd_session_done(cmds, c, r);
+		conn_complete(c, r->err);
+		if (r->op == BE_RESUME && r->err == KL_OK &&
+		    conn_session(c) != NULL)
+			conn_resume_wait(c);
+		return;
+	}
 	if (conn_is_quitting(c))
 		conn_reply_ok(c, "%s", "");	/* QUIT's release */
 	else if (r->op == BE_READ)

@@ -339,6 +339,12 @@ conns_release_closed(struct conns *cs)
 	TAILQ_FOREACH(c, &cs->dead, qentry) {
 		struct session	*s = c->root->sess;
 
+		if (c->sess != NULL && session_is_resuming(c->sess)) {
+			/* its RESUME never completed: nothing to keep */
+			session_end(c->sess, "its connection closed during "
+			    "RESUME");
+			s = NULL;
+		}
 		if (c->sess != NULL && cs->closing)
 			session_end(c->sess, "the server is stopping");
 		if (c->h.owner == NULL)
@@ -2279,6 +2285,33 @@ conn_take_session(struct conn *c, struct session *s, bool *waiting)
 	c->resume_wait = *waiting = locktable_owner_is_waiting(o);
 	session_take_channels(s, conn_chan_adopt, c);
 	return o;
+}
+
+struct lt_owner *
+conn_adopt_session(struct conn *c, struct lt_owner *o, bool *waiting)
+{
+	struct conns	*cs = c->cs;
+	struct session	*s = c->sess;
+
+	cs->be->ops->owner_free(cs->be, c->h.owner, kl_now_ms());
+	c->h.owner = o;
+	locktable_owner_set_udata(o, &c->h);
+	c->id = session_client(s);
+	c->deadline_ms = 0;	/* another front end's deadline: unknown */
+	c->resume_wait = *waiting = locktable_owner_is_waiting(o);
+	return o;
+}
+
+void
+conn_session_moved(struct conn *c)
+{
+	struct session *s = c->root->sess;
+
+	c->h.owner = NULL;	/* the backend's, released by nobody */
+	if (s != NULL)
+		session_moved(s);
+	conn_close(c->root, "its session was resumed through another front "
+	    "end");
 }
 
 static bool

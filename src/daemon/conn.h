@@ -157,6 +157,16 @@ struct lt_owner	*conn_take_session(struct conn *c, struct session *s,
 /* After the RESUME's reply: the open request of c and of each of its
  * channels is its waiting LOCK, if any, with the deadline it had. */
 void		 conn_resume_wait(struct conn *c);
+/*
+ * backend etcd: c, whose session (conn_session(), resuming) the backend
+ * has taken over from another front end, adopts its owner o in place of
+ * its own (freed); *waiting as for conn_take_session().
+ */
+struct lt_owner	*conn_adopt_session(struct conn *c, struct lt_owner *o,
+		    bool *waiting);
+/* c's session was resumed through another front end: c closes without
+ * releasing anything. */
+void		 conn_session_moved(struct conn *c);
 /* The sessions of the set. */
 struct sessions	*conns_sessions(struct conns *cs);
 

@@ -655,9 +655,8 @@ server_be_end_turn(void *arg)
 	server_end_turn(arg);
 }
 
-/* The backend has lost o's locks: its connection goes, or, while o's
- * session is detached, the session ends (sessions are refused with
- * backend etcd today: commands.c). */
+/* The backend has lost o's locks: its connection goes, and its session
+ * ends with it (there is nothing left to RESUME), attached or not. */
 static void
 server_be_drop(void *arg, struct lt_owner *o, const char *why)
 {
@@ -665,10 +664,26 @@ server_be_drop(void *arg, struct lt_owner *o, const char *why)
 	struct conn		*c = owner_conn(o);
 
 	(void)arg;
-	if (c != NULL)
+	if (c != NULL) {
+		if (conn_channel(c) == 0 && conn_session(c) != NULL)
+			session_end(conn_session(c), why);
 		conn_close(c, why);
-	else if (h != NULL && h->detached != NULL)
+	} else if (h != NULL && h->detached != NULL)
 		session_end(h->detached, why);
+}
+
+/* backend etcd: o's session was resumed through another front end. */
+static void
+server_be_moved(void *arg, struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+	struct conn		*c = owner_conn(o);
+
+	(void)arg;
+	if (c != NULL)
+		conn_session_moved(c);
+	else if (h != NULL && h->detached != NULL)
+		session_moved(h->detached);
 }
 
 /* The backend queued o's LOCK: a connection whose input has ended stops
@@ -706,6 +721,7 @@ server_new(struct config *cfg)
 	hooks.counters = &srv->stats.be;
 	hooks.arg = srv;
 	hooks.queued = server_be_queued;
+	hooks.moved = server_be_moved;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||
 	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,

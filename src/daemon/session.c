@@ -29,6 +29,7 @@
 #include "locktable.h"
 #include "log.h"
 #include "session.h"
+#include "ssl_rt.h"
 #include "stats.h"
 #include "util.h"
 
@@ -75,6 +76,8 @@ struct session {
 	char			 peer[64];	/* the last connection's */
 	char			 user[KL_NAME_MAX + 1];	/* "": none */
 	uint32_t		 state_owner;	/* live upgrade: its index */
+	bool			 resuming;	/* its RESUME waits for the
+						 * backend (etcd) */
 };
 
 TAILQ_HEAD(session_list, session);
@@ -231,7 +234,8 @@ session_free(struct session *s)
 	struct sessions	*ss = s->ss;
 
 	sessions_unlink(ss, s);
-	ss->st->sessions--;
+	if (!s->resuming)
+		ss->st->sessions--;
 	if (s->state != SESSION_ATTACHED)
 		ss->st->sessions_detached--;
 	if (s->timer != NULL)
@@ -254,6 +258,8 @@ session_release(struct session *s)
 	uint64_t	 now = kl_now_ms();
 
 	s->h.owner = NULL;
+	if (o != NULL && ss->be->ops->session_end != NULL)
+		ss->be->ops->session_end(ss->be, o);
 	if (o != NULL)
 		ss->be->ops->owner_free(ss->be, o, now);
 	for (size_t i = 0; i < s->nchans; i++) {
@@ -431,7 +437,7 @@ sessions_find_client(struct sessions *ss, uint64_t id)
 	struct session	*s;
 
 	TAILQ_FOREACH(s, &ss->all, entry)
-		if (s->client == id)
+		if (s->client == id && !s->resuming)
 			return s;
 	return NULL;
 }
@@ -589,14 +595,120 @@ session_attach(struct session *s, struct conn *c, const char *peer,
 void
 session_end(struct session *s, const char *why)
 {
+	struct backend	*be = s->ss->be;
+
 	log_info("client %" PRIu64 " (%s): session ended: %s", s->client,
 	    s->name != NULL ? s->name : s->conn != NULL &&
 	    conn_name(s->conn) != NULL ? conn_name(s->conn) : "-", why);
 	if (s->state == SESSION_ATTACHED) {
+		/* backend etcd: its lease goes, its holds with it */
+		if (be->ops->session_end != NULL)
+			be->ops->session_end(be, conn_owner(s->conn));
 		conn_forget_session(s->conn);
 		session_free(s);
 	} else
 		session_release(s);
+}
+
+/* ---- sessions across front ends (backend etcd) ---- */
+
+bool
+session_hash(const struct session *s, char *out, char *err, size_t errlen)
+{
+	static const char	hex[] = "0123456789abcdef";
+	unsigned char		md[SHA256_DIGEST_LENGTH];
+
+	if (!ssl_rt_load("sessions through backend etcd", err, errlen))
+		return false;
+	ssl_rt.SHA256(s->raw, sizeof(s->raw), md);
+	for (size_t i = 0; i < sizeof(md); i++) {
+		out[2 * i] = hex[md[i] >> 4];
+		out[2 * i + 1] = hex[md[i] & 15];
+	}
+	out[2 * sizeof(md)] = '\0';
+	return true;
+}
+
+void
+session_id(const struct session *s, char *out)
+{
+	session_encode(s->raw, out);
+}
+
+struct session *
+session_resuming(struct sessions *ss, struct conn *c, const char *id,
+    size_t len, bool *nomem)
+{
+	struct session	*s;
+	size_t		 i;
+
+	*nomem = false;
+	if ((s = kl_calloc(1, sizeof(*s))) == NULL) {
+		*nomem = true;
+		return NULL;
+	}
+	if (!session_decode(id, len, s->raw)) {
+		kl_free(s);
+		return NULL;
+	}
+	if (!sessions_grow(ss) || (s->timer = evtimer_new(ss->base,
+	    session_timer_cb, s)) == NULL) {
+		explicit_bzero(s->raw, sizeof(s->raw));
+		kl_free(s);
+		*nomem = true;
+		return NULL;
+	}
+	s->ss = ss;
+	s->conn = c;
+	s->resuming = true;
+	s->state = SESSION_ATTACHED;
+	s->since_ms = conn_since_ms(c);
+	s->transport = (int)conn_transport(c);
+	snprintf(s->peer, sizeof(s->peer), "%s", conn_peer(c));
+	i = session_bucket(ss, s->raw);
+	s->hnext = ss->buckets[i];
+	ss->buckets[i] = s;
+	TAILQ_INSERT_TAIL(&ss->all, s, entry);
+	ss->n++;
+	return s;
+}
+
+bool
+session_is_resuming(const struct session *s)
+{
+	return s->resuming;
+}
+
+void
+session_resumed(struct session *s, uint64_t client, uint64_t grace_ms)
+{
+	s->resuming = false;
+	s->client = client;
+	s->grace_ms = grace_ms;
+	s->ss->st->sessions++;
+	s->ss->st->sessions_resumed++;
+	log_info("client %" PRIu64 ": session resumed from %s through this "
+	    "front end", client, s->peer);
+}
+
+void
+session_discard(struct session *s)
+{
+	if (s->state == SESSION_ATTACHED && s->conn != NULL)
+		conn_forget_session(s->conn);
+	session_free(s);
+}
+
+void
+session_moved(struct session *s)
+{
+	log_info("client %" PRIu64 " (%s): session resumed through another "
+	    "front end", s->client, session_name(s) != NULL ?
+	    session_name(s) : "-");
+	if (s->state == SESSION_ATTACHED && s->conn != NULL)
+		conn_forget_session(s->conn);
+	s->h.owner = NULL;	/* the backend's: nothing is released */
+	session_free(s);
 }
 
 /*
@@ -622,6 +734,8 @@ session_expire(struct session *s, uint64_t now_ms)
 		session_release(s);
 		return;
 	}
+	if (ss->be->ops->session_close != NULL)
+		ss->be->ops->session_close(ss->be, s->h.owner);
 	ss->be->ops->withdraw(ss->be, s->h.owner, LT_WHY_TIMEOUT, now_ms, &r);
 	for (size_t i = 0; i < s->nchans; i++) {
 		ss->be->ops->withdraw(ss->be, s->chans[i]->h.owner,

@@ -47,6 +47,8 @@ struct owner_head {
 
 /* The text form of an ID: base64url of 24 random bytes, and a NUL. */
 #define SESSION_ID_LEN	32
+/* The hex SHA-256 of a raw ID: a session's name in backend etcd. */
+#define SESSION_HASH_HEX 64
 
 /* The connection that answers for o, or NULL while o's session is
  * detached (or o has no udata). */
@@ -122,6 +124,30 @@ struct lt_owner	*session_attach(struct session *s, struct conn *c,
 /* s ends now (QUIT, KILL): a detached s releases everything at once; an
  * attached one is only forgotten, its connection's close releases. */
 void		 session_end(struct session *s, const char *why);
+
+/*
+ * Sessions across front ends (backend etcd; keylockd-protocol(7),
+ * SESSIONS: Across front ends). The backend knows a session by the hex
+ * SHA-256 of its raw ID (out: 64 digits and a NUL), never by the ID;
+ * false with err when libcrypto cannot be loaded.
+ */
+bool		 session_hash(const struct session *s, char *out, char *err,
+		    size_t errlen);
+/* Its ID's text (SESSION_ID_LEN bytes and a NUL). */
+void		 session_id(const struct session *s, char *out);
+/* RESUME of an ID this front end does not have: a session for c whose
+ * owner the backend is to hand over (session_resumed()), or NULL: not an
+ * ID this server makes (GONE), or *nomem. */
+struct session	*session_resuming(struct sessions *ss, struct conn *c,
+		    const char *id, size_t len, bool *nomem);
+bool		 session_is_resuming(const struct session *s);
+void		 session_resumed(struct session *s, uint64_t client,
+		    uint64_t grace_ms);
+/* Forgets s, which the backend refused, without a word to it. */
+void		 session_discard(struct session *s);
+/* s was resumed through another front end: forgotten, its owner (the
+ * backend's) released by nobody; its connection is the caller's. */
+void		 session_moved(struct session *s);
 
 struct conn	*session_conn(const struct session *s);
 uint64_t	 session_client(const struct session *s);

@@ -15,6 +15,7 @@
 #include <event2/bufferevent_ssl.h>
 
 #include <openssl/err.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
@@ -22,6 +23,7 @@
 /* libssl's (and, through it, libcrypto's) */
 #define SSL_RT_FUNCS(X)							\
 	X(ERR_clear_error) X(ERR_error_string_n) X(ERR_get_error)	\
+	X(SHA256)							\
 	X(SSL_CTX_check_private_key) X(SSL_CTX_ctrl) X(SSL_CTX_free)	\
 	X(SSL_CTX_get_cert_store) X(SSL_CTX_load_verify_locations)	\
 	X(SSL_CTX_new) X(SSL_CTX_set_default_verify_paths)		\

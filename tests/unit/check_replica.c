@@ -59,6 +59,8 @@ struct rep {
 	size_t			 ndropped;
 	struct got		 got[MAXGOT];
 	size_t			 ngot;
+	struct lt_owner		*moved[4];
+	size_t			 nmoved;
 };
 
 static void
@@ -86,6 +88,15 @@ rep_drop(void *arg, struct lt_owner *o, const char *why)
 	p->dropped[p->ndropped++] = o;
 }
 
+static void
+rep_moved(void *arg, struct lt_owner *o)
+{
+	struct rep *p = arg;
+
+	ck_assert_uint_lt(p->nmoved, 4);
+	p->moved[p->nmoved++] = o;
+}
+
 static struct rep *
 rep_new(uint64_t fe)
 {
@@ -94,7 +105,7 @@ rep_new(uint64_t fe)
 	struct rep	*p = calloc(1, sizeof(*p));
 	struct config	 cfg;
 	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL,
-	    NULL, NULL };
+	    NULL, NULL, rep_moved };
 	char		 err[256];
 
 	ck_assert_ptr_nonnull(p);
@@ -314,7 +325,9 @@ who(struct rep *p, struct lt_owner *lo, uint64_t *fe, uint64_t *client)
 	struct eowner *o = eowner_of(p->rp, lo);
 
 	ck_assert_ptr_nonnull(o);
-	*fe = o->state != OWN_THEIRS ? p->fe : o->fe;
+	/* a session's owner is named by its lease wherever it is */
+	*fe = o->lease != 0 ? o->lease : o->state != OWN_THEIRS ? p->fe :
+	    o->fe;
 	*client = o->client;
 }
 
@@ -827,6 +840,177 @@ START_TEST(entries_against_the_rules_are_left_out)
 }
 END_TEST
 
+#define SESS_L		0x5e55
+#define SESS_HASH	"5e55f00d5e55f00d5e55f00d5e55f00d" \
+			"5e55f00d5e55f00d5e55f00d5e55f00d"
+
+/* The grants and waits of owner lo (a key at most each) in p's replies
+ * so far: how many BE_LOCK results it got, the last one in *r. */
+static size_t
+replies_of(struct rep *p, struct lt_owner *lo, struct be_result *r)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < p->ngot; i++)
+		if (p->got[i].o == lo && p->got[i].r.op == BE_LOCK) {
+			*r = p->got[i].r;
+			n++;
+		}
+	return n;
+}
+
+/* The record event P s/H naming front end fe, under the session's lease. */
+static void
+w_record(struct world *w, uint64_t client, uint64_t fe)
+{
+	static char	key[] = "t/s/" SESS_HASH;
+	static char	value[96];
+	int		n = snprintf(value, sizeof(value), "s1 %" PRIu64 " 5000 "
+			    "%016" PRIx64, client, fe);
+
+	memset(&w->ev[w->nev], 0, sizeof(w->ev[0]));
+	w->ev[w->nev].kv.key = key;
+	w->ev[w->nev].kv.keylen = strlen(key);
+	w->ev[w->nev].kv.value = value;
+	w->ev[w->nev].kv.valuelen = (size_t)n;
+	w->ev[w->nev].kv.version = 2;
+	w->ev[w->nev].kv.create_revision = 50;
+	w->ev[w->nev].kv.mod_revision = w->rev;
+	w->ev[w->nev].kv.lease = SESS_L;
+	w->nev++;
+}
+
+/*
+ * keylockd-protocol(7), SESSIONS: Across front ends. A session's owner
+ * on A holds one key and waits for another behind a third front end's
+ * hold; its record, put again naming B (a RESUME through B), moves it: on
+ * A it becomes another front end's, with nothing released and its
+ * connection told to go (hooks.moved); on B it becomes the resuming
+ * client's, with the grant it had (the token A's client received) and the
+ * wait, whose grant B alone answers, once, when the third front end
+ * releases. Both tables agree at every step.
+ */
+/* The events of the transaction being built, to A and B; then they
+ * must agree. */
+static void
+w_apply(struct world *w, int step)
+{
+	for (int i = 0; i < 2; i++)
+		replica_events(w->r[i]->rp, w->ev, w->nev, w->rev);
+	w->nev = 0;
+	tables_agree(w, w->r[0], w->r[1], step);
+}
+
+START_TEST(a_session_moves_from_one_replica_to_another)
+{
+	static int		 conn_a, conn_b;	/* the daemon's */
+	struct world		*w = calloc(1, sizeof(*w));
+	struct rep		*a, *b;
+	struct lt_owner		*lo, *req, *lo_b;
+	struct eowner		*o;
+	struct lt_acquire	 acq;
+	struct be_result	 r, got;
+	const char		*keys[1];
+	size_t			 keylens[1] = { 2 }, foreign;
+	uint64_t		 t0;
+
+	ck_assert_ptr_nonnull(w);
+	w->rng = 11;
+	w->rev = 100;
+	w->r[0] = a = rep_new(FE_A);
+	w->r[1] = b = rep_new(FE_B);
+	ck_assert_ptr_nonnull(lo = a->be->ops->owner_new(a->be, 7, &conn_a));
+	ebe_assume_session(a->e, lo, SESS_HASH, SESS_L, 5000, ++w->rev);
+	/* a third front end holds k1 */
+	w->rev++;
+	foreign = w->nkv;
+	w_put(w, "t/q/k1/000000000000001f-0000000000000001", 40,
+	    "k1 3 x 1 -1 0 0 1 k1\nname", 25, 0x1f, 1);
+	w_apply(w, 0);
+	/* the session's client on A: LOCK k0 (granted), LOCK k1 (waits),
+	 * each written under the session's lease */
+	memset(&acq, 0, sizeof(acq));
+	acq.keys = keys;
+	acq.keylens = keylens;
+	acq.nkeys = 1;
+	acq.mode = LT_EXCLUSIVE;
+	acq.limit = 1;
+	acq.max_waiters = -1;
+	for (int k = 0; k < 2; k++) {
+		struct ereq *q;
+
+		keys[0] = keyname[k];
+		ck_assert_int_eq(a->be->ops->acquire(a->be, lo, &acq,
+		    kl_now_ms(), &r), BE_PENDING);
+		ck_assert_ptr_nonnull(q = eowner_of(a->rp, lo)->open);
+		ck_assert_uint_eq(q->fe, SESS_L);
+		w->rev++;
+		w_put(w, q->ent[0].ekey, q->ent[0].ekeylen, q->value,
+		    q->valuelen, q->fe, q->seq);
+		w_apply(w, 1 + k);
+	}
+	ck_assert_uint_eq(replies_of(a, lo, &got), 1);
+	ck_assert_int_eq(got.err, KL_OK);
+	t0 = got.value;
+	ck_assert(locktable_owner_is_waiting(lo));
+	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k0"), t0);
+	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
+	a->ngot = 0;
+
+	/* RESUME through B: its record put again, naming B */
+	ck_assert_ptr_nonnull(req = b->be->ops->owner_new(b->be, 50,
+	    &conn_b));
+	ebe_assume_resume(b->e, req, SESS_HASH, SESS_L, 7, 5000, w->rev);
+	w->rev++;
+	w_record(w, 7, FE_B);
+	w_apply(w, 3);
+	/* A: the session moved; nothing released, its connection to go */
+	ck_assert_uint_eq(a->nmoved, 1);
+	ck_assert_ptr_eq(a->moved[0], lo);
+	ck_assert_ptr_nonnull(o = eowner_get(a->rp, SESS_L, 7, false));
+	ck_assert_int_eq(o->state, OWN_THEIRS);
+	ck_assert_ptr_null(locktable_owner_udata(o->lo));
+	ck_assert_uint_eq(a->ndropped, 0);
+	/* B: the RESUME hands over the owner, with its grant and wait */
+	ck_assert_uint_eq(b->ngot, 1);
+	ck_assert_ptr_eq(b->got[0].o, req);
+	r = b->got[0].r;
+	ck_assert_int_eq(r.op, BE_RESUME);
+	ck_assert_int_eq(r.err, KL_OK);
+	ck_assert_uint_eq(r.value, 7);
+	ck_assert_uint_eq(r.grace_ms, 5000);
+	ck_assert_ptr_nonnull(lo_b = r.owner);
+	ck_assert_ptr_nonnull(o = eowner_of(b->rp, lo_b));
+	ck_assert_int_eq(o->state, OWN_LOCK);
+	ck_assert_ptr_nonnull(o->open);
+	ck_assert(locktable_owner_is_waiting(lo_b));
+	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
+	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k0", 2));
+	b->ngot = 0;
+	/* what the daemon does with the RESUME's connection's own owner */
+	locktable_owner_set_udata(lo_b, &conn_b);
+	b->be->ops->owner_free(b->be, req, kl_now_ms());
+
+	/* the third front end releases k1: B answers the wait, once */
+	w->rev++;
+	w_del(w, &w->kv[foreign]);
+	w_apply(w, 4);
+	ck_assert_uint_eq(a->ngot, 0);
+	ck_assert_uint_eq(replies_of(b, lo_b, &got), 1);
+	ck_assert_int_eq(got.err, KL_OK);
+	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k1"), got.value);
+	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k1"), got.value);
+	ck_assert_uint_gt(got.value, t0);
+	ck_assert_uint_eq(b->ngot, 1);
+
+	b->be->ops->owner_free(b->be, lo_b, kl_now_ms());
+	rep_free(a);
+	rep_free(b);
+	free(w->log);
+	free(w);
+}
+END_TEST
+
 static Suite *
 replica_suite(void)
 {
@@ -839,6 +1023,7 @@ replica_suite(void)
 	tcase_add_test(tc, two_replicas_agree_on_every_foreign_event);
 	tcase_add_test(tc, a_client_token_is_the_one_every_replica_shows);
 	tcase_add_test(tc, a_rebuilt_replica_agrees_on_grants_and_queues);
+	tcase_add_test(tc, a_session_moves_from_one_replica_to_another);
 	suite_add_tcase(s, tc);
 	return s;
 }
