@@ -27,7 +27,9 @@ ETCD_TESTS = \
 	tests/etcd/secure.sh \
 	tests/etcd/upgrade.sh \
 	tests/etcd/integration.sh
-TESTS += $(ETCD_TESTS)
+# The soak first: the longest (SOAK_SECONDS), it then runs beside the
+# others under make -j2 instead of alone at the end.
+TESTS += tests/etcd/soak_test $(ETCD_TESTS)
 EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/cluster_test.sh tests/etcd/bench_etcd.sh \
 	tests/etcd/integration.sh tests/etcd/frontend.sh \
@@ -53,7 +55,6 @@ tests_etcd_soak_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
 tests_etcd_soak_test_LDADD = $(CHECK_MAIN_LDADD) \
 	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
 	$(JANSSON_LIBS) -lpthread
-TESTS += tests/etcd/soak_test
 
 # The etcd leader SIGKILLed under load, with the default etcd settings:
 # no error, no overlap (issue 23).

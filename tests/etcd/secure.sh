@@ -109,26 +109,50 @@ AUTH="--etcd-user kl --etcd-password-file $TMP/pw"
 # busy machine and then said "no connection free" for the reason sought.
 COMMON="--etcd-timeout 5000 --etcd-lease-ttl 30 --log-level debug"
 
-# refused WHAT PATTERN OPTIONS...: a front end with OPTIONS does not
-# start, exits non-zero (not by a signal), and its log says PATTERN.
-refused() {
-	_what=$1 _pat=$2
-	shift 2
-	timeout 60 "$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
-	    --unix "$TMP/sock2" --state-dir "$TMP" "$@" \
-	    >"$TMP/refused.log" 2>&1
+# refused_start AS OPTIONS...: a front end with OPTIONS in the
+# background, its socket, state and log in $TMP/AS.d; its pid in RPID.
+refused_start() {
+	_as=$1
+	shift
+	mkdir -p "$TMP/$_as.d"
+	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
+	    --unix "$TMP/$_as.d/sock" --state-dir "$TMP/$_as.d" "$@" \
+	    >"$TMP/$_as.d/log" 2>&1 &
+	RPID=$!
+	BGPIDS="$BGPIDS $RPID"
+}
+
+# refused_check AS PID WHAT PATTERN: that front end does not start: it
+# exits within 60 s, non-zero (not by a signal), and its log says PATTERN.
+refused_check() {
+	_log=$TMP/$1.d/log _pid=$2 _what=$3 _pat=$4
+	wait_for "! pid_running $_pid" 60 ||
+	    fail "$_what: still running after 60 s: $(tail -n 5 "$_log")"
+	wait "$_pid"
 	_rc=$?
-	[ "$_rc" -ne 0 ] && [ "$_rc" -ne 124 ] ||
-	    fail "$_what: exit $_rc: $(tail -n 5 "$TMP/refused.log")"
+	[ "$_rc" -ne 0 ] || fail "$_what: exit 0: $(tail -n 5 "$_log")"
 	[ "$_rc" -lt 128 ] || fail "$_what: killed by signal $((_rc - 128))"
-	grep -q -- "$_pat" "$TMP/refused.log" ||
-	    fail "$_what: no \"$_pat\" in: $(tail -n 5 "$TMP/refused.log") etcd: $(tail -n 5 "$TMP/etcd.log")"
-	pass "$_what: refused, exit $_rc: $(grep -- "$_pat" \
-	    "$TMP/refused.log" | head -n 1)"
+	grep -q -- "$_pat" "$_log" ||
+	    fail "$_what: no \"$_pat\" in: $(tail -n 5 "$_log") etcd: $(tail -n 5 "$TMP/etcd.log")"
+	pass "$_what: refused, exit $_rc: $(grep -- "$_pat" "$_log" |
+	    head -n 1)"
+}
+
+# refused WHAT PATTERN OPTIONS...: refused_start, then refused_check.
+refused() {
+	_w=$1 _p=$2
+	shift 2
+	refused_start refused "$@"
+	refused_check refused "$RPID" "$_w" "$_p"
 }
 
 # shellcheck disable=SC2086
 {
+# Without a user, etcd refuses every request and keylockd gives up only
+# at its start deadline (10 x etcd-timeout, 50 s): that one runs beside
+# the rest, and is judged at the end.
+refused_start nouser $ENDS $TLS $COMMON
+NOUSER=$RPID
 refused "a CA that did not sign etcd's certificate" \
     "unable to get local issuer certificate" \
     $ENDS --etcd-ca "$C/other.pem" --etcd-cert "$TMP/fe.pem" \
@@ -140,7 +164,6 @@ refused "a client certificate of another CA" "TLS.*\\(unknown ca\\|bad certifica
     --etcd-key "$C/rogue.key" $AUTH $COMMON
 refused "a wrong password" "invalid user ID or password" \
     $ENDS $TLS --etcd-user kl --etcd-password-file "$TMP/badpw" $COMMON
-refused "no etcd user" "permission denied\\|user name is empty" $ENDS $TLS $COMMON
 chmod 644 "$TMP/badpw"
 refused "a password file others can read" "mode 0644 is too open" \
     $ENDS $TLS --etcd-user kl --etcd-password-file "$TMP/badpw" $COMMON
@@ -192,4 +215,6 @@ root role grant-permission klrole --prefix=true readwrite kl/ >/dev/null ||
 wait_for "kl -n job3 -- true 2>/dev/null" 30 ||
     fail "no service after the role came back: $(tail -n 5 "$TMP/daemon.log")"
 pass "a role taken away: ERR BACKEND and a log line; back with the role"
+refused_check nouser "$NOUSER" "no etcd user" \
+    "permission denied\\|user name is empty"
 daemon_stop
