@@ -28,82 +28,19 @@
 #include <jansson.h>
 
 #include "check_main.h"
-#include "ec.h"
 #include "etcd.h"
-#include "kltest.h"
+#include "etest.h"
 
 #define FE_TTL		"3"	/* s: etcd-lease-ttl of the fault tests */
 #define FE_TTL_MS	3000
 #define FE_TIMEOUT	"900"	/* ms: etcd-timeout, under a third of it */
 #define FE_SLACK_MS	2500	/* the lease reaper's lag, a loaded CPU */
 
-static struct ec	fe_ec;
-static char		fe_prefix[64];
-
-static void
-fe_init(const char *prog)
-{
-	kt_init(prog);
-	if (ec_start(&fe_ec, 3) != 0)
-		exit(1);
-}
-
-static void
-fe_done(void)
-{
-	ec_down(&fe_ec);
-}
-
-/* Every member running and healthy; a prefix of the test's own. */
-static void
-fe_setup(void)
-{
-	ck_assert_msg(ec_run(&fe_ec, NULL, 0, "heal", NULL) == 0,
-	    "the etcd cluster did not heal");
-	snprintf(fe_prefix, sizeof(fe_prefix), "kltest-%ld/", (long)getpid());
-	kt_setup_none();
-}
-
-/* A front end on endpoints (the cluster's when NULL) with a lease of
- * ttl s and etcd requests of timeout ms. */
-static struct kt_daemon *
-fe_start_with(const char *endpoints, const char *ttl, const char *timeout)
-{
-	return kt_daemon_start_at(KT_AT, NULL, KT_ARGS("--backend", "etcd",
-	    "--etcd-endpoints", endpoints != NULL ? endpoints :
-	    fe_ec.endpoints, "--etcd-prefix", fe_prefix, "--etcd-lease-ttl",
-	    ttl, "--etcd-timeout", timeout));
-}
-
+/* A front end of the fault tests' lease and timeout. */
 static struct kt_daemon *
 fe_start(void)
 {
-	return fe_start_with(NULL, FE_TTL, FE_TIMEOUT);
-}
-
-/* The endpoint list with member i first (so a front end's calls and
- * watch go there). */
-static const char *
-fe_endpoints_from(int first)
-{
-	static char	buf[EC_ENDPOINTS_MAX];
-	size_t		n = 0;
-
-	n += (size_t)snprintf(buf, sizeof(buf), "%s", ec_url(&fe_ec, first));
-	for (int i = 1; i <= fe_ec.n; i++)
-		if (i != first)
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",%s",
-			    ec_url(&fe_ec, i));
-	return buf;
-}
-
-static void
-member(const char *cmd, int i)
-{
-	char	name[8];
-
-	snprintf(name, sizeof(name), "m%d", i);
-	ck_assert_msg(ec_member(&fe_ec, cmd, name) == 0, "%s %s", cmd, name);
+	return et_fe_start(NULL, FE_TTL, FE_TIMEOUT);
 }
 
 /*
@@ -735,28 +672,26 @@ START_TEST(a_put_given_up_on_a_stopped_member_never_lands_after_its_delete)
 	struct kt_daemon	*b;
 	struct kt_conn		*ob;
 	json_int_t		 g0;
-	char			 leader[16];
-	int			 f;
+	int			 l, f;
 
-	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
-	f = atoi(leader + 1) % 3 + 1;
-	b = fe_start_with(fe_endpoints_from(atoi(leader + 1)), FE_TTL,
-	    FE_TIMEOUT);
+	l = et_leader();
+	f = l % 3 + 1;
+	b = et_fe_start(et_endpoints_from(l), FE_TTL, FE_TIMEOUT);
 	ob = kt_connect_to(b, KT_TCP);
 	g0 = kt_stat(ob, "grants");
 	for (int i = 0; i < FE_LATE_ROUNDS; i++) {
-		struct kt_daemon	*a = fe_start_with(fe_endpoints_from(f),
+		struct kt_daemon	*a = et_fe_start(et_endpoints_from(f),
 					    FE_TTL, FE_TIMEOUT);
 		struct kt_conn		*c = kt_connect_to(a, KT_TCP);
 
-		member("stop", f);
+		et_member("stop", f);
 		kt_send(c, "LOCK late:k");
 		kt_recv_within(c, kt_ms(10000));
 		if (!kt_line_has_prefix(c, "OK "))
 			kt_fail("round %d: LOCK late:k: %s", i, c->line);
 		kt_req(c, "OK 1", "UNLOCK late:k");
 		kt_wait_stat(ob, "keys", 0);
-		member("cont", f);
+		et_member("cont", f);
 		kt_sleep_ms((uint64_t)kt_ms(1000));	/* the late try's chance */
 		kt_conn_close(c);
 		kt_daemon_stop(a);
@@ -795,28 +730,22 @@ static int	killed;
 static void
 kill_follower(void)
 {
-	char	leader[16];
-
-	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
-	killed = atoi(leader + 1) % 3 + 1;
-	member("kill", killed);
+	killed = et_leader() % 3 + 1;
+	et_member("kill", killed);
 }
 
 static void
 kill_leader(void)
 {
-	char	leader[16];
-
-	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
-	killed = atoi(leader + 1);
-	member("kill", killed);
+	killed = et_leader();
+	et_member("kill", killed);
 }
 
 START_TEST(killed_members_cost_latency_not_errors_or_locks)
 {
 	/* an election takes a second or two, more on a loaded machine: a
 	 * longer timeout than the default's */
-	struct kt_daemon	*a = fe_start_with(NULL, "30", "8000");
+	struct kt_daemon	*a = et_fe_start(NULL, "30", "8000");
 	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
 	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
 	json_t			*info;
@@ -826,8 +755,8 @@ START_TEST(killed_members_cost_latency_not_errors_or_locks)
 	n = cycles_for(c, "m", 3000, kill_follower, 500);
 	fprintf(stderr, "a follower (m%d) killed: %d cycles, no error\n",
 	    killed, n);
-	member("restart", killed);
-	ck_assert_int_eq(ec_wait_healthy(&fe_ec, 30), 0);
+	et_member("restart", killed);
+	ck_assert_int_eq(ec_wait_healthy(&et_ec, 30), 0);
 	n = cycles_for(c, "m", 4000, kill_leader, 500);
 	fprintf(stderr, "the leader (m%d) killed: %d cycles, no error\n",
 	    killed, n);
@@ -847,8 +776,8 @@ START_TEST(a_lost_majority_fails_writes_in_time_and_drops_holders)
 	uint64_t		 t0;
 
 	kt_lock(h, "LOCK held");
-	member("stop", 2);
-	member("stop", 3);
+	et_member("stop", 2);
+	et_member("stop", 3);
 	t0 = kt_now_ms();
 	kt_send(c, "LOCK z");
 	kt_expect_err(c, "BACKEND");
@@ -863,8 +792,8 @@ START_TEST(a_lost_majority_fails_writes_in_time_and_drops_holders)
 		kt_wait_stat(s, "backend_ready", 0);
 		kt_conn_close(s);
 	}
-	member("cont", 2);
-	member("cont", 3);
+	et_member("cont", 2);
+	et_member("cont", 3);
 	c2 = fe_wait_serving(a, "z", 15000);
 	kt_wait_stat(c2, "backend_ready", 1);
 	kt_req(c2, "OK 1", "UNLOCK z");
@@ -893,8 +822,8 @@ static int64_t
 etcd_revision_and_compact(int first)
 {
 	struct event_base	*base = event_base_new();
-	struct etcd		*e = etcd_new(base, fe_endpoints_from(first), NULL,
-				    NULL);
+	struct etcd		*e = etcd_new(base, et_endpoints_from(first),
+				    NULL, NULL);
 	struct compact_res	 r = { 0 };
 	struct etcd_range	 rg = { .key = "x", .keylen = 1,
 	    .count_only = true };
@@ -925,21 +854,19 @@ START_TEST(a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant)
 	struct kt_conn		*ca, *cb, *c2;
 	json_t			*info;
 	enum kt_read		 r;
-	char			 leader[16];
 	int			 f;
 
 	/* A works through a follower, which is stopped; B through the
 	 * other follower, so its writes go on (no election) */
-	ck_assert_int_eq(ec_leader(&fe_ec, leader, sizeof(leader)), 0);
-	f = atoi(leader + 1) % 3 + 1;
-	a = fe_start_with(fe_endpoints_from(f), "4", FE_TIMEOUT);
-	b = fe_start_with(fe_endpoints_from(f % 3 + 1), "4", FE_TIMEOUT);
+	f = et_leader() % 3 + 1;
+	a = et_fe_start(et_endpoints_from(f), "4", FE_TIMEOUT);
+	b = et_fe_start(et_endpoints_from(f % 3 + 1), "4", FE_TIMEOUT);
 	ca = kt_connect_to(a, KT_TCP);
 	cb = kt_connect_to(b, KT_TCP);
 	kt_lock(cb, "LOCK k");
 	kt_send(ca, "LOCK k timeout=30000");
 	json_decref(kt_wait_queue(cb, "k", 1, 1));
-	member("stop", f);
+	et_member("stop", f);
 	/* history A's watch will not get: then compacted */
 	for (int i = 0; i < 5; i++) {
 		kt_lock(cb, "LOCK churn");
@@ -952,7 +879,7 @@ START_TEST(a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant)
 	    "answered");
 	ck_assert_msg(r != KT_LINE || !kt_line_has_prefix(ca, "OK "),
 	    "A granted k while B holds it: %s", ca->line);
-	member("cont", f);
+	et_member("cont", f);
 	c2 = fe_wait_serving(a, "fresh", 15000);
 	info = kt_info(c2, "k");
 	ck_assert_int_eq(kt_jint(info, "holders_total"), 1);
@@ -969,7 +896,7 @@ frontend_suite(void)
 	TCase	*tc;
 
 	tc = tcase_create("one_table");
-	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, locked_wait_and_handoff_across_front_ends);
 	tcase_add_test(tc, fifo_is_one_order_for_the_cluster);
@@ -979,14 +906,14 @@ frontend_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cancel");
-	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, cancel_withdraws_a_wait_behind_another_front_end);
 	tcase_add_test(tc, cancel_racing_a_grant_from_another_front_end);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("own_view");
-	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc,
 	    answered_writes_are_seen_by_stats_and_info_of_the_front_end);
@@ -999,7 +926,7 @@ frontend_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("failures");
-	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, a_disconnect_releases_at_once);
 	tcase_add_test(tc, a_killed_front_end_is_released_by_its_lease);
@@ -1013,7 +940,7 @@ frontend_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("late_put");
-	tcase_add_checked_fixture(tc, fe_setup, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc,
 	    a_put_given_up_on_a_stopped_member_never_lands_after_its_delete);
@@ -1023,7 +950,7 @@ frontend_suite(void)
 
 const struct check_program check_program = {
 	.name = "frontend_test",
-	.init = fe_init,
-	.done = fe_done,
+	.init = et_init,
+	.done = et_done,
 	.suites = { frontend_suite, NULL }
 };

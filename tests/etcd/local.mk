@@ -37,13 +37,20 @@ EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	examples/etcd-loopback.sh \
 	bench/etcd_compare.sh bench/ETCD_RESULTS.md
 
+# What the front end tests share (etest.h): the program's cluster, front
+# ends, members, cycling clients and the history checker.
+check_LIBRARIES += tests/etcd/libetest.a
+tests_etcd_libetest_a_SOURCES = tests/etcd/etest.c tests/etcd/etest.h
+tests_etcd_libetest_a_CFLAGS = $(KLTEST_CFLAGS)
+ETEST_LDADD = $(CHECK_MAIN_LDADD) tests/etcd/libetest.a \
+	tests/integration/libkltest.a tests/etcd/libec.a
+
 # The front ends (backend etcd) through the protocol, with faults.
 check_PROGRAMS += tests/etcd/frontend_test
 tests_etcd_frontend_test_SOURCES = tests/etcd/frontend_test.c
 tests_etcd_frontend_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS) \
 	$(LIBEVENT_CFLAGS)
-tests_etcd_frontend_test_LDADD = $(CHECK_MAIN_LDADD) \
-	tests/integration/libkltest.a tests/etcd/libec.a $(KEYLOCKD_LIBS) \
+tests_etcd_frontend_test_LDADD = $(ETEST_LDADD) $(KEYLOCKD_LIBS) \
 	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
 TESTS += tests/etcd/frontend_test
 
@@ -52,8 +59,7 @@ TESTS += tests/etcd/frontend_test
 check_PROGRAMS += tests/etcd/soak_test
 tests_etcd_soak_test_SOURCES = tests/etcd/soak_test.c
 tests_etcd_soak_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
-tests_etcd_soak_test_LDADD = $(CHECK_MAIN_LDADD) \
-	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
+tests_etcd_soak_test_LDADD = $(ETEST_LDADD) $(CHECK_LIBS) \
 	$(JANSSON_LIBS) -lpthread
 
 # The etcd leader SIGKILLed under load, with the default etcd settings:
@@ -61,7 +67,6 @@ tests_etcd_soak_test_LDADD = $(CHECK_MAIN_LDADD) \
 check_PROGRAMS += tests/etcd/leader_test
 tests_etcd_leader_test_SOURCES = tests/etcd/leader_test.c
 tests_etcd_leader_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
-tests_etcd_leader_test_LDADD = $(CHECK_MAIN_LDADD) \
-	tests/integration/libkltest.a tests/etcd/libec.a $(CHECK_LIBS) \
+tests_etcd_leader_test_LDADD = $(ETEST_LDADD) $(CHECK_LIBS) \
 	$(JANSSON_LIBS) -lpthread
 TESTS += tests/etcd/leader_test

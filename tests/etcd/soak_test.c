@@ -115,8 +115,7 @@
 #include <jansson.h>
 
 #include "check_main.h"
-#include "ec.h"
-#include "kltest.h"
+#include "etest.h"
 
 #define SK_FRONTENDS	2
 #define SK_CLIENTS	12
@@ -154,10 +153,10 @@ enum sk_unlock {
 
 /* One LOCK request and, if granted, its hold. Times in µs. */
 struct sk_op {
-	uint64_t	send_us;	/* LOCK sent */
-	uint64_t	reply_us;	/* reply read, or given up */
-	uint64_t	end_us;		/* UNLOCK sent or close; capped */
-	uint64_t	token;
+	struct et_hold	h;		/* first: the checker's view. Its
+					 * reply_us: the reply read, or given
+					 * up; end_us: UNLOCK sent or close,
+					 * capped */
 	uint32_t	conn;		/* the connection's number */
 	uint32_t	epoch;		/* of the slot's front end */
 	uint8_t		key, outcome, unlock, fe;
@@ -202,12 +201,10 @@ struct sk_sample {
 	uint32_t	wconn[SK_NAMES_MAX];
 };
 
-static struct ec	 sk_ec;
 static struct sk_fe	 sk_fes[SK_FRONTENDS];
 static struct sk_client	 sk_cls[SK_CLIENTS];
 static pthread_mutex_t	 sk_mu = PTHREAD_MUTEX_INITIALIZER;
 static volatile int	 sk_stop;
-static char		 sk_prefix[64];
 static uint64_t		 sk_mfault[SK_CUTS_MAX][2];	/* member down */
 static int		 sk_nmfault;
 static struct sk_sample	*sk_samples;
@@ -455,7 +452,7 @@ sk_client_main(void *arg)
 		    "LOCK sem limit=%d timeout=2000\n" :
 		    "LOCK x%d timeout=2000\n", key == SK_SEM ? SK_SEM_LIMIT :
 		    key);
-		op->send_us = kt_now_us();
+		op->h.send_us = kt_now_us();
 		if (!sk_send(c, req)) {
 			sk_close(c);
 			continue;
@@ -471,7 +468,7 @@ sk_client_main(void *arg)
 			if (rd == SK_RD_LINE && !sk_cancel_reply(cl, c, line))
 				rd = SK_RD_GONE;
 		}
-		op->reply_us = kt_now_us();
+		op->h.reply_us = kt_now_us();
 		if (rd != SK_RD_LINE) {
 			/* dropped while waiting (or lost, or stuck) */
 			op->outcome = SK_LOST;
@@ -492,13 +489,13 @@ sk_client_main(void *arg)
 			continue;
 		}
 		op->outcome = SK_GRANTED;
-		op->token = strtoull(line + 3, NULL, 10);
+		op->h.token = strtoull(line + 3, NULL, 10);
 		/* now and then a long hold, for a fault to land in */
 		if (!sk_hold(c, sk_rand(&cl->rng) % 12 == 0 ? SK_LONG_MS / 4 +
 		    sk_rand(&cl->rng) % (SK_LONG_MS * 3 / 4 + 1) :
 		    sk_rand(&cl->rng) % (SK_HOLD_MS + 1))) {
 			/* lock lost: the front end let go of us */
-			op->end_us = kt_now_us();
+			op->h.end_us = kt_now_us();
 			op->unlock = SK_UNLOCK_NOREPLY;
 			sk_close(c);
 			cl->lost++;
@@ -508,12 +505,12 @@ sk_client_main(void *arg)
 			/* the client dies holding it */
 			op->unlock = SK_UNLOCK_NONE;
 			sk_close(c);
-			op->end_us = kt_now_us();
+			op->h.end_us = kt_now_us();
 			cl->drops_holding++;
 			continue;
 		}
 		snprintf(req, sizeof(req), "UNLOCK %s\n", sk_keys[key]);
-		op->end_us = kt_now_us();
+		op->h.end_us = kt_now_us();
 		if (!sk_send(c, req) || sk_recv(c, line, sizeof(line), 8000) !=
 		    SK_RD_LINE) {
 			op->unlock = SK_UNLOCK_NOREPLY;
@@ -709,10 +706,8 @@ sk_cut(int i, bool stopped)
 static void
 sk_fe_start(int i)
 {
-	struct kt_daemon *d = kt_daemon_start_at(KT_AT, NULL, KT_ARGS(
-	    "--backend", "etcd", "--etcd-endpoints", sk_ec.endpoints,
-	    "--etcd-prefix", sk_prefix, "--etcd-lease-ttl", SK_TTL,
-	    "--etcd-timeout", SK_TIMEOUT, "--log-level", "info"));
+	struct kt_daemon *d = et_fe_start_with(NULL, SK_TTL, SK_TIMEOUT,
+	    "--log-level", "info");
 
 	pthread_mutex_lock(&sk_mu);
 	sk_fes[i].d = d;
@@ -757,7 +752,6 @@ static void
 sk_fault(uint64_t *rng, int n)
 {
 	int		i = (int)(sk_rand(rng) % SK_FRONTENDS), m;
-	char		name[8];
 	uint64_t	now = kt_now_us();
 
 	fprintf(stderr, "%" PRIu64 ".%06" PRIu64 " ", now / 1000000,
@@ -791,14 +785,13 @@ sk_fault(uint64_t *rng, int n)
 		break;
 	default:
 		m = (int)(sk_rand(rng) % 3) + 1;
-		snprintf(name, sizeof(name), "m%d", m);
-		fprintf(stderr, "fault %d: SIGKILL etcd member %s\n", n, name);
+		fprintf(stderr, "fault %d: SIGKILL etcd member m%d\n", n, m);
 		if (sk_nmfault < SK_CUTS_MAX)
 			sk_mfault[sk_nmfault][0] = kt_now_us();
-		ck_assert_int_eq(ec_member(&sk_ec, "kill", name), 0);
+		et_member("kill", m);
 		sk_sample_for(2000);
-		ck_assert_int_eq(ec_member(&sk_ec, "restart", name), 0);
-		ck_assert_int_eq(ec_wait_healthy(&sk_ec, 30), 0);
+		et_member("restart", m);
+		ck_assert_int_eq(ec_wait_healthy(&et_ec, 30), 0);
 		if (sk_nmfault < SK_CUTS_MAX)
 			sk_mfault[sk_nmfault++][1] = kt_now_us();
 		break;
@@ -817,30 +810,12 @@ sk_cap(struct sk_op *h, uint64_t *stop_us)
 	*stop_us = 0;
 	for (int k = 0; k < f->ncut; k++)
 		if (f->cut_epoch[k] == h->epoch &&
-		    f->cut_us[k] + SK_READ_LAG_US >= h->reply_us &&
-		    f->cut_us[k] < h->end_us) {
-			h->end_us = f->cut_us[k] > h->reply_us ? f->cut_us[k] :
-			    h->reply_us;
+		    f->cut_us[k] + SK_READ_LAG_US >= h->h.reply_us &&
+		    f->cut_us[k] < h->h.end_us) {
+			h->h.end_us = f->cut_us[k] > h->h.reply_us ?
+			    f->cut_us[k] : h->h.reply_us;
 			*stop_us = f->cut_stop[k] ? f->stopped_us[k] : 0;
 		}
-}
-
-static int
-sk_cmp_reply(const void *pa, const void *pb)
-{
-	const struct sk_op *a = *(struct sk_op *const *)pa;
-	const struct sk_op *b = *(struct sk_op *const *)pb;
-
-	return a->reply_us < b->reply_us ? -1 : a->reply_us > b->reply_us;
-}
-
-static int
-sk_cmp_send(const void *pa, const void *pb)
-{
-	const struct sk_op *a = *(struct sk_op *const *)pa;
-	const struct sk_op *b = *(struct sk_op *const *)pb;
-
-	return a->send_us < b->send_us ? -1 : a->send_us > b->send_us;
 }
 
 static const char *
@@ -852,10 +827,17 @@ sk_who(const struct sk_op *h)
 
 	snprintf(b, sizeof(buf[0]), "%s token %" PRIu64 " on front end %u "
 	    "(epoch %" PRIu32 ", conn %" PRIu32 ") held %" PRIu64 ".%06" PRIu64
-	    " to %" PRIu64 ".%06" PRIu64, sk_keys[h->key], h->token, h->fe,
-	    h->epoch, h->conn, h->reply_us / 1000000, h->reply_us % 1000000,
-	    h->end_us / 1000000, h->end_us % 1000000);
+	    " to %" PRIu64 ".%06" PRIu64, sk_keys[h->key], h->h.token, h->fe,
+	    h->epoch, h->conn, h->h.reply_us / 1000000, h->h.reply_us % 1000000,
+	    h->h.end_us / 1000000, h->h.end_us % 1000000);
 	return b;
+}
+
+/* sk_who for the checker, which sees the hold at the head of an sk_op */
+static const char *
+sk_who_hold(const struct et_hold *h)
+{
+	return sk_who((const struct sk_op *)h);
 }
 
 /* Whether op's front end was cut while op waited (or a SIGSTOP up to 9 s
@@ -869,73 +851,16 @@ sk_cut_during(const struct sk_op *op)
 	const struct sk_fe *f = &sk_fes[op->fe];
 
 	for (int k = 0; k < sk_nmfault; k++)
-		if (sk_mfault[k][0] <= op->reply_us &&
-		    sk_mfault[k][1] + 3000000 >= op->send_us)
+		if (sk_mfault[k][0] <= op->h.reply_us &&
+		    sk_mfault[k][1] + 3000000 >= op->h.send_us)
 			return true;
 
 	for (int k = 0; k < f->ncut; k++)
 		if (f->cut_epoch[k] == op->epoch && f->cut_us[k] +
 		    (f->cut_stop[k] ? SK_TTL_MS * 1000 * 3ULL : 0) >=
-		    op->send_us && f->cut_us[k] <= op->reply_us)
+		    op->h.send_us && f->cut_us[k] <= op->h.reply_us)
 			return true;
 	return false;
-}
-
-/* 1 and 2: exclusion and tokens per key, a sweep in grant order. */
-static size_t
-sk_check_key(struct sk_op **v, size_t n, int key)
-{
-	int		 limit = key == SK_SEM ? SK_SEM_LIMIT : 1;
-	struct sk_op	*act[SK_SEM_LIMIT + 1];
-	int		 nact = 0;
-	uint64_t	 ended_max = 0;
-	const struct sk_op *ended_by = NULL;
-
-	qsort(v, n, sizeof(*v), sk_cmp_reply);
-	for (size_t a = 0; a < n; a++) {
-		for (int b = 0; b < nact; b++)
-			if (act[b]->end_us <= v[a]->reply_us) {
-				if (act[b]->token > ended_max) {
-					ended_max = act[b]->token;
-					ended_by = act[b];
-				}
-				act[b--] = act[--nact];
-			}
-		ck_assert_msg(nact < limit, "%s: %d holds at once: %s and %s",
-		    sk_keys[key], nact + 1, sk_who(v[a]), sk_who(act[0]));
-		if (key != SK_SEM)
-			ck_assert_msg(ended_by == NULL ||
-			    v[a]->token > ended_max, "%s: after %s, %s",
-			    sk_keys[key], sk_who(ended_by), sk_who(v[a]));
-		act[nact++] = v[a];
-	}
-	return n;
-}
-
-/* 3: a LOCK sent after a grant arrived gets a larger token. */
-static void
-sk_check_cluster_tokens(struct sk_op **byreply, struct sk_op **bysend,
-    size_t n)
-{
-	size_t			 r = 0;
-	uint64_t		 max = 0;
-	const struct sk_op	*maxop = NULL;
-
-	qsort(byreply, n, sizeof(*byreply), sk_cmp_reply);
-	qsort(bysend, n, sizeof(*bysend), sk_cmp_send);
-	for (size_t s = 0; s < n; s++) {
-		while (r < n && byreply[r]->reply_us < bysend[s]->send_us) {
-			if (byreply[r]->token > max) {
-				max = byreply[r]->token;
-				maxop = byreply[r];
-			}
-			r++;
-		}
-		ck_assert_msg(maxop == NULL || bysend[s]->token > max,
-		    "cluster: a LOCK sent at %" PRIu64 " us got %s, after %s "
-		    "had arrived", bysend[s]->send_us, sk_who(bysend[s]),
-		    sk_who(maxop));
-	}
 }
 
 /* The one LOCK of connection (id, n) that can have waited during s, or
@@ -951,8 +876,8 @@ sk_op_in(const struct sk_sample *s, int id, uint32_t n)
 	for (size_t j = 0; j < cl->nops; j++) {
 		const struct sk_op *op = &cl->ops[j];
 
-		if (op->conn != n || op->send_us >= s->recv_us ||
-		    op->reply_us <= s->send_us)
+		if (op->conn != n || op->h.send_us >= s->recv_us ||
+		    op->h.reply_us <= s->send_us)
 			continue;
 		if (found != NULL || op->key != s->key || op->fe != s->fe ||
 		    op->epoch != s->epoch)
@@ -981,7 +906,7 @@ sk_check_fifo(void)
 				    w[b]->outcome != SK_GRANTED)
 					continue;
 				pairs++;
-				ck_assert_msg(w[a]->token < w[b]->token,
+				ck_assert_msg(w[a]->h.token < w[b]->h.token,
 				    "FIFO: INFO %s on front end %u at %" PRIu64
 				    " us had c%d.%" PRIu32 " queued ahead of c%d.%"
 				    PRIu32 ", but %s came after %s",
@@ -997,15 +922,18 @@ static void
 sk_check(void)
 {
 	size_t		  total = 0, ng = 0, n, fifo, ncut = 0, nstop = 0;
-	struct sk_op	**v, **v2;
+	struct sk_op	**v2;
+	struct et_hold	**hv, **hv2;
 	size_t		  per[SK_KEYS];
 
 	for (int i = 0; i < SK_CLIENTS; i++)
 		total += sk_cls[i].nops;
-	v = calloc(total + 1, sizeof(*v));
 	v2 = calloc(total + 1, sizeof(*v2));
-	ck_assert_ptr_nonnull(v);
+	hv = calloc(total + 1, sizeof(*hv));
+	hv2 = calloc(total + 1, sizeof(*hv2));
 	ck_assert_ptr_nonnull(v2);
+	ck_assert_ptr_nonnull(hv);
+	ck_assert_ptr_nonnull(hv2);
 	/* 6: no grant lost on an UNLOCK */
 	for (int i = 0; i < SK_CLIENTS; i++)
 		for (size_t j = 0; j < sk_cls[i].nops; j++) {
@@ -1018,16 +946,16 @@ sk_check(void)
 			    sk_cut_during(h), "client %d: LOCK %s sent at %"
 			    PRIu64 " us on front end %u (conn %" PRIu32 ") had "
 			    "no reply in 8 s, and no fault there", i,
-			    sk_keys[h->key], h->send_us, h->fe, h->conn);
+			    sk_keys[h->key], h->h.send_us, h->fe, h->conn);
 			if (h->outcome != SK_GRANTED)
 				continue;
-			end = h->end_us;
+			end = h->h.end_us;
 			sk_cap(h, &stop);
-			ncut += h->end_us < end;
+			ncut += h->h.end_us < end;
 			nstop += stop != 0 && end >= stop + SK_STOP_RACE_US &&
 			    h->unlock != SK_UNLOCK_NONE;
 			ck_assert_msg(h->unlock != SK_UNLOCK_OTHER ||
-			    h->end_us < end || strncmp(h->unlock_reply,
+			    h->h.end_us < end || strncmp(h->unlock_reply,
 			    "ERR BACKEND", 11) == 0, "client %d: UNLOCK of %s "
 			    "(not cut) answered %s", i, sk_who(h),
 			    h->unlock_reply);
@@ -1044,14 +972,17 @@ sk_check(void)
 			    "OK 1" : h->unlock_reply, sk_who(h));
 			v2[ng++] = h;
 		}
-	memcpy(v, v2, ng * sizeof(*v));
-	sk_check_cluster_tokens(v, v2, ng);
+	/* 3: tokens across the cluster; 1 and 2: per key */
+	for (size_t j = 0; j < ng; j++)
+		hv[j] = hv2[j] = &v2[j]->h;
+	et_check_cluster_tokens(hv, hv2, ng, sk_who_hold);
 	for (int key = 0; key < SK_KEYS; key++) {
 		n = 0;
 		for (size_t j = 0; j < ng; j++)
 			if (v2[j]->key == key)
-				v[n++] = v2[j];
-		per[key] = sk_check_key(v, n, key);
+				hv[n++] = &v2[j]->h;
+		per[key] = et_check_key(hv, n, key == SK_SEM ? SK_SEM_LIMIT :
+		    1, sk_keys[key], sk_who_hold);
 	}
 	fifo = sk_check_fifo();
 	fprintf(stderr, "checked: %zu LOCKs, %zu grants (x0 %zu, x1 %zu, "
@@ -1064,8 +995,9 @@ sk_check(void)
 		ck_assert_msg(per[key] > 20, "only %zu grants of %s",
 		    per[key], sk_keys[key]);
 	ck_assert_msg(fifo > 0, "no FIFO pair to judge");
-	free(v);
 	free(v2);
+	free(hv);
+	free(hv2);
 }
 
 /* 5, at the end: every key free on every front end (clients all gone),
@@ -1123,7 +1055,6 @@ START_TEST(history_holds_under_client_front_end_and_member_faults)
 	uint64_t	 ops = 0, refusals = 0, backend = 0, dh = 0, dw = 0,
 			 lost = 0, cancels = 0;
 
-	snprintf(sk_prefix, sizeof(sk_prefix), "soak-%ld/", (long)getpid());
 	for (int i = 0; i < SK_FRONTENDS; i++) {
 		sk_sconn[i].fd = -1;
 		sk_fe_start(i);
@@ -1176,27 +1107,13 @@ START_TEST(history_holds_under_client_front_end_and_member_faults)
 }
 END_TEST
 
-static void
-sk_init(const char *prog)
-{
-	kt_init(prog);
-	if (ec_start(&sk_ec, 3) != 0)
-		exit(1);
-}
-
-static void
-sk_done(void)
-{
-	ec_down(&sk_ec);
-}
-
 static Suite *
 soak_suite(void)
 {
 	Suite	*s = suite_create("etcd_soak");
 	TCase	*tc = tcase_create("faults");
 
-	tcase_add_checked_fixture(tc, kt_setup_none, kt_teardown);
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
 	tcase_set_timeout(tc, (double)kt_env_int("SOAK_SECONDS", 120, 20,
 	    86400) + 300);
 	tcase_add_test(tc, history_holds_under_client_front_end_and_member_faults);
@@ -1206,7 +1123,7 @@ soak_suite(void)
 
 const struct check_program check_program = {
 	.name = "soak_test",
-	.init = sk_init,
-	.done = sk_done,
+	.init = et_init,
+	.done = et_done,
 	.suites = { soak_suite, NULL }
 };
