@@ -2,7 +2,7 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * What the C tests of backend etcd through the protocol share (the
- * front end tests: frontend_test, leader_test, soak_test, and the next),
+ * front end tests: frontend_test, leader_test, soak_test, sessions_test),
  * so that a new one is its scenario and little else:
  *
  * - the program's private 3-member cluster (ec.h), started by et_init
