@@ -113,6 +113,9 @@ struct be_hooks {
 	 * session forgotten; o itself stays the backend's. May be NULL.
 	 */
 	void	(*moved)(void *arg, struct lt_owner *o);
+	/* o's NAME, or NULL; written with its LOCKs so that other front
+	 * ends can show it (backend etcd). May be NULL. */
+	const char *(*name)(void *arg, const struct lt_owner *o);
 };
 
 struct backend_ops {
@@ -173,6 +176,15 @@ struct backend_ops {
 	/* o's session can no longer be resumed, its holds staying for
 	 * session-lock-delay until session_end. */
 	void		 (*session_close)(struct backend *, struct lt_owner *);
+	/*
+	 * Who o is, for an owner the table has with no udata: another front
+	 * end's client (backend etcd): *name its NAME as its last LOCK
+	 * carried it (NULL: none), *frontend the front end that wrote it
+	 * (its lease id). NULL where every owner has udata (backend local).
+	 */
+	void		 (*owner_about)(const struct backend *,
+			    const struct lt_owner *, const char **name,
+			    uint64_t *frontend);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
 	/*

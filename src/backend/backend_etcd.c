@@ -806,7 +806,9 @@ ebe_acquire(struct backend *be, struct lt_owner *lo,
 	}
 	if ((q = ereq_new(e->rp, o, o->lease != 0 ? o->lease : e->lease.fe,
 	    ebe_next_seq(e), a)) == NULL ||
-	    ereq_value(q, NULL) != 0 || commit_put(e->cm, q) != 0) {
+	    ereq_value(q, e->hooks.name != NULL ?
+	    e->hooks.name(e->hooks.arg, lo) : NULL) != 0 ||
+	    commit_put(e->cm, q) != 0) {
 		memset(r, 0, sizeof(*r));
 		r->op = BE_LOCK;
 		r->err = KL_ERR_NOMEM;
@@ -2075,6 +2077,22 @@ es_free_all(struct ebe *e)
 	e->nrevokes = e->caprevokes = 0;
 }
 
+static void
+ebe_owner_about(const struct backend *be, const struct lt_owner *lo,
+    const char **name, uint64_t *frontend)
+{
+	struct ebe	*e = (struct ebe *)(uintptr_t)be;
+	struct eowner	*o = eowner_of(e->rp, lo);
+
+	*name = NULL;
+	*frontend = 0;
+	if (o == NULL)
+		return;
+	if (o->state == OWN_THEIRS)
+		*name = eowner_name(o);
+	*frontend = o->fe != 0 ? o->fe : e->lease.fe;
+}
+
 static const struct backend_ops ebe_ops = {
 	.name = "etcd",
 	.quit_releases = true,
@@ -2090,6 +2108,7 @@ static const struct backend_ops ebe_ops = {
 	.session_resume = ebe_session_resume,
 	.session_end = ebe_session_end,
 	.session_close = ebe_session_close,
+	.owner_about = ebe_owner_about,
 	.table = ebe_table,
 	.read_barrier = ebe_read_barrier,
 	.freeze = ebe_freeze,

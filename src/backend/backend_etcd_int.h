@@ -205,6 +205,8 @@ struct eowner {
 	uint64_t		 lease;		/* its entries': 0, the front
 						 * end's; a session's L */
 	struct esession		*sess;		/* ours: its session's */
+	char			*name;		/* THEIRS: the NAME its last
+						 * LOCK carried; NULL: none */
 	TAILQ_ENTRY(eowner)	 entry;		/* replica's owners */
 	struct eowner		*hnext;		/* replica's by_id */
 	struct eowner		*pnext;		/* replica's by_lo */
@@ -290,6 +292,9 @@ struct replica_hooks {
 	void	*arg;
 };
 
+/* Another front end's client o (OWN_THEIRS): its NAME as its last LOCK
+ * carried it, or NULL. */
+const char	*eowner_name(const struct eowner *o);
 struct replica	*replica_new(struct event_base *base, struct etcd *etcd,
 		    const char *prefix, struct be_counters *count,
 		    const struct replica_hooks *hooks);

@@ -267,6 +267,38 @@ eowner_of(struct replica *rp, const struct lt_owner *lo)
 	return NULL;
 }
 
+/* The NAME after the keys of an entry's value that ebe_entry_decode()
+ * took (ereq_value()); -1: out of memory. */
+static int
+eowner_name_set(struct eowner *o, const char *v, size_t len)
+{
+	const char	*nl = memchr(v, '\n', len);
+	size_t		 n = nl != NULL ? len - (size_t)(nl + 1 - v) : 0;
+	char		*name;
+
+	if (n == 0) {
+		kl_free(o->name);
+		o->name = NULL;
+		return 0;
+	}
+	if (o->name != NULL && strlen(o->name) == n &&
+	    memcmp(o->name, nl + 1, n) == 0)
+		return 0;
+	if ((name = kl_malloc(n + 1)) == NULL)
+		return -1;
+	memcpy(name, nl + 1, n);
+	name[n] = '\0';
+	kl_free(o->name);
+	o->name = name;
+	return 0;
+}
+
+const char *
+eowner_name(const struct eowner *o)
+{
+	return o->name;
+}
+
 /* A client of ours (fe 0 until it writes: the lease may change). */
 struct eowner *
 eowner_new_ours(struct replica *rp, uint64_t id, void *udata)
@@ -299,6 +331,7 @@ eowner_free(struct eowner *o)
 	ehash_remove(&rp->by_lo, o, owner_lo_hash(rp, o),
 	    offsetof(struct eowner, pnext));
 	locktable_owner_free(rp->lt, o->lo, kl_now_ms());
+	kl_free(o->name);
 	kl_free(o);
 }
 
@@ -1016,7 +1049,9 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 		    a.nkeys, live, nlive)) == 0)
 			return;
 		if ((o = eowner_get(rp, fe, client, true)) == NULL ||
-		    (r = ereq_new(rp, o, fe, seq, &a)) == NULL) {
+		    (r = ereq_new(rp, o, fe, seq, &a)) == NULL ||
+		    (o->state == OWN_THEIRS && eowner_name_set(o, kv->value,
+		    kv->valuelen) != 0)) {
 			rp->hooks.lose(rp->hooks.arg,
 			    "out of memory for the lock table");
 			return;

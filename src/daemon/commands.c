@@ -323,8 +323,9 @@ commands_need_auth(const struct commands *cmds)
 
 static const char *
 cmd_owner_name(const struct lt_owner *o, int64_t *detached_ms,
-    uint64_t *client, uint32_t *channel)
+    uint64_t *client, uint32_t *channel, uint64_t *frontend)
 {
+	*frontend = owner_frontend(o);
 	*client = owner_client(o);
 	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());
@@ -340,15 +341,18 @@ cmd_blocker(char *buf, size_t len, const struct lt_blocker *b)
 	if (b->holder != NULL) {
 		const char	*name = owner_name(b->holder);
 
-		char		 ch[16] = "";
+		char		 ch[16] = "", fe[40] = "";
 
 		if (owner_channel(b->holder) != 0)
 			snprintf(ch, sizeof(ch), "/%" PRIu32,
 			    owner_channel(b->holder));
+		if (owner_is_foreign(b->holder))
+			snprintf(fe, sizeof(fe), " of front end %016" PRIx64,
+			    owner_frontend(b->holder));
 		n = snprintf(buf, len, "%.*s held by client %" PRIu64 "%s%s%s"
-		    "%s for %" PRIu64 " ms", (int)b->keylen, b->key,
+		    "%s%s for %" PRIu64 " ms", (int)b->keylen, b->key,
 		    owner_client(b->holder), ch, name != NULL ? " (" : "",
-		    name != NULL ? name : "", name != NULL ? ")" : "",
+		    name != NULL ? name : "", name != NULL ? ")" : "", fe,
 		    b->held_ms);
 		if (owner_in_lock_delay(b->holder) && n > 0 &&
 		    (size_t)n < len)

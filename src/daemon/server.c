@@ -686,6 +686,14 @@ server_be_moved(void *arg, struct lt_owner *o)
 		session_moved(h->detached);
 }
 
+/* backend etcd: o's NAME, for its LOCK's entries. */
+static const char *
+server_be_name(void *arg, const struct lt_owner *o)
+{
+	(void)arg;
+	return owner_name(o);
+}
+
 /* The backend queued o's LOCK: a connection whose input has ended stops
  * waiting for it (conn_lock_queued()). */
 static void
@@ -722,11 +730,13 @@ server_new(struct config *cfg)
 	hooks.arg = srv;
 	hooks.queued = server_be_queued;
 	hooks.moved = server_be_moved;
+	hooks.name = server_be_name;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||
 	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,
 	    sizeof(err))) == NULL)
 		fatalx("%s", err);
+	owner_set_backend(srv->be);
 	if ((srv->conns = conns_new(srv->base, cfg, &srv->stats, srv->cmds,
 	    srv->be)) == NULL)
 		fatalx("out of memory");
@@ -789,6 +799,7 @@ server_free(struct server *srv)
 	event_free(srv->sig_hup);
 	event_free(srv->sig_usr2);
 	commands_free(srv->cmds);
+	owner_set_backend(NULL);
 	backend_free(srv->be);
 	event_base_free(srv->base);
 	kl_free(srv);

@@ -118,13 +118,51 @@ owner_client(const struct lt_owner *o)
 	return locktable_owner_id(o);
 }
 
+/* Who an owner without udata is: the backend's answer (owner_about). */
+static const struct backend	*owner_backend;
+
+void
+owner_set_backend(const struct backend *be)
+{
+	owner_backend = be;
+}
+
+static void
+owner_about(const struct lt_owner *o, const char **name, uint64_t *fe)
+{
+	*name = NULL;
+	*fe = 0;
+	if (owner_backend != NULL && owner_backend->ops->owner_about != NULL)
+		owner_backend->ops->owner_about(owner_backend, o, name, fe);
+}
+
+uint64_t
+owner_frontend(const struct lt_owner *o)
+{
+	const char	*name;
+	uint64_t	 fe;
+
+	owner_about(o, &name, &fe);
+	return fe;
+}
+
+bool
+owner_is_foreign(const struct lt_owner *o)
+{
+	return locktable_owner_udata(o) == NULL && owner_frontend(o) != 0;
+}
+
 const char *
 owner_name(const struct lt_owner *o)
 {
 	const struct owner_head	*h = locktable_owner_udata(o);
+	const char		*name;
+	uint64_t		 fe;
 
-	if (h == NULL)
-		return NULL;
+	if (h == NULL) {
+		owner_about(o, &name, &fe);
+		return name;
+	}
 	if (h->detached != NULL)
 		return h->detached->name;
 	return conn_name((const struct conn *)(const void *)h);

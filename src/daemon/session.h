@@ -56,8 +56,17 @@ struct conn	*owner_conn(const struct lt_owner *o);
 /* The client id INFO and refusals give for o: its connection's (a
  * channel's too), else the table's. */
 uint64_t	 owner_client(const struct lt_owner *o);
-/* o's NAME, whether its session is attached or not; NULL: none. */
+/* o's NAME, whether its session is attached or not; NULL: none. For
+ * another front end's client (backend etcd), the NAME its last LOCK
+ * carried. */
 const char	*owner_name(const struct lt_owner *o);
+/* The backend that names owners without udata (owner_set_backend(),
+ * once, by the server); o's front end (backend etcd: the lease its
+ * entries carry; 0: backend local), and whether o is another front
+ * end's client. */
+void		 owner_set_backend(const struct backend *be);
+uint64_t	 owner_frontend(const struct lt_owner *o);
+bool		 owner_is_foreign(const struct lt_owner *o);
 /* How long o's session has been detached, or -1 while it has a
  * connection. */
 int64_t		 owner_detached_ms(const struct lt_owner *o, uint64_t now_ms);

@@ -122,11 +122,17 @@ stats_client(json_t *o, const struct lt_owner *owner, stats_name_fn name)
 	int64_t		 detached = -1;
 	uint64_t	 client = locktable_owner_id(owner);
 	uint32_t	 channel = 0;
-	const char	*n = name(owner, &detached, &client, &channel);
+	uint64_t	 fe = 0;
+	const char	*n = name(owner, &detached, &client, &channel, &fe);
+	char		 hex[17];
 
 	SET_U(o, "client", client);
 	if (channel != 0)
 		SET_U(o, "channel", channel);
+	if (fe != 0) {
+		snprintf(hex, sizeof(hex), "%016" PRIx64, fe);
+		json_object_set_new(o, "frontend", json_string(hex));
+	}
 	json_object_set_new(o, "name", n != NULL ? json_string(n) :
 	    json_null());
 	if (detached >= 0)

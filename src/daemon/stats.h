@@ -137,10 +137,11 @@ struct stats {
 
 /* Names a lock-table owner (its connection's NAME) or NULL, and says
  * how long its session has been detached (-1: it has a connection); may
- * set the client id to show (the table's owner id unless set) and its
- * channel (0 unless set). */
+ * set the client id to show (the table's owner id unless set), its
+ * channel (0 unless set) and its front end (backend etcd; 0 unless set). */
 typedef const char *(*stats_name_fn)(const struct lt_owner *o,
-    int64_t *detached_ms, uint64_t *client, uint32_t *channel);
+    int64_t *detached_ms, uint64_t *client, uint32_t *channel,
+    uint64_t *frontend);
 
 /* One line of JSON, malloc'd (free with free()), or NULL on no memory. */
 char	*stats_to_json(const struct stats *st, const struct locktable *lt,

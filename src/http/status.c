@@ -28,8 +28,9 @@
 /* A table without connections (a test's) names nobody. */
 static const char *
 status_owner_name(const struct lt_owner *o, int64_t *detached_ms,
-    uint64_t *client, uint32_t *channel)
+    uint64_t *client, uint32_t *channel, uint64_t *frontend)
 {
+	*frontend = owner_frontend(o);
 	*client = owner_client(o);
 	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());
@@ -40,8 +41,9 @@ status_owner_name(const struct lt_owner *o, int64_t *detached_ms,
  * client chose (a host, a job, a user); the client id is shown instead. */
 static const char *
 status_owner_noname(const struct lt_owner *o, int64_t *detached_ms,
-    uint64_t *client, uint32_t *channel)
+    uint64_t *client, uint32_t *channel, uint64_t *frontend)
 {
+	*frontend = owner_frontend(o);
 	*client = owner_client(o);
 	*channel = owner_channel(o);
 	*detached_ms = owner_detached_ms(o, kl_now_ms());

@@ -554,9 +554,11 @@ START_TEST(stats_names_its_front_end_and_counts_the_cluster)
 	struct kt_daemon	*a = fe_start(), *b = fe_start();
 	struct kt_conn		*ca = kt_connect_to(a, KT_TCP);
 	struct kt_conn		*cb = kt_connect_to(b, KT_TCP);
-	json_t			*sa, *sb, *sa2;
-	const char		*ida, *idb;
+	struct kt_conn		*ia = kt_connect_to(a, KT_TCP);
+	json_t			*sa, *sb, *sa2, *info, *h, *w;
+	const char		*ida, *idb, *text;
 
+	kt_req(cb, "OK", "NAME beta-host");
 	kt_lock(cb, "LOCK fe:k fe:l");
 	sa = kt_stats(ca);
 	sb = kt_stats(cb);
@@ -571,10 +573,35 @@ START_TEST(stats_names_its_front_end_and_counts_the_cluster)
 	sa2 = kt_stats(ca);
 	ck_assert_str_eq(json_string_value(json_object_get(sa2, "frontend")),
 	    ida);
+	/* INFO names every front end's holders and waiters, through either
+	 * front end: client, NAME, front end (issue 23, "One view") */
+	kt_req(ca, "OK", "NAME alpha");
+	kt_send(ca, "LOCK fe:k timeout=20000");
+	json_decref(kt_wait_queue(ia, "fe:k", 1, 1));
+	for (int i = 0; i < 2; i++) {
+		info = kt_wait_queue(i == 0 ? ia : cb, "fe:k", 1, 1);
+		h = json_array_get(json_object_get(info, "holders"), 0);
+		w = json_array_get(json_object_get(info, "waiters"), 0);
+		ck_assert_str_eq(json_string_value(json_object_get(h, "name")),
+		    "beta-host");
+		ck_assert_str_eq(json_string_value(json_object_get(h,
+		    "frontend")), idb);
+		ck_assert_str_eq(json_string_value(json_object_get(w, "name")),
+		    "alpha");
+		ck_assert_str_eq(json_string_value(json_object_get(w,
+		    "frontend")), ida);
+		json_decref(info);
+	}
+	/* and so do the texts of a refusal: who holds it, where */
+	text = kt_req_err(ia, "LOCKED", "TRYLOCK fe:l");
+	ck_assert_msg(strstr(text, "(beta-host) of front end ") != NULL &&
+	    strstr(text, idb) != NULL, "got \"%s\"", text);
+	kt_req(cb, "OK 2", "UNLOCKALL");
+	kt_expect_token(ca);
+	kt_req(ca, "OK 1", "UNLOCK fe:k");
 	json_decref(sa);
 	json_decref(sa2);
 	json_decref(sb);
-	kt_req(cb, "OK 2", "UNLOCKALL");
 }
 END_TEST
 

@@ -61,11 +61,12 @@ hook_granted(void *arg, struct lt_owner *o, uint64_t token,
 
 static const char *
 owner_name(const struct lt_owner *o, int64_t *detached_ms, uint64_t *client,
-    uint32_t *channel)
+    uint32_t *channel, uint64_t *frontend)
 {
 	(void)detached_ms;	/* the stats module's defaults stay */
 	(void)client;
 	(void)channel;
+	(void)frontend;
 	const struct owner_info	*i = locktable_owner_udata(o);
 
 	return i->name;
