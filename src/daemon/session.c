@@ -698,6 +698,7 @@ session_resuming(struct sessions *ss, struct conn *c, const char *id,
 	}
 	s->ss = ss;
 	s->conn = c;
+	s->client = conn_id(c);	/* its log lines' until it is resumed */
 	s->resuming = true;
 	s->state = SESSION_ATTACHED;
 	s->since_ms = conn_since_ms(c);
