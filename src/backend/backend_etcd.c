@@ -228,13 +228,11 @@ ebe_read_count(struct ebe *e, struct eentry *x)
 	e->rd_open++;
 }
 
-/* The replica applied the delete of our entry x (called before x's
- * request may be freed). */
+/* Reads need not wait for x any more. */
 static void
-ebe_deleted(void *arg, struct eentry *x)
+ebe_read_uncount(struct ebe *e, struct eentry *x)
 {
-	struct ebe		*e = arg;
-	struct ebe_epoch	*ep;
+	struct ebe_epoch *ep;
 
 	if (x->barrier == 0)
 		return;
@@ -247,6 +245,25 @@ ebe_deleted(void *arg, struct eentry *x)
 				break;
 			}
 	x->barrier = 0;
+}
+
+/* The replica applied the delete of our entry x (called before x's
+ * request may be freed). */
+static void
+ebe_deleted(void *arg, struct eentry *x)
+{
+	ebe_read_uncount(arg, x);
+}
+
+/* A transaction with the deletes of ents failed: they are tried again,
+ * and until then reads show the keys held, as etcd has them; a read
+ * does not wait for etcd to come back (STATS and INFO work while a
+ * front end is cut off). */
+static void
+ebe_del_failed(void *arg, struct eentry **ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ebe_read_uncount(arg, ents[i]);
 }
 
 /* The reads whose epochs are all applied go (at the end of a turn of
@@ -881,8 +898,8 @@ ebe_release_ents(struct ebe *e, struct eowner *o, enum be_op op,
 		if (ents[i]->rep == ENT_LIVE || ents[i]->rep == ENT_HELD)
 			ebe_read_count(e, ents[i]);
 	}
-	if (n > 0)
-		commit_delete(e->cm, ents, n);
+	if (n > 0 && commit_delete(e->cm, ents, n) > 0)
+		commit_linger(e->cm, EBE_UNLOCK_LINGER_US);
 	return BE_DONE;
 }
 
@@ -1941,6 +1958,7 @@ ebe_record(void *arg, const char *hash, const struct erecord *rec,
 		if (e->hooks.moved != NULL &&
 		    locktable_owner_udata(lo) != NULL)
 			e->hooks.moved(e->hooks.arg, lo);
+		ebe_read_forget(e, o);	/* o may be freed */
 		replica_disown(e->rp, o);
 	} else {
 		es->rec_rev = rev;
@@ -2231,6 +2249,7 @@ static const struct replica_hooks ebe_replica_hooks = {
 
 static const struct commit_hooks ebe_commit_hooks = {
 	.put_failed = ebe_put_failed,
+	.del_failed = ebe_del_failed,
 	.heartbeat = ebe_heartbeat_acked,
 	.lose = ebe_lose_cb,
 	.end_turn = ebe_end_turn,

@@ -58,6 +58,9 @@ struct event;
 #define EBE_LINGER_US	3000		/* most it waits after one, for the
 					 * clients that reply answered */
 #define EBE_LINGER_MIN	8		/* ops of a reply that make it wait */
+#define EBE_UNLOCK_LINGER_US 1000	/* most an UNLOCK's deletes wait, with
+					 * nothing on the wire, for the
+					 * client's next LOCK */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
 
 /*
@@ -376,6 +379,9 @@ struct commit_hooks {
 	 * client holds what the watch brought); else its entries are
 	 * deleted, and its client is to be answered here. */
 	bool	(*put_failed)(void *arg, struct ereq *r, const char *why);
+	/* A transaction with these deletes failed (they are tried again):
+	 * reads need not wait for them now. */
+	void	(*del_failed)(void *arg, struct eentry **ents, size_t n);
 	/* Our heartbeat's transaction is acked at rev. */
 	void	(*heartbeat)(void *arg, int64_t rev);
 	void	(*lose)(void *arg, const char *why);
@@ -402,6 +408,10 @@ size_t		 commit_delete(struct committer *cm, struct eentry **ents,
 void		 commit_delete_req(struct committer *cm, struct ereq *r);
 int		 commit_heartbeat(struct committer *cm);
 void		 commit_flush(struct committer *cm);
+/* With nothing on the wire, the queue waits up to us for one more
+ * operation (an UNLOCK's client's next LOCK, which then goes in the
+ * transaction of its deletes rather than after their ack). */
+void		 commit_linger(struct committer *cm, uint64_t us);
 /* After a loss, and at a stop: nothing queued survives, replies of
  * transactions on the wire are not heard, nothing is sent until the
  * next commit_start(). */
