@@ -266,6 +266,14 @@ ebe_del_failed(void *arg, struct eentry **ents, size_t n)
 		ebe_read_uncount(arg, ents[i]);
 }
 
+/* A read's argument may be a session ID (RESUME): wiped, then freed. */
+static void
+ebe_read_free(struct ebe_read *rd)
+{
+	explicit_bzero(rd->arg, rd->arglen);
+	kl_free(rd);
+}
+
 /* The reads whose epochs are all applied go (at the end of a turn of
  * ours, not inside the replica's events). */
 static void
@@ -289,7 +297,7 @@ ebe_read_release(struct ebe *e)
 		r.why.key = rd->arg;
 		r.why.keylen = rd->arglen;
 		ebe_done(e, rd->o, &r);
-		kl_free(rd);
+		ebe_read_free(rd);
 	}
 }
 
@@ -317,7 +325,7 @@ ebe_read_forget(struct ebe *e, struct eowner *o)
 	TAILQ_FOREACH(rd, &e->rd_waiting, entry)
 		if (rd->o == o) {
 			TAILQ_REMOVE(&e->rd_waiting, rd, entry);
-			kl_free(rd);
+			ebe_read_free(rd);
 			return;
 		}
 }
@@ -1165,7 +1173,7 @@ ebe_free(struct backend *be)
 	ebe_read_reset(e);
 	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL) {
 		TAILQ_REMOVE(&e->rd_waiting, rd, entry);
-		kl_free(rd);
+		ebe_read_free(rd);
 	}
 	replica_free(e->rp);
 	etcd_free(e->etcd);

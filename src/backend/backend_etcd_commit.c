@@ -180,6 +180,23 @@ item_unqueue(struct committer *cm, struct eitem *it)
 }
 
 /* Drops the item's hold on its requests (they may be freed). */
+/*
+ * ctx put an entry under another lease than ours (a session's L): a
+ * "lease not found" may be that lease's, revoked by the front end the
+ * session moved to, not ours; the transaction then fails as any other
+ * does (its LOCKs ERR BACKEND, its deletes tried again), and our own
+ * lease's keepalive and guard still notice if ours is the one gone.
+ */
+static bool
+commit_has_other_lease(const struct committer *cm, const struct etxn *ctx)
+{
+	for (size_t i = 0; i < ctx->n; i++)
+		if (ctx->items[i]->kind == ITEM_PUT &&
+		    ctx->items[i]->req->fe != cm->fe)
+			return true;
+	return false;
+}
+
 static void
 item_release(struct eitem *it)
 {
@@ -683,7 +700,8 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 		for (size_t i = 0; i < ctx->n; i++)
 			commit_item_ok(cm, ctx->items[i], res);
 	} else if (res->status == ETCD_ERR_GRPC &&
-	    res->grpc_code == ETCD_GRPC_NOT_FOUND) {
+	    res->grpc_code == ETCD_GRPC_NOT_FOUND && !commit_has_other_lease(cm,
+	    ctx)) {
 		for (size_t i = 0; i < ctx->n; i++)
 			item_release(ctx->items[i]);
 		kl_free(ctx);

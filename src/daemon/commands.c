@@ -1369,7 +1369,9 @@ cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
 		cmd_refresh(cmds, c, req);
 		break;
 	case CMD_RESUME:
-		cmd_resume(cmds, c, req);
+		/* its "held" says what the answered UNLOCKs left */
+		if (cmd_read_barrier(cmds, c, req))
+			cmd_resume(cmds, c, req);
 		break;
 	case CMD_SESSION:
 		cmd_session(cmds, c, req);
@@ -1493,6 +1495,8 @@ cmd_read_go(struct commands *cmds, struct conn *c, const struct be_result *r)
 		cmd_info(cmds, c, &req);
 	else if (req.cmd == CMD_CLIENTS)
 		cmd_clients(cmds, c, &req);
+	else if (req.cmd == CMD_RESUME)
+		cmd_resume(cmds, c, &req);
 }
 
 void

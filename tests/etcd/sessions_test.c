@@ -569,6 +569,43 @@ ss_init(const char *prog)
 	}
 }
 
+/* RESUME's "held" lists what the answered UNLOCKs left: an UNLOCK is
+ * answered once its delete is queued, and a RESUME right after it, on the
+ * front end that answered it, waits until the delete is applied, as STATS
+ * and INFO do. */
+START_TEST(resume_after_an_answered_unlock_lists_what_is_left)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	char			 why[160];
+
+	for (int round = 0; round < 20; round++) {
+		struct ss_sess	 s;
+		struct kt_conn	*n;
+		json_t		*r, *held;
+
+		ss_open(&s, 100 + round, a, ss_grace(SS_GRACE_MS));
+		kt_lock(s.c, "LOCK u%d:gone", round);
+		kt_lock(s.c, "LOCK u%d:kept", round);
+		kt_send(s.c, "UNLOCK u%d:gone", round);
+		kt_expect_line(s.c, "OK 1");
+		kt_conn_close(s.c);
+		n = kt_connect_to(a, KT_TCP);
+		kt_send(n, "RESUME %s", s.id);
+		kt_recv_within(n, kt_ms(10000));
+		r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+		ck_assert_msg(r != NULL, "round %d: RESUME: %s: %s", round, why,
+		    n->line);
+		held = json_object_get(r, "held");
+		ck_assert_msg(json_array_size(held) == 1, "round %d: RESUME "
+		    "lists %zu grants after UNLOCK's OK: %s", round,
+		    json_array_size(held), n->line);
+		json_decref(r);
+		kt_req(n, "OK", "QUIT");
+		kt_conn_close(n);
+	}
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -582,6 +619,7 @@ sessions_suite(void)
 	tcase_add_test(tc,
 	    a_session_left_alone_goes_grace_after_the_kill_not_before);
 	tcase_add_test(tc, two_resumes_at_once_one_wins);
+	tcase_add_test(tc, resume_after_an_answered_unlock_lists_what_is_left);
 	suite_add_tcase(s, tc);
 	return s;
 }
