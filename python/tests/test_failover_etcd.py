@@ -187,3 +187,35 @@ def test_two_front_ends_one_cut_off(tmp_path: pathlib.Path,
     assert took is not None
     report(f"[{mode}] fe3 cut off from etcd: KeyedLock('fe3,fe2') got "
            f"the lock through fe2 in {took * 1000:.1f} ms")
+
+
+def test_a_session_through_backend_etcd_takes_its_locks_on_channel_0(
+        tmp_path: pathlib.Path, daemons: List[Daemon]) -> None:
+    """Through backend etcd a session's locks are taken on channel 0 only
+    (keylockd-protocol(7), SESSIONS, Across front ends): with session=,
+    the client asks STATS which backend it speaks to and then runs its
+    owners as connections of their own, even where channels are on."""
+    cluster = Cluster(tmp_path, 1)
+    try:
+        fe = front_end(tmp_path, "fe", cluster.endpoints, int(10 * SLOW))
+        daemons.append(fe)
+
+        async def main() -> None:
+            locks = keylock.aio.KeyedLock(fe.addr, session=5,
+                                          channels=True)
+
+            async def nested(k: str) -> None:
+                async with locks.lock(k):
+                    async with locks.lock(k + "2"):
+                        assert fe.info(k)["holders"]
+            await asyncio.gather(nested("a"), nested("b"))
+            assert fe.stats()["channels"] == 0
+            await locks.aclose()
+        asyncio.run(main())
+        sync = keylock.KeyedLock(fe.addr, session=5)
+        with sync.lock("x"):
+            assert fe.info("x")["holders"]
+        sync.close()
+        assert fe.stats()["keys"] == 0
+    finally:
+        cluster.down()
