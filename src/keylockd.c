@@ -43,6 +43,7 @@ main(int argc, char *argv[])
 	log_info("keylockd %s starting, config %s", PACKAGE_VERSION,
 	    cfg.file != NULL ? cfg.file : "(none: built-in defaults)");
 	srv = server_new(&cfg);
+	upgrade_set_timeout((uint64_t)cfg.upgrade_timeout);
 	/* a live upgrade's new process takes over the old one's state */
 	if (upgrade_in_open(&in))
 		server_upgrade_adopt(srv, &in);

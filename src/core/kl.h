@@ -62,6 +62,7 @@ enum kl_err {
 #define KL_BIND_DEFAULT		"127.0.0.1"
 #define KL_SESSION_GRACE_DEFAULT	10000	/* ms a detached session lingers */
 #define KL_SESSION_GRACE_MAX_DEFAULT	60000	/* the most SESSION grace= may ask */
+#define KL_UPGRADE_TIMEOUT_DEFAULT	10000	/* ms a live upgrade's new process has */
 #define KL_AUTH_TIMEOUT_DEFAULT	10000	/* ms to AUTH, or a line with no secret */
 #define KL_AUTH_FAILURES_MAX	3	/* wrong AUTHs before the close */
 #define KL_WARN_INTERVAL_MS	10000	/* one warning per 10 s of a kind */

@@ -70,6 +70,9 @@ static const struct setting settings[] = {
 	    "unix socket group", false },
 	{ "state-dir", "DIR", SET_STRING, OFF(state_dir), 0, 0,
 	    "directory for the fencing-token mark", false },
+	{ "upgrade-timeout", "MS", SET_INT, OFF(upgrade_timeout), 100,
+	    (int64_t)KL_MS_MAX, "ms a live upgrade's new process has to "
+	    "pass --check-config and to report ready", true },
 	{ "port-file", "FILE", SET_STRING, OFF(port_file), 0, 0,
 	    "write the bound TCP port here", false },
 	{ "max-clients", "N", SET_INT, OFF(max_clients), 1, 10000000,
@@ -240,6 +243,7 @@ config_defaults(struct config *cfg)
 	cfg->session_grace = KL_SESSION_GRACE_DEFAULT;
 	cfg->session_grace_max = KL_SESSION_GRACE_MAX_DEFAULT;
 	cfg->session_lock_delay = 0;
+	cfg->upgrade_timeout = KL_UPGRADE_TIMEOUT_DEFAULT;
 	cfg->keepalive_idle = 60;
 	cfg->keepalive_interval = 10;
 	cfg->keepalive_count = 3;

@@ -60,6 +60,7 @@ struct config {
 	int64_t		 session_grace;		/* ms: SESSION's default */
 	int64_t		 session_grace_max;	/* ms: SESSION grace= bound */
 	int64_t		 session_lock_delay;	/* ms; 0: none */
+	int64_t		 upgrade_timeout;	/* ms a new process has */
 	int64_t		 max_timeout;		/* ms or KL_NONE */
 	int64_t		 default_max_waiters;	/* or KL_NONE */
 	int64_t		 keepalive_idle;	/* s; 0 turns keepalive off */

@@ -101,6 +101,7 @@ server_upgrade_start(struct server *srv, uint64_t requester, char *why,
 	}
 	if (!server_upgrade_possible(srv, requester, why, whylen))
 		return false;
+	upgrade_set_timeout((uint64_t)srv->cfg->upgrade_timeout);
 	srv->upgrade_check = upgrade_check_start(srv->base, srv->cfg->argv,
 	    server_heap_hint(srv), server_upgrade_checked, srv, why, whylen);
 	if (srv->upgrade_check == NULL)
@@ -336,7 +337,7 @@ server_upgrade_handoff(struct server *srv, struct upgrade_check *uc)
 	}
 	upgrade_mark("state written");
 	if (!upgrade_handoff(uc, &w, fds, nfds,
-	    freeze_ms + KL_UPGRADE_DEADLINE_MS, server_upgrade_ready, &child,
+	    freeze_ms + (uint64_t)srv->cfg->upgrade_timeout, server_upgrade_ready, &child,
 	    why, sizeof(why))) {
 		kl_free(fds);
 		upgrade_state_end(&w);

@@ -40,6 +40,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
+#include "kl.h"
 #include "kstate.h"
 #include "log.h"
 #include "upgrade.h"
@@ -51,6 +52,13 @@ extern char	**environ;
 
 static char	upgrade_exe[PATH_MAX];
 static uint64_t	upgrade_last_us, upgrade_main_us;
+static uint64_t	upgrade_timeout_ms = KL_UPGRADE_TIMEOUT_DEFAULT;
+
+void
+upgrade_set_timeout(uint64_t ms)
+{
+	upgrade_timeout_ms = ms;
+}
 
 static uint64_t
 upgrade_us(void)
@@ -327,8 +335,8 @@ static void	upgrade_check_timer_cb(evutil_socket_t, short, void *);
 static bool
 upgrade_check_watch(struct upgrade_check *uc)
 {
-	struct timeval	tv = { KL_UPGRADE_DEADLINE_MS / 1000,
-			    (KL_UPGRADE_DEADLINE_MS % 1000) * 1000 };
+	struct timeval	tv = { (time_t)(upgrade_timeout_ms / 1000),
+			    (suseconds_t)(upgrade_timeout_ms % 1000) * 1000 };
 
 	uc->ev = event_new(uc->base, uc->fd, EV_READ | EV_PERSIST,
 	    upgrade_check_read_cb, uc);
@@ -427,8 +435,8 @@ upgrade_check_end(struct upgrade_check *uc, bool timed_out)
 
 	if (timed_out) {
 		snprintf(why, sizeof(why), "%.200s --check-config did not "
-		    "finish within %d ms", upgrade_exe,
-		    KL_UPGRADE_DEADLINE_MS);
+		    "finish within %" PRIu64 " ms", upgrade_exe,
+		    upgrade_timeout_ms);
 		upgrade_check_fail(uc, why);
 		return;
 	}
@@ -526,7 +534,7 @@ upgrade_check_timer_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	snprintf(why, sizeof(why), "the new process (pid %d) was not ready "
-	    "within %d ms", (int)uc->pid, KL_UPGRADE_DEADLINE_MS);
+	    "within %" PRIu64 " ms", (int)uc->pid, upgrade_timeout_ms);
 	upgrade_check_fail(uc, why);
 }
 
@@ -900,7 +908,7 @@ upgrade_handoff(struct upgrade_check *uc, struct ks_writer *w,
 		uc->pid = -1;
 	} else {
 		snprintf(why, whylen, "the new process (pid %d) was not ready "
-		    "within %d ms", (int)pid, KL_UPGRADE_DEADLINE_MS);
+		    "within %" PRIu64 " ms", (int)pid, upgrade_timeout_ms);
 		kill(pid, SIGKILL);
 	}
 done:
@@ -1028,7 +1036,7 @@ upgrade_in_open(struct upgrade_in *in)
 	upgrade_say(b, "WAITING %d\n", (int)getpid());
 	/* the state, then its descriptors; the old process freezes and
 	 * sends them as soon as it hears WAITING */
-	deadline = kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS;
+	deadline = kl_clock_read_ms() + upgrade_timeout_ms;
 	upgrade_in_recv(in, line, sizeof(line), &state, 1, &got, deadline);
 	in->start_ms = kl_clock_read_ms();
 	upgrade_mark("state received");
@@ -1112,7 +1120,7 @@ upgrade_in_ready(struct upgrade_in *in)
 	upgrade_say(in->chan_fd, "READY %d\n", (int)getpid());
 	upgrade_mark("READY sent");
 	if (upgrade_read_line(in->chan_fd, line, sizeof(line),
-	    kl_clock_read_ms() + KL_UPGRADE_DEADLINE_MS) != 1 ||
+	    kl_clock_read_ms() + upgrade_timeout_ms) != 1 ||
 	    strcmp(line, "GO") != 0) {
 		log_warnx("upgrade: the old process did not hand over; "
 		    "exiting without serving");

@@ -26,7 +26,6 @@
 #include "log.h"
 
 #define KL_UPGRADE_ENV		"KEYLOCKD_UPGRADE"	/* "CHANNEL_FD,HEAP_BYTES" */
-#define KL_UPGRADE_DEADLINE_MS	10000	/* to report ready, and to check */
 #define KL_UPGRADE_WHY_MAX	256
 
 struct event_base;
@@ -35,6 +34,10 @@ struct ks_writer;
 /* At start, before anything changes directory: the binary's path (and
  * the time, the first mark of a new process). */
 void		 upgrade_note_path(void);
+/* upgrade-timeout: what --check-config, and then the new process until
+ * it is ready, may take; in the new process, what it waits for the
+ * state and for GO. Set from the configuration, at start and reload. */
+void		 upgrade_set_timeout(uint64_t ms);
 /*
  * At debug level, "upgrade: PHASE at T (+D)": T microseconds of
  * CLOCK_MONOTONIC, which both processes share, and D since the previous

@@ -40,7 +40,8 @@ cp "$REAL" "$BIN/keylockd"
 KEYLOCKD=$BIN/keylockd
 NOTIFY_SOCKET=$TMP/notify
 export NOTIFY_SOCKET
-daemon_start
+: >"$TMP/keylockd.conf"
+daemon_start --config "$TMP/keylockd.conf"
 unset NOTIFY_SOCKET
 
 stats() {
@@ -82,6 +83,17 @@ upgrade_fails() {
 	expect_grep '^ERR LOCKED' "$TMP/out" "$1: the holder's lock"
 	holder_ping "$1"
 	pass "$1: the daemon carries on, the holder holds"
+}
+
+# reload_with LINE: the daemon's file holds LINE alone, and it has read it
+# (SIGHUP). upgrade-timeout is live: the hang below ends after 1.5 s.
+reload_with() {
+	printf '%s\n' "$1" >"$TMP/keylockd.conf"
+	_n=$(grep -c 'SIGHUP: reloading' "$TMP/daemon.log")
+	kill -HUP "$DPID"
+	wait_for "[ \$(grep -c 'SIGHUP: reloading' '$TMP/daemon.log') -gt $_n ]" \
+	    10 || fail "no reload after SIGHUP"
+	ask_tcp PING QUIT >/dev/null	# answered: the reload is over
 }
 
 # A lock held across every failure below, on a connection that stays.
@@ -126,7 +138,11 @@ cat >"$BIN/keylockd" <<EOF
 case " \$* " in *" --check-config "*) exit 0;; esac
 exec sleep 600
 EOF
-upgrade_fails "a binary that hangs" "was not ready within [0-9]+ ms"
+reload_with "upgrade-timeout 1500"
+expect_grep "reload: upgrade-timeout changed from 10000 to 1500" \
+    "$TMP/daemon.log" "the reload"
+upgrade_fails "a binary that hangs" "was not ready within 1500 ms"
+reload_with ""
 
 # One that says it waits, and crashes once the old process froze and sent
 # it the state and every descriptor (it reads the first message).
