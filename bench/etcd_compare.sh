@@ -29,7 +29,22 @@
 # output; KEEP=1 keeps the raw JSON. With --write, the same section also
 # replaces the one between its markers in bench/RESULTS.md (RESULTS_MD),
 # which bench/compare.sh keeps when it rewrites that file. The section
-# gives the machine's load average before and after the runs.
+# gives the machine's load average before and after the runs; it
+# replaces its own section of RESULTS (between the same markers) and
+# keeps the rest of that file.
+#
+# Every run also reads etcd's own counters (/metrics) before and after:
+# gRPC calls and stream messages per method, watch events, gRPC bytes,
+# the puts, deletes and transactions applied; per cycle in a table.
+# PERF=1 records the members with `perf record -g` (PERF_FREQ, 499 Hz)
+# during the runs of PERF_ROWS (lock-unlock:50) and adds where their CPU
+# goes, by Go package and by goroutine (bench/etcd_perf.py, which names
+# the functions of Debian's stripped etcd from its .gopclntab). WIRE=1
+# then replays keylockd's etcd traffic (WIRE_BATCH puts and deletes a
+# transaction, 26; WIRE_RATE cycles/s, 2000; WIRE_INFLIGHT, 2) over the
+# JSON gateway and over gRPC, alternately, ROUNDS times each, on the same
+# cluster (bench/etcd_wire.py; needs python3-grpcio, WIRE_PYTHON), and
+# adds the members' CPU per cycle of each transport (issue 23).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +67,29 @@ DURATION=${DURATION:-3}
 RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
 RESULTS_MD=${RESULTS_MD:-$here/RESULTS.md}
 ROWS=${ROWS:-"lock-unlock:50 lock-unlock:50:2 contended:4 contended:50"}
+PERF=${PERF:-0}
+PERF_ROWS=${PERF_ROWS:-lock-unlock:50}
+PERF_FREQ=${PERF_FREQ:-499}
+WIRE=${WIRE:-0}
+if [ "$WIRE" = 1 ]; then
+	wirepy=
+	for py in ${WIRE_PYTHON:-python3 /usr/bin/python3}; do
+		if "$py" -c 'import grpc' 2>/dev/null; then
+			wirepy=$py
+			break
+		fi
+	done
+	[ -n "$wirepy" ] || { echo "etcd_compare.sh: WIRE=1 needs a" \
+	    "python3 with grpc (Debian: python3-grpcio)" >&2; exit 1; }
+	export BATCH=${WIRE_BATCH:-26} RATE=${WIRE_RATE:-2000}
+	export INFLIGHT=${WIRE_INFLIGHT:-2}
+fi
+if [ "$PERF" = 1 ]; then
+	command -v perf >/dev/null ||
+	    { echo "etcd_compare.sh: PERF=1 needs perf" >&2; exit 1; }
+	python3 -c 1 2>/dev/null ||
+	    { echo "etcd_compare.sh: PERF=1 needs python3" >&2; exit 1; }
+fi
 
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH" ${BEFORE:+"$BEFORE"}; do
 	[ -x "$p" ] || { echo "etcd_compare.sh: $p: not found" >&2; exit 1; }
@@ -128,6 +166,41 @@ cpu() {
 }
 members=$(cat "$TMP"/etcd/m[123].pid)
 
+# counters: etcd's own counters (its /metrics), one "NAME VALUE" a line:
+# per gRPC method the calls the members handled (unary) or the messages
+# they received and sent (streams: Watch, LeaseKeepAlive), summed over
+# the members (the gateway turns each JSON call into one gRPC call); the
+# watch events the members sent and the gRPC bytes in and out, summed;
+# and the puts, deletes and transactions m1 applied (every member applies
+# every write).
+counters() {
+	local i=0 m
+	for m in $(echo "$endpoints" | tr ',' ' '); do
+		i=$((i + 1))
+		curl -s "$m/metrics" | awk -v m="$i" '
+		/^grpc_server_handled_total\{/ {
+			match($0, /grpc_method="[A-Za-z]+"/)
+			k = "calls." substr($0, RSTART + 13, RLENGTH - 14)
+			v[k] += $NF }
+		/^grpc_server_msg_received_total\{.*grpc_type="bidi_stream"/ {
+			match($0, /grpc_method="[A-Za-z]+"/)
+			k = "msgs_in." substr($0, RSTART + 13, RLENGTH - 14)
+			v[k] += $NF }
+		/^grpc_server_msg_sent_total\{.*grpc_type="bidi_stream"/ {
+			match($0, /grpc_method="[A-Za-z]+"/)
+			k = "msgs_out." substr($0, RSTART + 13, RLENGTH - 14)
+			v[k] += $NF }
+		/^etcd_debugging_mvcc_events_total / { v["watch_events"] += $NF }
+		/^etcd_network_client_grpc_sent_bytes_total / {
+			v["grpc_bytes_out"] += $NF }
+		/^etcd_network_client_grpc_received_bytes_total / {
+			v["grpc_bytes_in"] += $NF }
+		m == 1 && /^etcd_mvcc_(put|delete|txn)_total / {
+			v[substr($1, 11)] += $NF }
+		END { for (k in v) printf "%s %.0f\n", k, v[k] }'
+	done | awk '{ v[$1] += $2 } END { for (k in v) print k, v[k] }' | sort
+}
+
 revision() {
 	curl -s -X POST -d '{"key":"eA==","count_only":true}' \
 	    "http://$member1/v3/kv/range" |
@@ -172,7 +245,7 @@ wait_clean() {
 # front ends (their sum, last line; 0 for etcd) used in .cpu
 run() {
 	local sys=$1 work=$2 conns=$3 spread=$4 round=$5 out before after
-	local ee=$member1 ke= fes= c0 c1
+	local ee=$member1 ke='' fes='' c0 c1 perf rowname
 	if [ "$sys" != etcd ]; then
 		ke=$(cat "$TMP/${sys}1.addr")
 		fes=$(cat "$TMP/${sys}1.pid" "$TMP/${sys}2.pid")
@@ -184,6 +257,17 @@ run() {
 	out=$TMP/$sys.$work.$conns.$spread.$round.json
 	if [ "$sys" = etcd ]; then wait_clean; fi
 	before=$(revision)
+	counters >"$out.cnt0"
+	perf=
+	rowname=$work:$conns
+	[ "$spread" = 2 ] && rowname=$rowname:2
+	if [ "$PERF" = 1 ] && [[ " $PERF_ROWS " = *" $rowname "* ]]; then
+		# shellcheck disable=SC2086
+		perf record -q -F "$PERF_FREQ" -g -o "$out.perf" \
+		    -p "$(echo $members | tr ' ' ',')" >/dev/null 2>&1 &
+		perf=$!
+		sleep 0.5
+	fi
 	# shellcheck disable=SC2086
 	c0=$(cpu $members $fes)
 	if [ "$sys" = etcd ]; then
@@ -195,6 +279,11 @@ run() {
 	fi
 	# shellcheck disable=SC2086
 	c1=$(cpu $members $fes)
+	if [ -n "$perf" ]; then
+		kill -INT "$perf"
+		wait "$perf" || true
+	fi
+	counters >"$out.cnt1"
 	after=$(revision)
 	echo "$before $after" >"$out.rev"
 	paste <(echo "$c0") <(echo "$c1") | awk -v n=3 '
@@ -219,6 +308,23 @@ EOF
 	done
 done
 
+# WIRE=1: keylockd's etcd traffic replayed over the JSON gateway and
+# over gRPC (bench/etcd_wire.py), alternately, on the same cluster
+if [ "$WIRE" = 1 ]; then
+	for round in $(seq "$ROUNDS"); do
+		order="json grpc"
+		[ $((round % 2)) -eq 0 ] && order="grpc json"
+		for tr in $order; do
+			# shellcheck disable=SC2086
+			"$wirepy" "$here/etcd_wire.py" "$tr" "http://$member1" \
+			    "http://$member1,http://$member2" \
+			    "$(echo $members | tr ' ' ',')" "$DURATION" \
+			    >"$TMP/wire.$tr.$round.json"
+		done
+		echo "round $round: wire done" >&2
+	done
+fi
+
 load_after=$(cut -d ' ' -f 1-3 /proc/loadavg)
 rev=$(cd "$top" && git describe --always --dirty 2>/dev/null || echo unknown)
 etcdv=$(etcd --version | sed -n 's/^etcd Version: //p')
@@ -226,7 +332,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 ncpu=$(nproc)
 perl -MJSON::PP -e '
 my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1,
-    $systems, $clk) = @ARGV;
+    $systems, $clk, $wire) = @ARGV;
 my @sys = split " ", $systems;
 my @kl = grep { $_ ne "etcd" } @sys;
 my $before = grep { $_ eq "before" } @sys;
@@ -234,7 +340,7 @@ my $before = grep { $_ eq "before" } @sys;
 my %target = ("lock-unlock:50" => 10, "lock-unlock:50:2" => 10,
     "contended:4" => 10, "contended:50" => 2);
 my %target23 = ("lock-unlock:50" => 5);
-my (@verdicts, @stalls, @mi);
+my (@verdicts, @stalls, @mi, @cn, %c50);
 sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
 sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
     local $/; my $j = decode_json(<$h>); close($h); return $j; }
@@ -263,7 +369,7 @@ print "| ", join(" | ", @h), " |\n|---|", "---:|" x (@h - 1), "\n";
 for my $row (split " ", $rows) {
     my ($work, $conns, $spread) = split /:/, $row;
     $spread //= 1;
-    my (%c, %p50, %p99, %w, %mcpu, %mmax, %fcpu, %ratio);
+    my (%c, %p50, %p99, %w, %mcpu, %mmax, %fcpu, %ratio, %cnt);
     for my $r (1 .. $rounds) {
         for my $s (@sys) {
             my $f = "$tmp/$s.$work.$conns.$spread.$r.json";
@@ -283,6 +389,14 @@ for my $row (split " ", $rows) {
             push @{$mcpu{$s}}, $n > 0 ? $sum * 1000 / $clk / $n : 0;
             push @{$mmax{$s}}, $n > 0 ? $max * 1000 / $clk / $n : 0;
             push @{$fcpu{$s}}, $n > 0 ? $fe * 1000 / $clk / $n : 0;
+            # etcd'"'"'s counters, per cycle
+            my (%k0, %k1);
+            for (lines("$f.cnt0")) { my ($k, $v) = split " "; $k0{$k} = $v; }
+            for (lines("$f.cnt1")) { my ($k, $v) = split " "; $k1{$k} = $v; }
+            for my $k (keys %k1) {
+                push @{$cnt{$s}{$k}}, $n > 0 ? ($k1{$k} - ($k0{$k} // 0)) / $n : 0;
+            }
+            push @{$cnt{$s}{"members_cpu_ms"}}, $mcpu{$s}[-1];
         }
         for my $s (@kl) {
             push @{$ratio{$s}}, $c{etcd}[-1] > 0 ?
@@ -315,6 +429,27 @@ for my $row (split " ", $rows) {
         join(" / ", map(sprintf("%.3f", med(@{$fcpu{$_}})), @kl)),
         join(" / ", map { my $m = med(@{$mmax{$_}});
             $m > 0 ? sprintf("%.0f", 1000 / $m) : "-" } @sys)) . " |\n";
+    if ($row eq "lock-unlock:50") {
+        $c50{$_} = med(@{$mcpu{$_}}) for @sys;
+    }
+    for my $s (@sys) {
+        my %m = map { $_ => med(@{$cnt{$s}{$_}}) } keys %{$cnt{$s}};
+        my $g = sub { return $m{$_[0]} // 0; };
+        my $ops = $g->("put_total") + $g->("delete_total");
+        my @calls;
+        for my $k (sort keys %m) {
+            next unless $k =~ /^(calls|msgs_in|msgs_out)\.(.*)/;
+            next if $m{$k} < 0.0005;
+            push @calls, sprintf("%s %s %.3f", $2, $1 eq "calls" ? "calls" :
+                $1 eq "msgs_in" ? "in" : "out", $m{$k});
+        }
+        push @cn, sprintf("| %s | %d | %s | %.3f | %.3f | %.3f | %s | %.3f | %.0f | %s |\n",
+            $what, $conns, $s, $g->("members_cpu_ms"), $g->("txn_total"), $ops,
+            $s ne "etcd" && $g->("calls.Txn") > 0 ?
+            sprintf("%.1f", $ops / $g->("calls.Txn")) : "-",
+            $g->("watch_events"), $g->("grpc_bytes_in") + $g->("grpc_bytes_out"),
+            join(", ", @calls));
+    }
     for my $s (@kl) {
         my $t = ($s eq "keylockd" ? "" : " ($s)");
         push @verdicts, sprintf("| %s, %d clients: keylockd/etcd >= %d%s " .
@@ -344,17 +479,99 @@ print "\nMachine-independent figures of the same runs (medians), $order: ",
 print "| workload | clients | etcd writes per cycle | members'"'"' CPU ms per ",
     "cycle | front ends'"'"' CPU ms per cycle | cycles/s, members on their ",
     "own cores |\n|---|---:|---:|---:|---:|---:|\n", @mi;
+print "\netcd'"'"'s own counters (its /metrics) over the same runs, per ",
+    "cycle (medians): the members'"'"' CPU ms as above; the write ",
+    "transactions, puts and deletes m1 applied (every member applies each); ",
+    "operations per transaction of the front ends'"'"' Txn calls; the watch ",
+    "events the members sent; the gRPC bytes in and out of the members (the ",
+    "JSON gateway'"'"'s calls into its own member, and peers'"'"' none); and ",
+    "the gRPC calls (unary) or stream messages in and out the members ",
+    "handled per cycle, by method (etcd'"'"'s lock API calls Txn, Range and ",
+    "Watch inside the member, which these do not count).\n\n";
+print "| workload | clients | system | members'"'"' CPU ms | write txns | ",
+    "puts + deletes | ops per Txn call | watch events | gRPC bytes | ",
+    "gRPC calls and stream messages |\n",
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n", @cn;
+if ($wire) {
+    my (%w, $batch, $rate, $infl);
+    for my $r (1 .. $rounds) {
+        for my $t ("json", "grpc") {
+            my $j = rd("$tmp/wire.$t.$r.json");
+            die "wire $t round $r: no cycles\n" unless $j->{cycles} > 0;
+            die "wire $t round $r: a transaction failed\n"
+                if $j->{txns_failed};
+            push @{$w{$t}{cpu}}, $j->{members_cpu_ms_per_cycle};
+            push @{$w{$t}{cps}}, $j->{cycles_per_s};
+            push @{$w{$t}{ev}}, $j->{watch_events} / $j->{cycles};
+            push @{$w{$t}{bytes}}, $j->{client_bytes_per_cycle};
+            ($batch, $rate, $infl) = @{$j}{qw(batch rate inflight)};
+        }
+    }
+    sub rng3 { my @v = sort { $a <=> $b } @_;
+        return sprintf("%.3f [%.3f-%.3f]", med(@v), $v[0], $v[-1]); }
+    print "\nThe transport, side by side (WIRE=1: `bench/etcd_wire.py`, ",
+        "the same rounds, the same cluster): keylockd'"'"'s etcd traffic at ",
+        "c=50 as the counters above give it, replayed over the JSON gateway ",
+        "(what keylockd speaks) and over gRPC (HTTP/2 and protobuf, no ",
+        "gateway), the rest alike: transactions through m1 of $batch puts ",
+        "under a lease and the $batch deletes of the previous one with the ",
+        "fence compare, $infl in flight, paced at $rate cycles/s; a prefix ",
+        "watch through m1 and one through m2 (the two front ends) reading ",
+        "every event. Medians [min-max] of the rounds.\n\n";
+    print "| transport | cycles/s (paced) | members'"'"' CPU ms per cycle | ",
+        "watch events per cycle | client bytes per cycle |\n",
+        "|---|---:|---:|---:|---:|\n";
+    for my $t ("json", "grpc") {
+        printf "| %s | %.0f | %s | %.2f | %.0f |\n",
+            $t eq "json" ? "JSON gateway (HTTP/1.1)" : "gRPC (HTTP/2, h2c)",
+            med(@{$w{$t}{cps}}), rng3(@{$w{$t}{cpu}}), med(@{$w{$t}{ev}}),
+            med(@{$w{$t}{bytes}});
+    }
+    my $f = med(@{$w{grpc}{cpu}}) / med(@{$w{json}{cpu}});
+    printf "\ngRPC / JSON, members'"'"' CPU per cycle: %.2f (%.0f%% less).",
+        $f, 100 * (1 - $f);
+    if (exists $c50{keylockd} && $c50{keylockd} > 0) {
+        my $k = $c50{keylockd} * $f;
+        printf " Applied to keylockd'"'"'s members'"'"' CPU per cycle at c=50 "
+        . "above (%.3f ms): %.3f ms, against %.3f ms of etcd'"'"'s lock API: "
+        . "%.1fx fewer members'"'"' CPU per cycle than the lock API, from %.1fx "
+        . "today (a projection, not a run of keylockd over gRPC).",
+            $c50{keylockd}, $k, $c50{etcd}, $c50{etcd} / $k,
+            $c50{etcd} / $c50{keylockd};
+    }
+    print "\n";
+}
 print "\n| target | keylockd/etcd, median of the rounds | |\n",
     "|---|---:|---|\n", @verdicts;
 print "\nStalled rounds (under a tenth of the best round of the same row; ",
     "a median over them is not a figure of that system): ",
     join("; ", @stalls), ".\n" if @stalls;
-print "<!-- bench/etcd_compare.sh: end -->\n";
 ' "$TMP" "$ROUNDS" "$ROWS" "$DURATION" "$rev" "$etcdv" "$cpu" "$ncpu" \
-    "$load_before" "$load_after" "$SYSTEMS" "$clk" >"$TMP/section.md"
-cp "$TMP/section.md" "$RESULTS"
-if [ "$WRITE" = 1 ]; then
-	# the section between its markers, or appended
+    "$load_before" "$load_after" "$SYSTEMS" "$clk" "$WIRE" >"$TMP/section.md"
+if [ "$PERF" = 1 ]; then
+	{
+		# shellcheck disable=SC2016
+		printf '\nWhere the members'"'"' CPU goes (PERF=1: `perf record -F %s -g` of the three members during every run of the rows %s, all rounds together, symbolized from the etcd binary'"'"'s .gopclntab by bench/etcd_perf.py; perf'"'"'s sampling costs the members some CPU, so the cycles/s above are a little low). Self time is the innermost Go function'"'"'s package group (kernel time is charged to the group that entered the kernel); an activity is the goroutine the sample ran in (by the functions of its stack, from its start inwards), and the gateway'"'"'s share is split by what its HTTP/1 handler was doing.\n' \
+		    "$PERF_FREQ" "$PERF_ROWS"
+		for row in $PERF_ROWS; do
+			IFS=: read -r work conns spread <<EOF
+$row
+EOF
+			spread=${spread:-1}
+			for sys in $SYSTEMS; do
+				set -- "$TMP/$sys.$work.$conns.$spread".*.json.perf
+				[ -e "$1" ] || continue
+				echo
+				python3 "$here/etcd_perf.py" "$(command -v etcd)" \
+				    "$sys, $row" "$@"
+			done
+		done
+	} >>"$TMP/section.md"
+fi
+echo "<!-- bench/etcd_compare.sh: end -->" >>"$TMP/section.md"
+# section FILE: the section between its markers in FILE, or appended;
+# the rest of FILE stays
+section() {
 	perl -e '
 my ($file, $secfile) = @ARGV;
 my ($b, $e) = ("<!-- bench/etcd_compare.sh: begin -->",
@@ -371,7 +588,11 @@ if ($text =~ /\Q$b\E.*?\Q$e\E\n?/s) {
 }
 open(my $o, ">", "$file.tmp") or die "$file.tmp: $!"; print $o $text;
 close($o); rename("$file.tmp", $file) or die "$file: $!";
-' "$RESULTS_MD" "$TMP/section.md"
+' "$1" "$TMP/section.md"
+}
+section "$RESULTS"
+if [ "$WRITE" = 1 ]; then
+	section "$RESULTS_MD"
 	echo "etcd_compare.sh: wrote its section of $RESULTS_MD" >&2
 fi
-cat "$RESULTS"
+cat "$TMP/section.md"

@@ -35,7 +35,8 @@ EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/integration.sh tests/etcd/frontend.sh \
 	tests/etcd/loopback.sh tests/etcd/secure.sh tests/etcd/upgrade.sh \
 	examples/etcd-loopback.sh \
-	bench/etcd_compare.sh bench/ETCD_RESULTS.md
+	bench/etcd_compare.sh bench/etcd_perf.py bench/etcd_wire.py \
+	bench/ETCD_RESULTS.md
 
 # What the front end tests share (etest.h): the program's cluster, front
 # ends, members, cycling clients and the history checker.
