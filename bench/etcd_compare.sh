@@ -25,7 +25,10 @@
 # keylockd, e.g. main's before a change), two more front ends of that
 # binary run on the same cluster under their own prefix (kbefore/,
 # idle but for their watch and lease while the others run) and every row
-# runs it too, as "before", in the same rounds. RESULTS names the
+# runs it too, as "before", in the same rounds. KEYLOCKD_OPTS and
+# BEFORE_OPTS are more options for each one's front ends (e.g. the same
+# binary twice with another --etcd-connections), named in the section.
+# RESULTS names the
 # output; KEEP=1 keeps the raw JSON. With --write, the same section also
 # replaces the one between its markers in bench/RESULTS.md (RESULTS_MD),
 # which bench/compare.sh keeps when it rewrites that file. The section
@@ -62,6 +65,8 @@ build=$(cd "$builddir" && pwd)
 KEYLOCKD=${KEYLOCKD:-$build/src/keylockd}
 KEYLOCK_BENCH=${KEYLOCK_BENCH:-$build/tools/keylock-bench}
 BEFORE=${BEFORE:-}
+KEYLOCKD_OPTS=${KEYLOCKD_OPTS:-}
+BEFORE_OPTS=${BEFORE_OPTS:-}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
 RESULTS=${RESULTS:-$here/ETCD_RESULTS.md}
@@ -128,13 +133,14 @@ member2=${member2#http://}
 # frontend NAME BINARY PREFIX I: front end I (1: m1 first, 2: m2 first)
 # of a system; its address in $TMP/NAME.addr, its pid in $TMP/NAME.pid.
 frontend() {
-	local name=$1 bin=$2 prefix=$3 i=$4 eps=$endpoints
+	local name=$1 bin=$2 prefix=$3 i=$4 eps=$endpoints opts=$5
 	[ "$i" = 2 ] && eps=$endpoints2
 	mkdir -p "$TMP/$name"
+	# shellcheck disable=SC2086
 	"$bin" --config /dev/null --bind 127.0.0.1 --port 0 \
 	    --port-file "$TMP/$name.port" --unix "" --state-dir "$TMP/$name" \
 	    --backend etcd --etcd-endpoints "$eps" --etcd-prefix "$prefix" \
-	    --max-clients 100000 >"$TMP/$name.log" 2>&1 &
+	    --max-clients 100000 $opts >"$TMP/$name.log" 2>&1 &
 	PIDS="$PIDS $!"
 	echo $! >"$TMP/$name.pid"
 	for _ in $(seq 400); do
@@ -145,12 +151,12 @@ frontend() {
 	    { cat "$TMP/$name.log" >&2; exit 1; }
 	echo "127.0.0.1:$(head -n 1 "$TMP/$name.port")" >"$TMP/$name.addr"
 }
-frontend keylockd1 "$KEYLOCKD" keylock/ 1
-frontend keylockd2 "$KEYLOCKD" keylock/ 2
+frontend keylockd1 "$KEYLOCKD" keylock/ 1 "$KEYLOCKD_OPTS"
+frontend keylockd2 "$KEYLOCKD" keylock/ 2 "$KEYLOCKD_OPTS"
 SYSTEMS="keylockd etcd"
 if [ -n "$BEFORE" ]; then
-	frontend before1 "$BEFORE" kbefore/ 1
-	frontend before2 "$BEFORE" kbefore/ 2
+	frontend before1 "$BEFORE" kbefore/ 1 "$BEFORE_OPTS"
+	frontend before2 "$BEFORE" kbefore/ 2 "$BEFORE_OPTS"
 	SYSTEMS="keylockd before etcd"
 fi
 clk=$(getconf CLK_TCK)
@@ -332,7 +338,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 ncpu=$(nproc)
 perl -MJSON::PP -e '
 my ($tmp, $rounds, $rows, $dur, $rev, $etcdv, $cpu, $ncpu, $l0, $l1,
-    $systems, $clk, $wire) = @ARGV;
+    $systems, $clk, $wire, $kopts, $bopts) = @ARGV;
 my @sys = split " ", $systems;
 my @kl = grep { $_ ne "etcd" } @sys;
 my $before = grep { $_ eq "before" } @sys;
@@ -362,6 +368,8 @@ print "From `bench/etcd_compare.sh` at $rev: etcd $etcdv, three members ",
     ($before ? "\"before\" is the keylockd of `BEFORE=`, run in the same " .
     "rounds on the same cluster (its own two front ends, prefix kbefore/). "
     : ""),
+    ($kopts ne "" ? "keylockd'"'"'s front ends run with `$kopts`. " : ""),
+    ($bopts ne "" ? "before'"'"'s front ends run with `$bopts`. " : ""),
     "Load average (1, 5, 15 min) before the runs: $l0; after: $l1.\n\n";
 my @h = ("workload", "clients", map("$_ cycles/s", @sys),
     map("$_/etcd", @kl), map("$_ p50/p99 ms", @sys));
@@ -551,7 +559,8 @@ print "\nStalled rounds (under a tenth of the best round of the same row; ",
     "a median over them is not a figure of that system): ",
     join("; ", @stalls), ".\n" if @stalls;
 ' "$TMP" "$ROUNDS" "$ROWS" "$DURATION" "$rev" "$etcdv" "$cpu" "$ncpu" \
-    "$load_before" "$load_after" "$SYSTEMS" "$clk" "$WIRE" >"$TMP/section.md"
+    "$load_before" "$load_after" "$SYSTEMS" "$clk" "$WIRE" \
+    "$KEYLOCKD_OPTS" "$BEFORE_OPTS" >"$TMP/section.md"
 if [ "$PERF" = 1 ]; then
 	{
 		# shellcheck disable=SC2016
