@@ -72,8 +72,8 @@ enum proto_opt {
 struct request {
 	enum cmd_id	 cmd;
 	/* Arguments point into the caller's line and are copied if kept.
-	 * nargs counts all of them; only the first KL_KEYS_HARD_MAX are
-	 * stored (the caller answers LIMIT past its own cap). */
+	 * A parse that succeeds stored all nargs, at most KL_KEYS_HARD_MAX
+	 * (more is LIMIT, once every argument passed its checks). */
 	size_t		 nargs;
 	const char	*args[KL_KEYS_HARD_MAX];
 	size_t		 arglens[KL_KEYS_HARD_MAX];

@@ -1270,34 +1270,37 @@ static const struct cmd_entry cmd_table[CMD__COUNT] = {
 	[CMD_UPGRADE]	= { CMD_ADMIN | CMD_CONN },
 };
 
-static const struct request *cmd_sorting;	/* cmd_key_order's request */
+struct cmd_span {
+	const char	*p;
+	size_t		 len;
+};
 
 static int
-cmd_key_order(const void *a, const void *b)
+cmd_span_order(const void *a, const void *b)
 {
-	size_t	i = *(const uint16_t *)a, j = *(const uint16_t *)b;
-	size_t	li = cmd_sorting->arglens[i], lj = cmd_sorting->arglens[j];
+	const struct cmd_span	*x = a, *y = b;
 
-	if (li != lj)
-		return li < lj ? -1 : 1;
-	return memcmp(cmd_sorting->args[i], cmd_sorting->args[j], li);
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->p, y->p, x->len);
 }
 
 /* The distinct keys of req (keylockd-protocol(7), SEMANTICS: duplicate
- * keys in one request count once); only asked past max-keys. */
+ * keys in one request count once); only asked past max-keys. The parser
+ * stored every argument: nargs <= KL_KEYS_HARD_MAX. */
 static size_t __attribute__((noinline))
 cmd_distinct_keys(const struct request *req)
 {
-	uint16_t	idx[KL_KEYS_HARD_MAX];
+	struct cmd_span	keys[KL_KEYS_HARD_MAX];
 	size_t		n = 0;
 
+	for (size_t i = 0; i < req->nargs; i++) {
+		keys[i].p = req->args[i];
+		keys[i].len = req->arglens[i];
+	}
+	qsort(keys, req->nargs, sizeof(keys[0]), cmd_span_order);
 	for (size_t i = 0; i < req->nargs; i++)
-		idx[i] = (uint16_t)i;
-	cmd_sorting = req;
-	qsort(idx, req->nargs, sizeof(idx[0]), cmd_key_order);
-	for (size_t i = 0; i < req->nargs; i++)
-		n += i == 0 || cmd_key_order(&idx[i - 1], &idx[i]) != 0;
-	cmd_sorting = NULL;
+		n += i == 0 || cmd_span_order(&keys[i - 1], &keys[i]) != 0;
 	return n;
 }
 

@@ -127,6 +127,33 @@ START_TEST(keys_per_request_default_limit_is_64)
 }
 END_TEST
 
+/* PROTOCOL.md: duplicate keys count once; the server reads at most 1024
+ * keys in one request, duplicates included: more is LIMIT, for UNLOCK too,
+ * and the server carries on (1,100 copies of one key once crashed it). */
+START_TEST(duplicates_count_once_up_to_1024_keys)
+{
+	struct kt_conn	*c = kt_connect();
+	char		 line[4096];
+	size_t		 n;
+
+	n = (size_t)sprintf(line, "LOCK");
+	for (int i = 0; i < 1024; i++)
+		n += (size_t)sprintf(line + n, " q%d", i % 3);
+	kt_send(c, "%s", line);
+	kt_expect_token(c);
+	kt_send(c, "UNLOCK%s", line + 4);
+	kt_expect_line(c, "OK 3");
+	kt_lock(c, "LOCK q0");
+	sprintf(line + n, " q0");
+	kt_req_err(c, "LIMIT", "UNLOCK%s", line + 4);
+	kt_req_err(c, "LIMIT", "REFRESH%s ttl=100", line + 4);
+	kt_req_err(c, "LIMIT", "%s", line);
+	kt_req_err(c, "LIMIT", "TRYLOCK%s", line + 4);
+	kt_req(c, "OK PONG", "PING");
+	kt_req(c, "OK 1", "UNLOCK q0");
+}
+END_TEST
+
 START_TEST(conflict_when_limit_differs)
 {
 	struct kt_conn *a = kt_connect(), *b = kt_connect();
@@ -676,6 +703,7 @@ protocol_errors_suite(void)
 	tcase_add_test(tc, syntax_errors);
 	tcase_add_test(tc, badkey_rules);
 	tcase_add_test(tc, keys_per_request_default_limit_is_64);
+	tcase_add_test(tc, duplicates_count_once_up_to_1024_keys);
 	tcase_add_test(tc, conflict_when_limit_differs);
 	tcase_add_test(tc, busy_when_max_waiters_reached);
 	tcase_add_test(tc, locked_for_trylock_and_timeout_zero);
@@ -693,6 +721,12 @@ protocol_errors_suite(void)
 		tcase_add_test(tc,
 		    default_timeout_option_applies_without_timeout);
 		tcase_add_test(tc, default_max_waiters_option_applies);
+	}
+	/* Flooders are closed once the kernel's buffers (megabytes) hold
+	 * their replies: tens of thousands of STATS each, seconds of a
+	 * sanitized build, more on a loaded machine. */
+	tc = kt_tcase(s, "floods", KT_PRIVATE, 90, kt_setup_none);
+	if (tc != NULL) {
 		tcase_add_test(tc,
 		    client_that_never_reads_is_closed_others_are_served);
 		tcase_add_test(tc,
