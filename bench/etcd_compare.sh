@@ -207,6 +207,20 @@ counters() {
 	done | awk '{ v[$1] += $2 } END { for (k in v) print k, v[k] }' | sort
 }
 
+# timed FILE CMD...: runs CMD, and writes the CPU seconds (user + system)
+# it used to FILE; CMD's exit status.
+timed() {
+	perl -e '
+my $f = shift;
+my $rc = system(@ARGV);
+my @t = times;
+open(my $h, ">", $f) or die "$f: $!";
+printf $h "%.3f\n", $t[2] + $t[3];
+close($h);
+exit($rc == -1 ? 127 : $rc & 127 ? 128 + ($rc & 127) : $rc >> 8);
+' "$@"
+}
+
 revision() {
 	curl -s -X POST -d '{"key":"eA==","count_only":true}' \
 	    "http://$member1/v3/kv/range" |
@@ -276,12 +290,13 @@ run() {
 	fi
 	# shellcheck disable=SC2086
 	c0=$(cpu $members $fes)
+	# the client's own CPU (user + system s) in .ccpu
 	if [ "$sys" = etcd ]; then
-		"$KEYLOCK_BENCH" --etcd -S "$ee" -w "$work" -c "$conns" \
-		    -t "$DURATION" --json --no-progress >"$out"
+		timed "$out.ccpu" "$KEYLOCK_BENCH" --etcd -S "$ee" -w "$work" \
+		    -c "$conns" -t "$DURATION" --json --no-progress >"$out"
 	else
-		"$KEYLOCK_BENCH" -S "$ke" -w "$work" -c "$conns" \
-		    -t "$DURATION" --json --no-progress >"$out"
+		timed "$out.ccpu" "$KEYLOCK_BENCH" -S "$ke" -w "$work" \
+		    -c "$conns" -t "$DURATION" --json --no-progress >"$out"
 	fi
 	# shellcheck disable=SC2086
 	c1=$(cpu $members $fes)
@@ -346,7 +361,7 @@ my $before = grep { $_ eq "before" } @sys;
 my %target = ("lock-unlock:50" => 10, "lock-unlock:50:2" => 10,
     "contended:4" => 10, "contended:50" => 2);
 my %target23 = ("lock-unlock:50" => 5);
-my (@verdicts, @stalls, @mi, @cn, %c50);
+my (@verdicts, @stalls, @mi, @cn, %c50, %c50all);
 sub med { my @v = sort { $a <=> $b } @_; return $v[int($#v / 2)]; }
 sub rd { my $f = shift; open(my $h, "<", $f) or die "$f: $!";
     local $/; my $j = decode_json(<$h>); close($h); return $j; }
@@ -377,7 +392,8 @@ print "| ", join(" | ", @h), " |\n|---|", "---:|" x (@h - 1), "\n";
 for my $row (split " ", $rows) {
     my ($work, $conns, $spread) = split /:/, $row;
     $spread //= 1;
-    my (%c, %p50, %p99, %w, %mcpu, %mmax, %fcpu, %ratio, %cnt);
+    my (%c, %p50, %p99, %w, %mcpu, %mmax, %fcpu, %ratio, %cnt, %ccpu,
+        %all);
     for my $r (1 .. $rounds) {
         for my $s (@sys) {
             my $f = "$tmp/$s.$work.$conns.$spread.$r.json";
@@ -397,6 +413,9 @@ for my $row (split " ", $rows) {
             push @{$mcpu{$s}}, $n > 0 ? $sum * 1000 / $clk / $n : 0;
             push @{$mmax{$s}}, $n > 0 ? $max * 1000 / $clk / $n : 0;
             push @{$fcpu{$s}}, $n > 0 ? $fe * 1000 / $clk / $n : 0;
+            my $cl = (lines("$f.ccpu"))[0];
+            push @{$ccpu{$s}}, $n > 0 ? $cl * 1000 / $n : 0;
+            push @{$all{$s}}, $mcpu{$s}[-1] + $fcpu{$s}[-1] + $ccpu{$s}[-1];
             # etcd'"'"'s counters, per cycle
             my (%k0, %k1);
             for (lines("$f.cnt0")) { my ($k, $v) = split " "; $k0{$k} = $v; }
@@ -435,10 +454,15 @@ for my $row (split " ", $rows) {
         join(" / ", map(sprintf("%.3f", med(@{$w{$_}})), @sys)),
         join(" / ", map(sprintf("%.3f", med(@{$mcpu{$_}})), @sys)),
         join(" / ", map(sprintf("%.3f", med(@{$fcpu{$_}})), @kl)),
+        join(" / ", map(sprintf("%.3f", med(@{$ccpu{$_}})), @sys)),
+        join(" / ", map(sprintf("%.3f", med(@{$all{$_}})), @sys)),
+        join(" / ", map(sprintf("%.1f", med(@{$all{etcd}}) /
+            (med(@{$all{$_}}) || 1)), @kl)),
         join(" / ", map { my $m = med(@{$mmax{$_}});
             $m > 0 ? sprintf("%.0f", 1000 / $m) : "-" } @sys)) . " |\n";
     if ($row eq "lock-unlock:50") {
         $c50{$_} = med(@{$mcpu{$_}}) for @sys;
+        $c50all{$_} = med(@{$all{$_}}) for @sys;
     }
     for my $s (@sys) {
         my %m = map { $_ => med(@{$cnt{$s}{$_}}) } keys %{$cnt{$s}};
@@ -480,13 +504,19 @@ my $order = join(" / ", @sys);
 print "\nMachine-independent figures of the same runs (medians), $order: ",
     "etcd writes (revisions) per cycle; the three members'"'"' CPU time ",
     "(user + system) per cycle; the keylockd front ends'"'"' CPU time per ",
-    "cycle; and, for members each on a core of its own, the cycles per ",
+    "cycle; the client'"'"'s (keylock-bench'"'"'s) CPU time per cycle; all ",
+    "three together, and etcd'"'"'s total over each keylockd'"'"'s (on a ",
+    "machine whose cores all of them share, as here, the cycles/s ratio ",
+    "tends to this one); and, for members each on a core of its own, the ",
+    "cycles per ",
     "second at which the busiest member would fill its core (1000 ms over ",
     "its CPU ms per cycle: a paper estimate, which leaves out the network ",
     "and the disk).\n\n";
 print "| workload | clients | etcd writes per cycle | members'"'"' CPU ms per ",
-    "cycle | front ends'"'"' CPU ms per cycle | cycles/s, members on their ",
-    "own cores |\n|---|---:|---:|---:|---:|---:|\n", @mi;
+    "cycle | front ends'"'"' CPU ms per cycle | client'"'"'s CPU ms per ",
+    "cycle | all CPU ms per cycle | etcd'"'"'s all over keylockd'"'"'s | ",
+    "cycles/s, members on their own cores |\n",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", @mi;
 print "\netcd'"'"'s own counters (its /metrics) over the same runs, per ",
     "cycle (medians): the members'"'"' CPU ms as above; the write ",
     "transactions, puts and deletes m1 applied (every member applies each); ",
@@ -550,6 +580,13 @@ if ($wire) {
         . "today (a projection, not a run of keylockd over gRPC).",
             $c50{keylockd}, $k, $c50{etcd}, $c50{etcd} / $k,
             $c50{etcd} / $c50{keylockd};
+        # the front ends'"'"' and the client'"'"'s CPU as they are
+        my $ka = $c50all{keylockd} - $c50{keylockd} * (1 - $f);
+        printf " With the front ends'"'"' and the client'"'"'s CPU as they " .
+            "are, all CPU per cycle: %.3f ms from %.3f, against %.3f ms of " .
+            "the lock API'"'"'s: %.1fx from %.1fx.", $ka, $c50all{keylockd},
+            $c50all{etcd}, $c50all{etcd} / $ka,
+            $c50all{etcd} / $c50all{keylockd} if $ka > 0;
     }
     print "\n";
 }
