@@ -47,6 +47,13 @@ enum be_op {
 	BE_RESUME	/* RESUME: the session's owner, to adopt */
 };
 
+/* A session's channel other than 0 (keylockd-protocol(7), CHANNELS): its
+ * number and its owner. */
+struct be_chan {
+	uint32_t	 n;
+	struct lt_owner	*owner;
+};
+
 struct be_result {
 	enum be_op	 op;
 	enum kl_err	 err;
@@ -64,9 +71,13 @@ struct be_result {
 	int64_t		 max_waiters;
 	const char	*text;		/* BACKEND, SESSION: what went wrong */
 	/* BE_RESUME: the session's owner (its holds and wait) that the
-	 * connection takes over, its client id (value) and grace. */
+	 * connection takes over, its client id (value) and grace, and the
+	 * owners of its other channels, by channel number (the backend's
+	 * memory: valid until the next backend call). */
 	struct lt_owner	*owner;
 	uint64_t	 grace_ms;
+	const struct be_chan *chans;
+	size_t		 nchans;
 };
 
 /* What a backend counts, in its caller's memory (STATS, /metrics);
@@ -173,6 +184,16 @@ struct backend_ops {
 			    struct lt_owner *, const char *hash,
 			    const char *user, struct be_result *);
 	void		 (*session_end)(struct backend *, struct lt_owner *);
+	/*
+	 * ch, the owner of channel n of the connection whose owner o has a
+	 * session, is about to LOCK: from now on its holds and waits are
+	 * the session's too (backend etcd: its entries carry the session's
+	 * lease). KL_OK; KL_ERR_SESSION with *text while the session's
+	 * SESSION or RESUME is on its way. NULL where a session is the
+	 * daemon's alone (backend local).
+	 */
+	enum kl_err	 (*session_channel)(struct backend *, struct lt_owner *o,
+			    struct lt_owner *ch, uint32_t n, const char **text);
 	/* o's session can no longer be resumed, its holds staying for
 	 * session-lock-delay until session_end. */
 	void		 (*session_close)(struct backend *, struct lt_owner *);
@@ -180,11 +201,14 @@ struct backend_ops {
 	 * Who o is, for an owner the table has with no udata: another front
 	 * end's client (backend etcd): *name its NAME as its last LOCK
 	 * carried it (NULL: none), *frontend the front end that wrote it
-	 * (its lease id). NULL where every owner has udata (backend local).
+	 * (its lease id), and, for a session's channel, its session's
+	 * client id (*client; else left as it is) and its channel (*chan;
+	 * else 0). NULL where every owner has udata (backend local).
 	 */
 	void		 (*owner_about)(const struct backend *,
 			    const struct lt_owner *, const char **name,
-			    uint64_t *frontend);
+			    uint64_t *frontend, uint64_t *client,
+			    uint32_t *chan);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
 	/*

@@ -126,6 +126,8 @@ struct ebe {
 	struct erevoke		*revokes;	/* put off (es_revoke_free) */
 	size_t			 nrevokes, caprevokes;
 	struct event		*revoke_timer;
+	struct be_chan		*rchans;	/* BE_RESUME's channels */
+	size_t			 caprchans;
 };
 
 static void	ebe_step(struct ebe *e);
@@ -1409,16 +1411,32 @@ revoke_timer_cb(evutil_socket_t fd, short what, void *arg)
 /* Does a put under es's lease wait for etcd's answer (queued, or on the
  * wire, where the etcd client may try it again until etcd-timeout)? */
 static bool
-es_puts_on_the_way(const struct esession *es)
+eowner_puts_on_the_way(const struct eowner *o)
 {
 	const struct ereq *r;
 
-	if (es->o == NULL)
-		return false;
-	TAILQ_FOREACH(r, &es->o->reqs, entry)
+	TAILQ_FOREACH(r, &o->reqs, entry)
 		for (size_t i = 0; r->refs > 0 && i < r->nent; i++)
 			if (r->ent[i].w == W_PUTTING)
 				return true;
+	return false;
+}
+
+/* ... of its channel 0's owner, or of one of its channels' (gone from
+ * their connections or not). */
+static bool
+es_puts_on_the_way(const struct esession *es)
+{
+	const struct eowner *o;
+
+	if (es->o == NULL)
+		return false;
+	if (eowner_puts_on_the_way(es->o))
+		return true;
+	for (o = eowner_chan_first(es->e->rp, es->lease); o != NULL;
+	    o = eowner_chan_next(o))
+		if (o->state != OWN_THEIRS && eowner_puts_on_the_way(o))
+			return true;
 	return false;
 }
 
@@ -1483,18 +1501,29 @@ es_answer(struct esession *es, const struct be_result *res)
 		ebe_done(es->e, o, res);
 }
 
-/* SESSION or RESUME cannot be carried out now: ERR BACKEND. */
+/*
+ * SESSION or RESUME cannot be carried out now: ERR BACKEND. A SESSION's
+ * lease and record go with es (nothing was changed). A RESUME may have
+ * moved the record already (moved: its takeover was sent): nobody keeps
+ * the session alive from now on, and it lasts its grace, for a RESUME
+ * through any front end to take it.
+ */
 static void
-es_fail(struct esession *es, const char *why)
+es_fail(struct esession *es, const char *why, bool moved)
 {
 	struct ebe		*e = es->e;
 	struct be_result	 r;
 
 	log_info("backend etcd: a %s failed: %s", es->state == ES_OPENING ?
 	    "SESSION" : "RESUME", why);
-	snprintf(e->why, sizeof(e->why), "etcd did not take the %s in time; "
-	    "nothing was changed", es->state == ES_OPENING ? "SESSION" :
-	    "RESUME");
+	if (es->state == ES_OPENING || !moved)
+		snprintf(e->why, sizeof(e->why), "etcd did not take the %s in "
+		    "time; nothing was changed", es->state == ES_OPENING ?
+		    "SESSION" : "RESUME");
+	else
+		snprintf(e->why, sizeof(e->why), "etcd did not complete the "
+		    "RESUME in time; the session may have moved here but is "
+		    "not attached: it is kept for its grace, RESUME again");
 	be_backend(&r, es->state == ES_OPENING ? BE_SESSION : BE_RESUME,
 	    e->why);
 	es_answer(es, &r);
@@ -1530,7 +1559,7 @@ es_lost(struct esession *es, const char *why)
 		return;
 	}
 	if (es->state != ES_OURS) {
-		es_fail(es, why);
+		es_fail(es, why, false);
 		return;
 	}
 	log_warnx("backend etcd: client %" PRIu64 ": %s: its session ends",
@@ -1618,6 +1647,86 @@ es_ka_start(struct esession *es)
 		es_guard_arm(es);
 }
 
+/* ---- SESSION and RESUME: what they share ---- */
+
+/*
+ * The session o asks for (SESSION, op BE_SESSION; RESUME, BE_RESUME) of
+ * hash, new, or NULL with the answer in r: o must hold, wait for and
+ * have nothing yet (the daemon checks it first, with the client's
+ * words), and no session of this ID may be on its way here.
+ */
+static struct esession *
+es_precheck(struct ebe *e, struct eowner *o, const char *hash, enum be_op op,
+    struct be_result *r)
+{
+	struct esession *es;
+
+	memset(r, 0, sizeof(*r));
+	r->op = op;
+	if (!ebe_serving(e, r, op))
+		return NULL;
+	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
+	    o->sess != NULL || o->lease != 0) {
+		r->err = KL_ERR_SESSION;
+		r->text = op == BE_SESSION ? "through backend etcd, SESSION "
+		    "needs a connection without locks or waits" : "RESUME "
+		    "needs a connection without a session, locks or waits";
+		return NULL;
+	}
+	if (es_find(e, hash) != NULL) {
+		if (op == BE_SESSION) {
+			r->err = KL_ERR_SESSION;
+			r->text = "no session: its ID is in use";
+		} else {
+			be_backend(r, op, "a RESUME of this session is under "
+			    "way on this front end; try again");
+		}
+		return NULL;
+	}
+	if ((es = es_new(e, hash)) == NULL)
+		r->err = KL_ERR_NOMEM;
+	return es;
+}
+
+/* es's SESSION or RESUME, asked by o, is on its way. */
+static enum be_status
+es_pend(struct esession *es, struct eowner *o)
+{
+	es->req = o;
+	o->sess = es;
+	o->state = OWN_SESSION;
+	return BE_PENDING;
+}
+
+/*
+ * Puts es's record naming us under L if its cmp (ETCD_CMP_CREATE or
+ * ETCD_CMP_MOD) revision is rev: SESSION's record where there is none
+ * (rev 0), RESUME's takeover of the record it read. done hears the
+ * answer; -1: no memory.
+ */
+static int
+es_record_put(struct esession *es, enum etcd_cmp_target cmp, int64_t rev,
+    etcd_cb *done)
+{
+	struct ebe	*e = es->e;
+	struct etcd_txn	*t;
+	char		 key[512], val[256];
+	size_t		 klen = es_key(es, key, sizeof(key));
+	size_t		 vlen = es_value(es, e->lease.fe, val, sizeof(val));
+
+	if ((t = etcd_txn_new()) == NULL)
+		return -1;
+	if (etcd_txn_compare(t, key, klen, cmp, ETCD_CMP_EQUAL, rev) != 0 ||
+	    etcd_txn_put(t, true, key, klen, val, vlen,
+	    (int64_t)es->lease) != 0) {
+		etcd_txn_free(t);
+		return -1;
+	}
+	/* etcd_txn() takes t, sent or not */
+	es->call = etcd_txn(e->etcd, t, ETCD_RETRY, done, es);
+	return es->call != NULL ? 0 : -1;
+}
+
 /* ---- SESSION ---- */
 
 static void
@@ -1632,7 +1741,7 @@ es_recorded(void *arg, const struct etcd_result *r)
 	if (r->status != ETCD_OK || !r->succeeded) {
 		es_fail(es, r->status != ETCD_OK ? (r->message != NULL ?
 		    r->message : etcd_status_name(r->status)) :
-		    "the record is there already");
+		    "the record is there already", false);
 	} else if (o == NULL || o->state != OWN_SESSION ||
 	    e->state != EBE_READY) {
 		es_revoke_free(es);	/* nobody to tell: it ends */
@@ -1659,36 +1768,21 @@ es_granted(void *arg, const struct etcd_result *r)
 {
 	struct esession	*es = arg;
 	struct ebe	*e = es->e;
-	struct etcd_txn	*t;
-	char		 key[512], val[256];
-	size_t		 klen, vlen;
 
 	es->call = NULL;
 	if (r->status != ETCD_OK || r->lease_id == 0) {
-		es_fail(es, r->message != NULL ? r->message : "no lease");
+		es_fail(es, r->message != NULL ? r->message : "no lease",
+		    false);
 		ebe_end_turn(e);
 		return;
 	}
 	es->lease = (uint64_t)r->lease_id;
 	es->ttl_s = r->ttl;
 	es->until = es->ka_sent + (uint64_t)r->ttl * 1000;
-	if (es->req == NULL || e->state != EBE_READY) {
+	if (es->req == NULL || e->state != EBE_READY)
 		es_revoke_free(es);
-		ebe_end_turn(e);
-		return;
-	}
-	klen = es_key(es, key, sizeof(key));
-	vlen = es_value(es, e->lease.fe, val, sizeof(val));
-	if ((t = etcd_txn_new()) == NULL ||
-	    etcd_txn_compare(t, key, klen, ETCD_CMP_CREATE, ETCD_CMP_EQUAL,
-	    0) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
-	    (int64_t)es->lease) != 0 ||
-	    (es->call = etcd_txn(e->etcd, t, ETCD_RETRY, es_recorded,
-	    es)) == NULL) {
-		if (t != NULL && es->call == NULL)
-			etcd_txn_free(t);
-		es_fail(es, "out of memory for the session's record");
-	}
+	else if (es_record_put(es, ETCD_CMP_CREATE, 0, es_recorded) != 0)
+		es_fail(es, "out of memory for the session's record", false);
 	ebe_end_turn(e);
 }
 
@@ -1700,26 +1794,8 @@ ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
 	struct eowner	*o = eowner_of(e->rp, lo);
 	struct esession	*es;
 
-	memset(r, 0, sizeof(*r));
-	r->op = BE_SESSION;
-	if (!ebe_serving(e, r, BE_SESSION))
+	if ((es = es_precheck(e, o, hash, BE_SESSION, r)) == NULL)
 		return BE_DONE;
-	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
-	    o->sess != NULL || o->lease != 0) {
-		r->err = KL_ERR_SESSION;
-		r->text = "through backend etcd, SESSION comes before the "
-		    "connection's first LOCK";
-		return BE_DONE;
-	}
-	if (es_find(e, hash) != NULL) {
-		r->err = KL_ERR_SESSION;
-		r->text = "no session: its ID is in use";
-		return BE_DONE;
-	}
-	if ((es = es_new(e, hash)) == NULL) {
-		r->err = KL_ERR_NOMEM;
-		return BE_DONE;
-	}
 	es->state = ES_OPENING;
 	es->client = o->client;
 	es->grace_ms = grace_ms;
@@ -1733,13 +1809,100 @@ ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
 		    "now; nothing was changed");
 		return BE_DONE;
 	}
-	es->req = o;
-	o->sess = es;
-	o->state = OWN_SESSION;
-	return BE_PENDING;
+	return es_pend(es, o);
 }
 
 /* ---- RESUME through another front end ---- */
+
+/*
+ * The connection whose RESUME es is on its way has gone (closed, KILLed,
+ * out of memory) after the takeover was sent: the session is left as a
+ * dropped connection leaves it. Nobody here renews L from now on, so its
+ * holds last until etcd lets L go, never earlier than the grace (the
+ * client's rule), and a RESUME through any front end takes it again.
+ */
+static void
+es_abandon(struct esession *es)
+{
+	log_info("backend etcd: client %" PRIu64 ": its RESUME's connection "
+	    "closed during the takeover: the session is left to its grace",
+	    es->client);
+	es_free(es);
+}
+
+/* e->rchans holds every channel of es's session (-1: no memory). */
+static int
+es_chans_room(struct esession *es)
+{
+	struct ebe	*e = es->e;
+	struct eowner	*o;
+	struct be_chan	*p;
+	size_t		 n = 0;
+
+	for (o = eowner_chan_first(e->rp, es->lease); o != NULL;
+	    o = eowner_chan_next(o))
+		n++;
+	if (n <= e->caprchans)
+		return 0;
+	if ((p = kl_realloc(e->rchans, n * sizeof(*p))) == NULL)
+		return -1;
+	e->rchans = p;
+	e->caprchans = n;
+	return 0;
+}
+
+static int
+be_chan_cmp(const void *a, const void *b)
+{
+	const struct be_chan	*x = a, *y = b;
+	uint64_t		 cx = locktable_owner_id(x->owner);
+	uint64_t		 cy = locktable_owner_id(y->owner);
+
+	if (x->n != y->n)
+		return x->n < y->n ? -1 : 1;
+	return cx < cy ? -1 : cx > cy;
+}
+
+/*
+ * The owners of es's channels (keylockd-protocol(7), CHANNELS), which the
+ * replica built from their entries as it built channel 0's, become ours
+ * too; into e->rchans (room made by es_chans_room()), by channel number.
+ * What holds and waits for nothing is left over, and released as a
+ * closed channel is; so is every owner of a channel but its newest (a
+ * higher client id: one named anew once the one before had let go).
+ * Returns how many are handed over.
+ */
+static size_t
+es_chans_adopt(struct esession *es)
+{
+	struct ebe	*e = es->e;
+	struct eowner	*o, *next;
+	size_t		 n = 0, m = 0;
+
+	for (o = eowner_chan_first(e->rp, es->lease); o != NULL; o = next) {
+		next = eowner_chan_next(o);
+		if (o->state != OWN_THEIRS)
+			continue;
+		replica_adopt(e->rp, o);
+		o->lease = es->lease;
+		e->rchans[n].n = o->chan;
+		e->rchans[n++].owner = o->lo;
+	}
+	if (n > 1)
+		qsort(e->rchans, n, sizeof(*e->rchans), be_chan_cmp);
+	for (size_t i = 0; i < n; i++) {
+		struct lt_owner *lo = e->rchans[i].owner;
+
+		if ((i + 1 < n && e->rchans[i + 1].n == e->rchans[i].n) ||
+		    (locktable_owner_nholds(lo) == 0 &&
+		    !locktable_owner_is_waiting(lo) &&
+		    eowner_of(e->rp, lo)->open == NULL))
+			ebe_owner_free(&e->be, lo, kl_now_ms());
+		else
+			e->rchans[m++] = e->rchans[i];
+	}
+	return m;
+}
 
 /* Our watch brought our takeover's put at rev: the session's owner,
  * built by the replica from its entries, becomes ours. */
@@ -1751,17 +1914,14 @@ es_adopt(struct esession *es, int64_t rev)
 	struct be_result	 res;
 
 	if (req == NULL || req->state != OWN_SESSION) {
-		/* the connection that asked is gone: the session ends */
-		log_info("backend etcd: client %" PRIu64 ": its RESUME's "
-		    "connection closed before the takeover: the session "
-		    "ends", es->client);
-		es_revoke_free(es);
+		es_abandon(es);
 		return;
 	}
 	if ((o = eowner_get(e->rp, es->lease, es->client, true)) == NULL ||
-	    o->state != OWN_THEIRS) {
-		es_fail(es, o == NULL ? "out of memory for the session's owner" :
-		    "the session's owner is still ours");
+	    o->state != OWN_THEIRS || es_chans_room(es) != 0) {
+		es_fail(es, o == NULL || o->state == OWN_THEIRS ? "out of "
+		    "memory for the session's owners" : "the session's owner "
+		    "is still ours", true);
 		return;
 	}
 	replica_adopt(e->rp, o);
@@ -1783,6 +1943,8 @@ es_adopt(struct esession *es, int64_t rev)
 	res.owner = o->lo;
 	res.value = es->client;
 	res.grace_ms = es->grace_ms;
+	res.chans = e->rchans;
+	res.nchans = es_chans_adopt(es);
 	ebe_done(e, req, &res);
 }
 
@@ -1800,16 +1962,17 @@ es_taken(void *arg, const struct etcd_result *r)
 	else if (r->status == ETCD_ERR_GRPC &&
 	    r->grpc_code == ETCD_GRPC_NOT_FOUND)
 		es_gone(es);	/* L expired under us */
+	else if (es->req == NULL)
+		es_abandon(es);	/* taken or not: its connection is gone */
 	else if (r->status != ETCD_OK)
 		es_fail(es, r->message != NULL ? r->message :
-		    etcd_status_name(r->status));
+		    etcd_status_name(r->status), true);
 	else if (!r->succeeded && ++es->tries < ES_TRIES) {
 		if (es_read(es) != 0)
-			es_fail(es, "out of memory for a range");
+			es_fail(es, "out of memory for a range", false);
 	} else if (!r->succeeded)
-		es_fail(es, "the session kept moving to other front ends");
-	else if (es->req == NULL)
-		es_revoke_free(es);	/* its connection is gone: it ends */
+		es_fail(es, "the session kept moving to other front ends",
+		    false);
 	else	/* the watch brings the put at r->revision: es_adopt() */
 		es->rec_rev = r->revision;
 	ebe_end_turn(e);
@@ -1821,19 +1984,22 @@ es_read_done(void *arg, const struct etcd_result *r)
 	struct esession	*es = arg;
 	struct ebe	*e = es->e;
 	struct erecord	 rec;
-	struct etcd_txn	*t;
-	char		 key[512], val[256];
-	size_t		 klen, vlen, ulen = strlen(es->user);
+	size_t		 ulen = strlen(es->user);
 
 	es->call = NULL;
-	if (es->req == NULL || e->state != EBE_READY) {
-		es_fail(es, "the front end is not serving");
+	if (es->req == NULL) {
+		es_free(es);	/* its connection is gone: nothing taken */
+		ebe_end_turn(e);
+		return;
+	}
+	if (e->state != EBE_READY) {
+		es_fail(es, "the front end is not serving", false);
 		ebe_end_turn(e);
 		return;
 	}
 	if (r->status != ETCD_OK) {
 		es_fail(es, r->message != NULL ? r->message :
-		    etcd_status_name(r->status));
+		    etcd_status_name(r->status), false);
 		ebe_end_turn(e);
 		return;
 	}
@@ -1857,18 +2023,8 @@ es_read_done(void *arg, const struct etcd_result *r)
 	 * harmless) */
 	if (es->ka_call == NULL && !evtimer_pending(es->ka, NULL))
 		es_ka_start(es);
-	klen = es_key(es, key, sizeof(key));
-	vlen = es_value(es, e->lease.fe, val, sizeof(val));
-	if ((t = etcd_txn_new()) == NULL ||
-	    etcd_txn_compare(t, key, klen, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
-	    es->seen_rev) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
-	    (int64_t)es->lease) != 0 ||
-	    (es->call = etcd_txn(e->etcd, t, ETCD_RETRY, es_taken,
-	    es)) == NULL) {
-		if (t != NULL && es->call == NULL)
-			etcd_txn_free(t);
-		es_fail(es, "out of memory for the takeover");
-	}
+	if (es_record_put(es, ETCD_CMP_MOD, es->seen_rev, es_taken) != 0)
+		es_fail(es, "out of memory for the takeover", false);
 	ebe_end_turn(e);
 }
 
@@ -1893,26 +2049,8 @@ ebe_session_resume(struct backend *be, struct lt_owner *lo,
 	struct eowner	*o = eowner_of(e->rp, lo);
 	struct esession	*es;
 
-	memset(r, 0, sizeof(*r));
-	r->op = BE_RESUME;
-	if (!ebe_serving(e, r, BE_RESUME))
+	if ((es = es_precheck(e, o, hash, BE_RESUME, r)) == NULL)
 		return BE_DONE;
-	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
-	    o->sess != NULL || o->lease != 0) {
-		r->err = KL_ERR_SESSION;
-		r->text = "RESUME needs a connection without a session, locks "
-		    "or waits";
-		return BE_DONE;
-	}
-	if (es_find(e, hash) != NULL) {
-		be_backend(r, BE_RESUME, "a RESUME of this session is under "
-		    "way on this front end; try again");
-		return BE_DONE;
-	}
-	if ((es = es_new(e, hash)) == NULL) {
-		r->err = KL_ERR_NOMEM;
-		return BE_DONE;
-	}
 	es->state = ES_RESUMING;
 	snprintf(es->user, sizeof(es->user), "%s", user != NULL ? user : "");
 	if (es_read(es) != 0) {
@@ -1920,10 +2058,7 @@ ebe_session_resume(struct backend *be, struct lt_owner *lo,
 		r->err = KL_ERR_NOMEM;
 		return BE_DONE;
 	}
-	es->req = o;
-	o->sess = es;
-	o->state = OWN_SESSION;
-	return BE_PENDING;
+	return es_pend(es, o);
 }
 
 /* The replica: record hash is put (rec) or deleted (NULL) at rev. */
@@ -1933,8 +2068,9 @@ ebe_record(void *arg, const char *hash, const struct erecord *rec,
 {
 	struct ebe	*e = arg;
 	struct esession	*es = es_find(e, hash);
-	struct eowner	*o;
+	struct eowner	*o, *next;
 	struct lt_owner	*lo;
+	uint64_t	 lease;
 
 	if (es == NULL)
 		return;
@@ -1960,14 +2096,25 @@ ebe_record(void *arg, const char *hash, const struct erecord *rec,
 		 * nothing released; it keeps L alive from now on */
 		o = es->o;
 		lo = o->lo;
+		lease = es->lease;
 		log_info("backend etcd: client %" PRIu64 ": session resumed "
 		    "through front end %016" PRIx64, es->client, rec->fe);
 		es_free(es);
+		/* its channels go with it (the daemon lets go of them
+		 * with channel 0's) */
 		if (e->hooks.moved != NULL &&
 		    locktable_owner_udata(lo) != NULL)
 			e->hooks.moved(e->hooks.arg, lo);
 		ebe_read_forget(e, o);	/* o may be freed */
 		replica_disown(e->rp, o);
+		for (o = eowner_chan_first(e->rp, lease); o != NULL;
+		    o = next) {
+			next = eowner_chan_next(o);
+			if (o->state == OWN_IDLE || o->state == OWN_LOCK) {
+				ebe_read_forget(e, o);
+				replica_disown(e->rp, o);
+			}
+		}
 	} else {
 		es->rec_rev = rev;
 	}
@@ -2101,22 +2248,64 @@ es_free_all(struct ebe *e)
 	kl_free(e->revokes);
 	e->revokes = NULL;
 	e->nrevokes = e->caprevokes = 0;
+	kl_free(e->rchans);
+	e->rchans = NULL;
+	e->caprchans = 0;
 }
 
 static void
 ebe_owner_about(const struct backend *be, const struct lt_owner *lo,
-    const char **name, uint64_t *frontend)
+    const char **name, uint64_t *frontend, uint64_t *client, uint32_t *chan)
 {
 	struct ebe	*e = (struct ebe *)(uintptr_t)be;
 	struct eowner	*o = eowner_of(e->rp, lo);
 
 	*name = NULL;
 	*frontend = 0;
+	*chan = 0;
 	if (o == NULL)
 		return;
 	if (o->state == OWN_THEIRS)
 		*name = eowner_name(o);
 	*frontend = o->fe != 0 ? o->fe : e->lease.fe;
+	if (o->chan != 0) {
+		*client = o->sclient;
+		*chan = o->chan;
+	}
+}
+
+/*
+ * A LOCK on channel n of a session's connection (keylockd-protocol(7),
+ * CHANNELS: a session covers every channel): the channel's owner ch is
+ * named (L, X) from its first LOCK on, X a client id of its own (a SEQ
+ * with EBE_CHAN_CLIENT: unique under L as SEQ is, across the front ends
+ * that write for L in turn), and its entries carry L and say "@n" and the
+ * session's client, so that the front end that takes the session over
+ * finds the channel and gives it back by number.
+ */
+static enum kl_err
+ebe_session_channel(struct backend *be, struct lt_owner *lo,
+    struct lt_owner *chlo, uint32_t n, const char **text)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct eowner	*ch = eowner_of(e->rp, chlo);
+	struct esession	*es = o != NULL ? o->sess : NULL;
+
+	if (ch == NULL || ch->lease != 0)
+		return KL_OK;	/* the session's already */
+	if (es == NULL || es->o != o || es->state != ES_OURS) {
+		*text = "the session's SESSION or RESUME is on its way: no "
+		    "LOCK on a channel until it is answered";
+		return KL_ERR_SESSION;
+	}
+	if (ch->state != OWN_IDLE || !TAILQ_EMPTY(&ch->reqs)) {
+		*text = "this channel's locks were taken before the session";
+		return KL_ERR_SESSION;
+	}
+	eowner_set_channel(e->rp, ch, es->lease, EBE_CHAN_CLIENT |
+	    ebe_next_seq(e), n, es->client);
+	return KL_OK;
 }
 
 static const struct backend_ops ebe_ops = {
@@ -2133,6 +2322,7 @@ static const struct backend_ops ebe_ops = {
 	.session_open = ebe_session_open,
 	.session_resume = ebe_session_resume,
 	.session_end = ebe_session_end,
+	.session_channel = ebe_session_channel,
 	.session_close = ebe_session_close,
 	.owner_about = ebe_owner_about,
 	.table = ebe_table,

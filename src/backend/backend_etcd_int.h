@@ -30,7 +30,10 @@
  *                    it is attached to, 16 hex digits; USER may be
  *                    empty), under the session's own lease L.
  * Everything a front end writes carries its lease, but a session's: its
- * record and its owners' entries (P q/KEY/L-SEQ) carry L.
+ * record and its owners' entries (P q/KEY/L-SEQ) carry L, those of its
+ * channels too (keylockd-protocol(7), CHANNELS): each channel's owner is
+ * (L, X), X a client id of its own (EBE_CHAN_CLIENT), and its entries'
+ * value names its channel and the session's client.
  */
 #ifndef ETCD_BACKEND_H
 #define ETCD_BACKEND_H
@@ -62,6 +65,10 @@ struct event;
 					 * nothing on the wire, for the
 					 * client's next LOCK */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
+#define EBE_CHAN_CLIENT	(UINT64_C(1) << 62)	/* a session channel's
+					 * client id: this bit, and a SEQ
+					 * (unique under L, as SEQ is); no
+					 * connection's id has it */
 
 /*
  * What the replica has applied of an entry, the same on every front end:
@@ -207,7 +214,14 @@ struct eowner {
 						 * its puts wait for them */
 	uint64_t		 lease;		/* its entries': 0, the front
 						 * end's; a session's L */
-	struct esession		*sess;		/* ours: its session's */
+	struct esession		*sess;		/* ours: its session's, on
+						 * channel 0 */
+	uint32_t		 chan;		/* a session's channel N (its
+						 * entries' "@N"); 0: channel
+						 * 0, or no session's */
+	uint64_t		 sclient;	/* chan != 0: the session's
+						 * client id */
+	struct eowner		*fnext;		/* replica's by_chan */
 	char			*name;		/* THEIRS: the NAME its last
 						 * LOCK carried; NULL: none */
 	TAILQ_ENTRY(eowner)	 entry;		/* replica's owners */
@@ -215,6 +229,12 @@ struct eowner {
 	struct eowner		*pnext;		/* replica's by_lo */
 };
 TAILQ_HEAD(eownerq, eowner);
+
+/* What an entry's value says of a session's channel (chan 0: none). */
+struct echan {
+	uint32_t	 chan;
+	uint64_t	 sclient;
+};
 
 /* A session's record (P s/H), decoded. */
 struct erecord {
@@ -329,6 +349,16 @@ struct eowner	*eowner_new_ours(struct replica *rp, uint64_t id,
 /* Our o's entries carry lease from now on, and name it (fe, client). */
 void		 eowner_set_lease(struct replica *rp, struct eowner *o,
 		    uint64_t lease);
+/* Our o becomes channel chan of the session of client sclient under
+ * lease: its entries carry lease, and name it (lease, client). */
+void		 eowner_set_channel(struct replica *rp, struct eowner *o,
+		    uint64_t lease, uint64_t client, uint32_t chan,
+		    uint64_t sclient);
+/* The owners of the channels (chan != 0) of the session under lease,
+ * ours and others', in no order: the first, and the one after o; NULL
+ * at the end. */
+struct eowner	*eowner_chan_first(struct replica *rp, uint64_t lease);
+struct eowner	*eowner_chan_next(const struct eowner *o);
 /* Sessions moving between front ends: another front end's o becomes
  * ours (its held requests answered, its waiting one asked: o->open),
  * or ours becomes another's (THEIRS; it may be freed). */
@@ -356,7 +386,7 @@ void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
 /*
  * An entry read back from etcd, prefix q/KEY/FE-SEQ (its shape checked by
  * the caller) with the value ereq_value() writes: its request into
- * client, a, keys and keylens (max keys, pointing into v), checked as a
+ * client, ch (a session's channel, or chan 0), a, keys and keylens (max keys, pointing into v), checked as a
  * client's LOCK is (the key rules, the options' bounds) and its own KEY
  * one of the request's. NULL, or what is wrong: such an entry is left out
  * of the table with a warning, as if it were not there (a front end that
@@ -364,8 +394,8 @@ void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
  */
 const char	*ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
 		    const char *v, size_t vlen, uint64_t *client,
-		    struct lt_acquire *a, const char **keys, size_t *keylens,
-		    size_t max);
+		    struct echan *ch, struct lt_acquire *a, const char **keys,
+		    size_t *keylens, size_t max);
 /* s for a log line: control and non-ASCII bytes as '?', cut to fit cap
  * with "...". Returns the length written. */
 size_t		 ebe_log_safe(const char *s, size_t len, char *out,

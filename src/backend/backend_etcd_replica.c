@@ -68,6 +68,8 @@ struct replica {
 	struct ehash		 entries;	/* eentry by etcd key */
 	struct ehash		 held;		/* our held eentry, by owner
 						 * and key */
+	struct ehash		 by_chan;	/* sessions' channels' eowner
+						 * (chan != 0), by fe */
 	struct erange		*range;		/* rebuilding from a range */
 	/* entries read back from etcd and left out (ebe_entry_decode) */
 	uint64_t		 bad_unlogged;	/* since the last warning */
@@ -181,6 +183,14 @@ owner_lo_hash(const struct replica *rp, const void *x)
 	const struct eowner *o = x;
 
 	return ehash_u64((uint64_t)(uintptr_t)o->lo, 0);
+}
+
+static uint64_t
+owner_chan_hash(const struct replica *rp, const void *x)
+{
+	const struct eowner *o = x;
+
+	return ehash_u64(o->fe, 1);
 }
 
 static uint64_t
@@ -320,6 +330,52 @@ eowner_set_lease(struct replica *rp, struct eowner *o, uint64_t lease)
 	    offsetof(struct eowner, hnext), owner_id_hash, rp);
 }
 
+/* o runs channel chan of the session of client sclient, whose lease
+ * its fe is. */
+static void
+eowner_chan_set(struct replica *rp, struct eowner *o, uint32_t chan,
+    uint64_t sclient)
+{
+	o->chan = chan;
+	o->sclient = sclient;
+	ehash_insert(&rp->by_chan, o, owner_chan_hash(rp, o),
+	    offsetof(struct eowner, fnext), owner_chan_hash, rp);
+}
+
+void
+eowner_set_channel(struct replica *rp, struct eowner *o, uint64_t lease,
+    uint64_t client, uint32_t chan, uint64_t sclient)
+{
+	ehash_remove(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext));
+	o->fe = o->lease = lease;
+	o->client = client;
+	ehash_insert(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext), owner_id_hash, rp);
+	eowner_chan_set(rp, o, chan, sclient);
+}
+
+/* The owners of the channels of the session under lease, any order. */
+struct eowner *
+eowner_chan_first(struct replica *rp, uint64_t lease)
+{
+	struct eowner *o = ehash_head(&rp->by_chan, ehash_u64(lease, 1));
+
+	while (o != NULL && o->fe != lease)
+		o = o->fnext;
+	return o;
+}
+
+struct eowner *
+eowner_chan_next(const struct eowner *o)
+{
+	struct eowner *p = o->fnext;
+
+	while (p != NULL && p->fe != o->fe)
+		p = p->fnext;
+	return p;
+}
+
 static void
 eowner_free(struct eowner *o)
 {
@@ -330,6 +386,9 @@ eowner_free(struct eowner *o)
 	    offsetof(struct eowner, hnext));
 	ehash_remove(&rp->by_lo, o, owner_lo_hash(rp, o),
 	    offsetof(struct eowner, pnext));
+	if (o->chan != 0)
+		ehash_remove(&rp->by_chan, o, owner_chan_hash(rp, o),
+		    offsetof(struct eowner, fnext));
 	locktable_owner_free(rp->lt, o->lo, kl_now_ms());
 	kl_free(o->name);
 	kl_free(o);
@@ -524,13 +583,16 @@ ereq_maybe_free(struct ereq *r)
 
 /*
  * The value of our request's entries: "k1 CLIENT MODE LIMIT MAXW TRY
- * MAXHOLDS NKEYS KEY... \nNAME". Keys never hold a space
- * (keylockd-protocol(7), KEYS); the name is the rest.
+ * MAXHOLDS NKEYS KEY... [@CHAN:SCLIENT]\nNAME". Keys never hold a space
+ * (keylockd-protocol(7), KEYS); the name is the rest. @CHAN:SCLIENT: the
+ * owner is channel CHAN of the session of client SCLIENT (the lease in
+ * its key is the session's), for a front end that takes the session
+ * over, and for INFO.
  */
 int
 ereq_value(struct ereq *r, const char *name)
 {
-	size_t	 len = 96 + (name != NULL ? strlen(name) : 0), n;
+	size_t	 len = 128 + (name != NULL ? strlen(name) : 0), n;
 	char	*v;
 
 	for (size_t i = 0; i < r->nent; i++)
@@ -546,6 +608,9 @@ ereq_value(struct ereq *r, const char *name)
 		memcpy(v + n, r->ent[i].lkey, r->ent[i].lkeylen);
 		n += r->ent[i].lkeylen;
 	}
+	if (r->owner->chan != 0)
+		n += (size_t)snprintf(v + n, len - n, " @%" PRIu32 ":%" PRIu64,
+		    r->owner->chan, r->owner->sclient);
 	v[n++] = '\n';
 	if (name != NULL) {
 		memcpy(v + n, name, strlen(name));
@@ -583,11 +648,11 @@ value_num(const char *s, size_t len, size_t *off, bool neg_ok, int64_t *out)
 /* Another front end's request from an entry's value; keys point into
  * value. NULL, or what is wrong with it. */
 static const char *
-value_parse(const char *v, size_t len, uint64_t *client,
+value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
     struct lt_acquire *a, const char **keys, size_t *keylens, size_t max)
 {
 	size_t	off = sizeof(EBE_VALUE_VERSION) - 1;
-	int64_t	c, limit, maxw, try, maxh, nkeys;
+	int64_t	c, limit, maxw, try, maxh, nkeys, chan = 0, sclient = 0;
 
 	if (len < off || memcmp(v, EBE_VALUE_VERSION, off) != 0)
 		return "not a lock entry of this version";
@@ -628,6 +693,16 @@ value_parse(const char *v, size_t len, uint64_t *client,
 		keys[i] = v + start;
 		keylens[i] = off - start;
 	}
+	/* a session's channel */
+	if (off + 1 < len && v[off] == ' ' && v[off + 1] == '@') {
+		off += 2;
+		if (!value_num(v, len, &off, false, &chan) || chan < 1 ||
+		    chan > UINT32_MAX || off >= len || v[off] != ':')
+			return "bad channel";
+		off++;
+		if (!value_num(v, len, &off, false, &sclient) || sclient < 1)
+			return "bad session client id";
+	}
 	/* then the NAME, or nothing */
 	if (off < len) {
 		if (v[off] != '\n' || len - off - 1 > KL_NAME_MAX)
@@ -637,6 +712,8 @@ value_parse(const char *v, size_t len, uint64_t *client,
 				return "a control byte in the name";
 	}
 	*client = (uint64_t)c;
+	ch->chan = (uint32_t)chan;
+	ch->sclient = (uint64_t)sclient;
 	a->limit = (uint32_t)limit;
 	a->max_waiters = maxw;
 	a->try = try != 0;
@@ -682,8 +759,8 @@ ekey_parse(const struct replica *rp, const char *k, size_t len, uint64_t *fe,
 
 const char *
 ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
-    const char *v, size_t vlen, uint64_t *client, struct lt_acquire *a,
-    const char **keys, size_t *keylens, size_t max)
+    const char *v, size_t vlen, uint64_t *client, struct echan *ch,
+    struct lt_acquire *a, const char **keys, size_t *keylens, size_t max)
 {
 	size_t		 idlen = 2 * EBE_ID_HEX + 1;
 	const char	*lkey, *why;
@@ -693,8 +770,8 @@ ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
 		return "not an entry's key";
 	lkey = k + prefixlen + 2;
 	lkeylen = klen - prefixlen - 2 - idlen - 1;
-	if ((why = value_parse(v, vlen, client, a, keys, keylens, max)) !=
-	    NULL)
+	if ((why = value_parse(v, vlen, client, ch, a, keys, keylens,
+	    max)) != NULL)
 		return why;
 	/* its own key is one of its request's */
 	for (size_t i = 0; i < a->nkeys; i++)
@@ -1026,6 +1103,7 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 	struct lt_acquire	 a;
 	struct ereq		*r;
 	struct eentry		*x;
+	struct echan		 ch;
 	uint64_t		 fe, seq, client;
 
 	if (kv->version != 1)
@@ -1038,8 +1116,8 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 		struct eowner *o;
 
 		const char *why = ebe_entry_decode(kv->key, kv->keylen,
-		    rp->prefixlen, kv->value, kv->valuelen, &client, &a, keys,
-		    keylens, KL_KEYS_HARD_MAX);
+		    rp->prefixlen, kv->value, kv->valuelen, &client, &ch, &a,
+		    keys, keylens, KL_KEYS_HARD_MAX);
 
 		if (why != NULL) {
 			entry_skip(rp, kv, why);
@@ -1056,6 +1134,8 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 			    "out of memory for the lock table");
 			return;
 		}
+		if (o->state == OWN_THEIRS && ch.chan != 0 && o->chan == 0)
+			eowner_chan_set(rp, o, ch.chan, ch.sclient);
 		if (fe == rp->fe || o->state != OWN_THEIRS) {
 			/* ours (our lease's, or a session's of ours: one
 			 * the front end it moved from wrote late), but
@@ -1286,7 +1366,7 @@ replica_new(struct event_base *base, struct etcd *etcd, const char *prefix,
 	if ((rp->lt = locktable_new(&lh, rp->seed)) == NULL ||
 	    ehash_init(&rp->by_id) != 0 || ehash_init(&rp->by_lo) != 0 ||
 	    ehash_init(&rp->reqs) != 0 || ehash_init(&rp->entries) != 0 ||
-	    ehash_init(&rp->held) != 0) {
+	    ehash_init(&rp->held) != 0 || ehash_init(&rp->by_chan) != 0) {
 		replica_free(rp);
 		return NULL;
 	}
@@ -1394,6 +1474,7 @@ replica_free(struct replica *rp)
 	ehash_cleanup(&rp->reqs);
 	ehash_cleanup(&rp->entries);
 	ehash_cleanup(&rp->held);
+	ehash_cleanup(&rp->by_chan);
 	kl_free(rp);
 }
 

@@ -511,6 +511,26 @@ cmd_table_full(struct commands *cmds, struct conn *c)
 	    cmds->be))->bytes, cmds->cfg->max_table_bytes);
 }
 
+/* A LOCK on channel c of a session's connection: the backend makes the
+ * channel's owner the session's (keylockd-protocol(7), CHANNELS: a
+ * session covers every channel). false: refused, and answered. */
+static bool __attribute__((noinline))
+cmd_session_channel(struct commands *cmds, struct conn *c)
+{
+	struct backend	*be = cmds->be;
+	struct conn	*root = session_conn(conn_session(c));
+	const char	*text = "no session";
+	enum kl_err	 err = KL_ERR_SESSION;
+
+	if (root != NULL)
+		err = be->ops->session_channel(be, conn_owner(root),
+		    conn_owner(c), conn_channel(c), &text);
+	if (err == KL_OK)
+		return true;
+	conn_reply_err(c, err, "%s", text);
+	return false;
+}
+
 static void
 cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
@@ -523,13 +543,9 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 
 	if (!cmd_timeout(cmds, c, req, &timeout))
 		return;
-	if (conn_channel(c) != 0 && be->ops->session_open != NULL &&
-	    conn_session(c) != NULL) {
-		/* keylockd-protocol(7), SESSIONS: Across front ends */
-		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, a "
-		    "session's locks are taken on channel 0 only");
+	if (conn_channel(c) != 0 && be->ops->session_channel != NULL &&
+	    conn_session(c) != NULL && !cmd_session_channel(cmds, c))
 		return;
-	}
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
@@ -929,16 +945,16 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 		    "has a session");
 		return;
 	}
-	/* backend etcd writes a session's entries under a lease of its own
-	 * from the start, and does not carry channels to another front end
-	 * (keylockd-protocol(7), SESSIONS: Across front ends) */
+	/* backend etcd writes a session's entries, every channel's, under
+	 * a lease of its own from the start (keylockd-protocol(7),
+	 * SESSIONS: Across front ends) */
 	if (cmds->be->ops->session_open != NULL &&
 	    (locktable_owner_nholds(conn_owner(c)) > 0 ||
 	    locktable_owner_is_waiting(conn_owner(c)) ||
 	    conn_nchannels(c) > 0)) {
 		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, "
 		    "SESSION comes before the connection's first LOCK and "
-		    "without channels in use");
+		    "while no channel is in use");
 		return;
 	}
 	if (grace > (uint64_t)cfg->session_grace_max) {
@@ -1020,19 +1036,26 @@ cmd_session_backend(struct commands *cmds, struct conn *c, struct session *s,
 	return true;
 }
 
+static bool	cmd_resume_reply(struct commands *, struct conn *,
+		    const struct lt_owner *, const char *, size_t, uint64_t);
+
 /* The backend's answer to SESSION (BE_SESSION) or RESUME (BE_RESUME). */
 static void
 cmd_session_done(struct commands *cmds, struct conn *c,
     const struct be_result *r)
 {
 	struct session	*s = conn_session(c);
-	char		 id[SESSION_ID_LEN + 1], *json;
+	char		 id[SESSION_ID_LEN + 1];
 	bool		 waiting;
 
 	if (s == NULL) {	/* KILLed meanwhile: its end says so */
-		if (r->op == BE_RESUME && r->err == KL_OK)
+		if (r->op == BE_RESUME && r->err == KL_OK) {
 			cmds->be->ops->owner_free(cmds->be, r->owner,
 			    kl_now_ms());
+			for (size_t i = 0; i < r->nchans; i++)
+				cmds->be->ops->owner_free(cmds->be,
+				    r->chans[i].owner, kl_now_ms());
+		}
 		conn_reply_err(c, KL_ERR_GONE, "the session ended");
 		return;
 	}
@@ -1047,12 +1070,12 @@ cmd_session_done(struct commands *cmds, struct conn *c,
 		return;
 	}
 	session_resumed(s, r->value, r->grace_ms);
-	conn_adopt_session(c, r->owner, &waiting);
+	if (conn_adopt_session(c, r->owner, r->chans, r->nchans,
+	    &waiting) == NULL)
+		return;		/* closed: no memory */
 	session_id(s, id);
-	json = stats_resume_json(backend_table(cmds->be), r->owner, id,
-	    SESSION_ID_LEN, r->grace_ms, kl_now_ms(), NULL, 0);
+	cmd_resume_reply(cmds, c, r->owner, id, SESSION_ID_LEN, r->grace_ms);
 	explicit_bzero(id, sizeof(id));
-	cmd_json_reply(cmds, c, json);
 }
 
 static bool
@@ -1128,14 +1151,37 @@ cmd_resume_backend(struct commands *cmds, struct conn *c,
 	cmd_session_refused(c, s, &r);
 }
 
+/* RESUME's OK: the session's holds and wait, channel 0's (o's) and
+ * every other channel's of c. false: c closed, out of memory. */
+static bool
+cmd_resume_reply(struct commands *cmds, struct conn *c,
+    const struct lt_owner *o, const char *id, size_t idlen, uint64_t grace)
+{
+	struct cmd_chans	 cc;
+	char			*json;
+
+	cc.n = 0;
+	if ((cc.list = kl_calloc(conn_nchannels(c) + 1,
+	    sizeof(*cc.list))) == NULL) {
+		conn_close_nomem(c, "RESUME");
+		return false;
+	}
+	conn_channels_walk(c, cmd_chans_add, &cc);
+	if (cc.n > 1)
+		qsort(cc.list, cc.n, sizeof(*cc.list), cmd_chans_cmp);
+	json = stats_resume_json(backend_table(cmds->be), o, id, idlen, grace,
+	    kl_now_ms(), cc.list, cc.n);
+	kl_free(cc.list);
+	cmd_json_reply(cmds, c, json);
+	return true;
+}
+
 static void
 cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	struct lt_owner		*o = conn_owner(c);
 	struct session		*s;
-	struct cmd_chans	 cc;
 	bool			 waiting;
-	char			*json;
 
 	if (!cmd_sessions_available(cmds, c))
 		return;
@@ -1164,20 +1210,9 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	o = conn_take_session(c, s, &waiting);
-	cc.n = 0;
-	if ((cc.list = kl_calloc(conn_nchannels(c) + 1,
-	    sizeof(*cc.list))) == NULL) {
-		conn_close_nomem(c, "RESUME");
-		return;
-	}
-	conn_channels_walk(c, cmd_chans_add, &cc);
-	if (cc.n > 1)
-		qsort(cc.list, cc.n, sizeof(*cc.list), cmd_chans_cmp);
-	json = stats_resume_json(backend_table(cmds->be), o, req->args[0],
-	    req->arglens[0], session_grace(s), kl_now_ms(), cc.list, cc.n);
-	kl_free(cc.list);
-	cmd_json_reply(cmds, c, json);
-	conn_resume_wait(c);
+	if (cmd_resume_reply(cmds, c, o, req->args[0], req->arglens[0],
+	    session_grace(s)))
+		conn_resume_wait(c);
 }
 
 static void

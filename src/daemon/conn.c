@@ -2212,19 +2212,21 @@ conn_forget_session(struct conn *c)
 /*
  * Channel c's holds and wait go to its connection's session s instead of
  * ending with c (keylockd-protocol(7), CHANNELS: sessions cover every
- * channel). false: c has nothing to keep, or no memory to keep it (its
- * owner then ends as without a session).
+ * channel), and so does a LOCK on its way to the table (backend etcd:
+ * it may yet be granted, as channel 0's). false: c has nothing to keep,
+ * or no memory to keep it (its owner then ends as without a session).
  */
 static bool
 conn_chan_keep(struct conn *c, struct session *s)
 {
 	struct lt_owner	*o = c->h.owner;
+	bool		 lock = c->pending_lock;	/* still, once closed */
 
-	if (locktable_owner_nholds(o) == 0 && !locktable_owner_is_waiting(o))
+	if (locktable_owner_nholds(o) == 0 &&
+	    !locktable_owner_is_waiting(o) && !lock)
 		return false;
-	if (!session_keep_channel(s, c->h.chan, o,
-	    locktable_owner_is_waiting(o) && c->pending_lock ?
-	    c->deadline_ms : 0))
+	if (!session_keep_channel(s, c->h.chan, o, lock ? c->deadline_ms :
+	    0))
 		return false;
 	c->h.owner = NULL;
 	return true;
@@ -2287,11 +2289,16 @@ conn_take_session(struct conn *c, struct session *s, bool *waiting)
 	return o;
 }
 
+static bool	conn_resume_unwait(void *, struct conn *);
+
 struct lt_owner *
-conn_adopt_session(struct conn *c, struct lt_owner *o, bool *waiting)
+conn_adopt_session(struct conn *c, struct lt_owner *o,
+    const struct be_chan *chans, size_t nchans, bool *waiting)
 {
 	struct conns	*cs = c->cs;
 	struct session	*s = c->sess;
+	struct conn	*ch;
+	size_t		 i;
 
 	cs->be->ops->owner_free(cs->be, c->h.owner, kl_now_ms());
 	c->h.owner = o;
@@ -2299,7 +2306,34 @@ conn_adopt_session(struct conn *c, struct lt_owner *o, bool *waiting)
 	c->id = session_client(s);
 	c->deadline_ms = 0;	/* another front end's deadline: unknown */
 	c->resume_wait = *waiting = locktable_owner_is_waiting(o);
-	return o;
+	for (i = 0; i < nchans; i++) {
+		if (conn_chan_find(c, chans[i].n) != NULL ||
+		    (ch = conn_chan_new(c, chans[i].n, chans[i].owner)) ==
+		    NULL)
+			break;
+		ch->resume_wait = locktable_owner_is_waiting(chans[i].owner);
+	}
+	if (i == nchans)
+		return o;
+	/* no memory, or a channel in use while the RESUME was on its way:
+	 * the rest stay the session's, and the connection closes (the
+	 * session is detached, for a RESUME again) */
+	for (; i < nchans; i++)
+		if (!session_keep_channel(s, chans[i].n, chans[i].owner, 0))
+			cs->be->ops->owner_free(cs->be, chans[i].owner,
+			    kl_now_ms());
+	conn_channels_walk(c, conn_resume_unwait, NULL);
+	*waiting = false;
+	conn_close_nomem(c, "a session's channels");
+	return NULL;
+}
+
+static bool
+conn_chan_forget(void *arg, struct conn *ch)
+{
+	(void)arg;
+	ch->h.owner = NULL;	/* the backend's, released by nobody */
+	return true;
 }
 
 void
@@ -2307,11 +2341,19 @@ conn_session_moved(struct conn *c)
 {
 	struct session *s = c->root->sess;
 
-	c->h.owner = NULL;	/* the backend's, released by nobody */
+	conn_channels_walk(c, conn_chan_forget, NULL);
 	if (s != NULL)
 		session_moved(s);
 	conn_close(c->root, "its session was resumed through another front "
 	    "end");
+}
+
+static bool
+conn_resume_unwait(void *arg, struct conn *c)
+{
+	(void)arg;
+	c->resume_wait = false;
+	return true;
 }
 
 static bool

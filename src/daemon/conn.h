@@ -160,12 +160,16 @@ void		 conn_resume_wait(struct conn *c);
 /*
  * backend etcd: c, whose session (conn_session(), resuming) the backend
  * has taken over from another front end, adopts its owner o in place of
- * its own (freed); *waiting as for conn_take_session().
+ * its own (freed), and its other channels' owners (chans, by channel
+ * number) as its channels; *waiting as for conn_take_session(). NULL:
+ * c is closed (no memory), the session detached with what it has.
  */
+struct be_chan;
 struct lt_owner	*conn_adopt_session(struct conn *c, struct lt_owner *o,
+		    const struct be_chan *chans, size_t nchans,
 		    bool *waiting);
 /* c's session was resumed through another front end: c closes without
- * releasing anything. */
+ * releasing anything, on any of its channels. */
 void		 conn_session_moved(struct conn *c);
 /* The sessions of the set. */
 struct sessions	*conns_sessions(struct conns *cs);

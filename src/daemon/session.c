@@ -108,16 +108,6 @@ owner_conn(const struct lt_owner *o)
 	return (struct conn *)(uintptr_t)h;
 }
 
-uint64_t
-owner_client(const struct lt_owner *o)
-{
-	const struct owner_head	*h = locktable_owner_udata(o);
-
-	if (h != NULL && h->detached == NULL)
-		return conn_id((const struct conn *)(const void *)h);
-	return locktable_owner_id(o);
-}
-
 /* Who an owner without udata is: the backend's answer (owner_about). */
 static const struct backend	*owner_backend;
 
@@ -127,23 +117,42 @@ owner_set_backend(const struct backend *be)
 	owner_backend = be;
 }
 
-static void
-owner_about(const struct lt_owner *o, const char **name, uint64_t *fe)
+/* What the backend says of an owner. */
+struct owner_who {
+	const char	*name;
+	uint64_t	 fe;
+	uint64_t	 client;
+	uint32_t	 chan;
+};
+
+static struct owner_who
+owner_about(const struct lt_owner *o)
 {
-	*name = NULL;
-	*fe = 0;
+	struct owner_who w = { NULL, 0, locktable_owner_id(o), 0 };
+
 	if (owner_backend != NULL && owner_backend->ops->owner_about != NULL)
-		owner_backend->ops->owner_about(owner_backend, o, name, fe);
+		owner_backend->ops->owner_about(owner_backend, o, &w.name,
+		    &w.fe, &w.client, &w.chan);
+	return w;
+}
+
+uint64_t
+owner_client(const struct lt_owner *o)
+{
+	const struct owner_head	*h = locktable_owner_udata(o);
+
+	if (h != NULL && h->detached == NULL)
+		return conn_id((const struct conn *)(const void *)h);
+	/* a detached session's channel: the session's id, as attached */
+	if (h != NULL)
+		return h->detached->client;
+	return owner_about(o).client;
 }
 
 uint64_t
 owner_frontend(const struct lt_owner *o)
 {
-	const char	*name;
-	uint64_t	 fe;
-
-	owner_about(o, &name, &fe);
-	return fe;
+	return owner_about(o).fe;
 }
 
 bool
@@ -156,13 +165,9 @@ const char *
 owner_name(const struct lt_owner *o)
 {
 	const struct owner_head	*h = locktable_owner_udata(o);
-	const char		*name;
-	uint64_t		 fe;
 
-	if (h == NULL) {
-		owner_about(o, &name, &fe);
-		return name;
-	}
+	if (h == NULL)
+		return owner_about(o).name;
 	if (h->detached != NULL)
 		return h->detached->name;
 	return conn_name((const struct conn *)(const void *)h);
@@ -184,7 +189,7 @@ owner_channel(const struct lt_owner *o)
 {
 	const struct owner_head	*h = locktable_owner_udata(o);
 
-	return h != NULL ? h->chan : 0;
+	return h != NULL ? h->chan : owner_about(o).chan;
 }
 
 bool
@@ -635,9 +640,12 @@ session_end(struct session *s, const char *why)
 {
 	struct backend	*be = s->ss->be;
 
-	log_info("client %" PRIu64 " (%s): session ended: %s", s->client,
+	/* a RESUME on its way (backend etcd) ends, not the session: that
+	 * is left as its last connection left it, for its grace */
+	log_info("client %" PRIu64 " (%s): %s: %s", s->client,
 	    s->name != NULL ? s->name : s->conn != NULL &&
-	    conn_name(s->conn) != NULL ? conn_name(s->conn) : "-", why);
+	    conn_name(s->conn) != NULL ? conn_name(s->conn) : "-",
+	    s->resuming ? "RESUME given up" : "session ended", why);
 	if (s->state == SESSION_ATTACHED) {
 		/* backend etcd: its lease goes, its holds with it */
 		if (be->ops->session_end != NULL)

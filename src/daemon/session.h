@@ -54,7 +54,8 @@ struct owner_head {
  * detached (or o has no udata). */
 struct conn	*owner_conn(const struct lt_owner *o);
 /* The client id INFO and refusals give for o: its connection's (a
- * channel's too), else the table's. */
+ * channel's too), its session's while detached, else the backend's
+ * (another front end's client; a session's channel: the session's). */
 uint64_t	 owner_client(const struct lt_owner *o);
 /* o's NAME, whether its session is attached or not; NULL: none. For
  * another front end's client (backend etcd), the NAME its last LOCK
@@ -71,7 +72,8 @@ bool		 owner_is_foreign(const struct lt_owner *o);
  * connection. */
 int64_t		 owner_detached_ms(const struct lt_owner *o, uint64_t now_ms);
 /* o's channel (keylockd-protocol(7), CHANNELS): 0 for a connection's
- * own owner. */
+ * own owner; another front end's session channel's, as the backend
+ * says. */
 uint32_t	 owner_channel(const struct lt_owner *o);
 /* o belongs to a session that ended and holds its keys for
  * session-lock-delay. */

@@ -28,6 +28,10 @@
  *    and that connection is closed without a release), the session's
  *    first connection is closed, and the lock is held throughout with
  *    its token, then released once, by its owner.
+ * 4. A RESUME's connection KILLed while the takeover is on its way: the
+ *    RESUME is given up, not the session; the next RESUME finds it.
+ * 5. A session's channels: held and waiting through A, A SIGKILLed, each
+ *    given back by RESUME through B, then through a third front end.
  *
  * Until backend etcd serves sessions the program skips (77), saying so,
  * when and only when SESSION through a front end answers ERR BACKEND.
@@ -606,6 +610,374 @@ START_TEST(resume_after_an_answered_unlock_lists_what_is_left)
 }
 END_TEST
 
+/* How many times text is in d's log. */
+static int
+ss_log_count(const struct kt_daemon *d, const char *text)
+{
+	FILE	*f = fopen(d->log, "r");
+	char	 line[2048];
+	int	 n = 0;
+
+	ck_assert_msg(f != NULL, "%s", d->log);
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* RESUME s through d until it is answered otherwise than ERR BACKEND
+ * (a RESUME of it given up there may still be on its way); it must be
+ * OK with the one grant of s, token t. */
+static void
+ss_resume_again(struct ss_sess *s, struct kt_daemon *d, const char *key,
+    uint64_t t, int round)
+{
+	uint64_t	 deadline = kt_now_ms() + (uint64_t)kt_ms(10000);
+	char		 why[160];
+	json_t		*r, *held;
+
+	for (;;) {
+		s->c = kt_connect_to(d, KT_TCP);
+		kt_send(s->c, "RESUME %s", s->id);
+		kt_recv_within(s->c, kt_ms(10000));
+		if (!kt_line_is_err(s->c, "BACKEND") ||
+		    kt_now_ms() > deadline)
+			break;
+		kt_conn_close(s->c);
+		kt_sleep_ms(20);
+	}
+	ck_assert_msg(!kt_line_is_err(s->c, "GONE"), "round %d: the session "
+	    "ended with the RESUME whose connection closed: %s", round,
+	    s->c->line);
+	r = kt_parse_ok_json(s->c->line, s->c->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "round %d: RESUME: %s: %s", round, why,
+	    s->c->line);
+	held = json_object_get(r, "held");
+	ck_assert_msg(json_array_size(held) == 1 && strcmp(ss_first_key(
+	    json_array_get(held, 0)), key) == 0 && (uint64_t)kt_jint(
+	    json_array_get(held, 0), "token") == t, "round %d: RESUME lost "
+	    "%s (token %" PRIu64 "): %s", round, key, t, s->c->line);
+	json_decref(r);
+}
+
+/* The id CLIENTS (through op) gives the connection named name. */
+static json_int_t
+ss_client_id(struct kt_conn *op, const char *name)
+{
+	char		 why[160];
+	json_t		*r, *x;
+	json_int_t	 id = -1;
+	size_t		 i;
+
+	kt_send(op, "CLIENTS");
+	kt_recv(op);
+	r = kt_parse_ok_json(op->line, op->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "CLIENTS: %s: %s", why, op->line);
+	json_array_foreach(json_object_get(r, "clients"), i, x)
+		if (json_is_string(json_object_get(x, "name")) &&
+		    strcmp(json_string_value(json_object_get(x, "name")),
+		    name) == 0)
+			id = kt_jint(x, "id");
+	json_decref(r);
+	ck_assert_msg(id > 0, "CLIENTS does not list %s", name);
+	return id;
+}
+
+/*
+ * A connection that closes while its RESUME's takeover is on its way
+ * gives up the RESUME, not the session (keylockd-protocol(7), SESSIONS:
+ * the client's rule): the session stays for its grace, and the next
+ * RESUME, through either front end, finds its grant with its token.
+ * Rounds KILL the resuming connection 0 to 15 ms after its RESUME (a
+ * connection's close is seen once its request is answered; KILL closes
+ * it at once), through A and B in turn, until a few have closed it during
+ * a takeover (the front ends' logs say so).
+ */
+START_TEST(a_resume_whose_connection_closes_leaves_the_session)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*fe[2] = { a, b };
+	struct kt_conn		*op[2], *ob = kt_connect_to(b, KT_TCP), *c;
+	const char		*hit = "closed during the takeover";
+	struct ss_sess		 s;
+	uint64_t		 t;
+	int			 round, hits = 0;
+
+	op[0] = kt_connect_to(a, KT_UNIX);
+	op[1] = kt_connect_to(b, KT_UNIX);
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	t = kt_lock(s.c, "LOCK q0");
+	for (round = 0; round < 96 && hits < 4; round++) {
+		int		 i = round % 2 == 0;
+		json_int_t	 id;
+		char		 name[32];
+
+		kt_conn_close(s.c);
+		c = kt_connect_to(fe[i], KT_TCP);
+		snprintf(name, sizeof(name), "resumer-%d", round);
+		kt_req(c, "OK", "NAME %s", name);
+		id = ss_client_id(op[i], name);
+		kt_send(c, "RESUME %s", s.id);
+		kt_sleep_us((uint64_t)(round / 2 % 16) * 1000);
+		kt_send(op[i], "KILL %lld", (long long)id);
+		kt_recv(op[i]);
+		ck_assert_msg(kt_line_is(op[i], "OK 1") ||
+		    kt_line_is(op[i], "OK 0"), "KILL: %s", op[i]->line);
+		kt_conn_close(c);
+		ss_resume_again(&s, fe[i], "q0", t, round);
+		hits = ss_log_count(a, hit) + ss_log_count(b, hit);
+		kt_req_err(ob, "LOCKED", "TRYLOCK q0");
+	}
+	ck_assert_msg(hits > 0, "in %d rounds no connection closed during "
+	    "its RESUME's takeover: this run proves nothing", round);
+	kt_req(s.c, "OK 1", "UNLOCK q0");
+	kt_req(s.c, "OK", "QUIT");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "a RESUME's connection KILLed 0 to 15 ms after it, "
+	    "%d rounds: %d during the takeover; the session was resumed "
+	    "after each with its grant and token, never GONE\n", round, hits);
+}
+END_TEST
+
+/* "@n OK TOKEN" on c: the token. */
+static uint64_t
+ss_chan_token(struct kt_conn *c, uint32_t n, const char *what)
+{
+	char		 want[24];
+	unsigned long long t;
+	int		 len;
+
+	len = snprintf(want, sizeof(want), "@%" PRIu32 " OK ", n);
+	ck_assert_msg(strncmp(c->line, want, (size_t)len) == 0 &&
+	    sscanf(c->line + len, "%llu", &t) == 1, "%s: \"%s\"", what,
+	    c->line);
+	return (uint64_t)t;
+}
+
+/* LOCK key on channel n of c, answered: its token. */
+static uint64_t
+ss_chan_lock(struct kt_conn *c, uint32_t n, const char *key)
+{
+	kt_send(c, "@%" PRIu32 " LOCK %s timeout=%" PRId64, n, key,
+	    kt_ms(20000));
+	kt_recv_within(c, kt_ms(20000));
+	return ss_chan_token(c, n, key);
+}
+
+/* RESUME's entry of channel n (NULL: none). */
+static json_t *
+ss_chan_entry(json_t *r, uint32_t n)
+{
+	json_t	*x;
+	size_t	 i;
+
+	json_array_foreach(json_object_get(r, "channels"), i, x)
+		if (kt_jint(x, "channel") == (json_int_t)n)
+			return x;
+	return NULL;
+}
+
+/* RESUME's channel n (of line, for messages): it holds key with token
+ * t (key NULL: nothing), and waits for wait (NULL: nothing). */
+static void
+ss_chan_check(json_t *r, uint32_t n, const char *key, uint64_t t,
+    const char *wait, const char *line)
+{
+	json_t *x = ss_chan_entry(r, n), *held, *w;
+
+	ck_assert_msg(x != NULL, "RESUME lost channel %" PRIu32 ": %s", n,
+	    line);
+	held = json_object_get(x, "held");
+	w = json_object_get(x, "waiting");
+	if (key == NULL)
+		ck_assert_msg(json_array_size(held) == 0, "channel %" PRIu32
+		    ": grants it does not have: %s", n, line);
+	else
+		ck_assert_msg(json_array_size(held) == 1 && strcmp(
+		    ss_first_key(json_array_get(held, 0)), key) == 0 &&
+		    (uint64_t)kt_jint(json_array_get(held, 0), "token") == t,
+		    "channel %" PRIu32 ": not its %s with token %" PRIu64
+		    ": %s", n, key, t, line);
+	if (wait == NULL)
+		ck_assert_msg(json_is_null(w), "channel %" PRIu32 ": a wait "
+		    "it does not have: %s", n, line);
+	else
+		ck_assert_msg(json_is_object(w) && strcmp(ss_first_key(w),
+		    wait) == 0, "channel %" PRIu32 ": not its wait for %s: %s",
+		    n, wait, line);
+}
+
+/* INFO key through o: its one holder's client id and channel. */
+static json_int_t
+ss_holder(struct kt_conn *o, const char *key, json_int_t *chan)
+{
+	json_t		*info = kt_info(o, key);
+	json_t		*h = json_array_get(json_object_get(info, "holders"),
+			    0);
+	json_int_t	 id;
+
+	ck_assert_msg(h != NULL, "%s: no holder", key);
+	id = kt_jint(h, "client");
+	*chan = json_is_integer(json_object_get(h, "channel")) ?
+	    json_integer_value(json_object_get(h, "channel")) : 0;
+	json_decref(info);
+	return id;
+}
+
+/* Until INFO key on o lists a waiter on channel chan. */
+static void
+ss_chan_queued(struct kt_conn *o, const char *key, json_int_t chan)
+{
+	uint64_t deadline = kt_now_ms() + (uint64_t)kt_ms(10000);
+
+	for (;;) {
+		json_t	*info = kt_info(o, key), *x;
+		size_t	 i;
+		bool	 seen = false;
+
+		json_array_foreach(json_object_get(info, "waiters"), i, x)
+			seen |= json_is_integer(json_object_get(x,
+			    "channel")) && json_integer_value(
+			    json_object_get(x, "channel")) == chan;
+		json_decref(info);
+		if (seen)
+			return;
+		if (kt_now_ms() > deadline)
+			kt_fail("channel %lld never waited for %s",
+			    (long long)chan, key);
+		kt_sleep_ms(20);
+	}
+}
+
+/*
+ * A session's channels through backend etcd (keylockd-protocol(7),
+ * CHANNELS: a session covers every channel): channels of a session on A
+ * hold and wait; A is SIGKILLed; RESUME through B gives back every
+ * channel with its grants (their tokens) and its wait, past A's own
+ * lease, and the waits' grants arrive on B's connection on their
+ * channels. Then a channel taken on B, B's connection dropped, and a
+ * RESUME through a third front end C finds all of them again.
+ */
+START_TEST(a_sessions_channels_resume_through_another_front_end)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*c3;
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP), *n, *oc;
+	struct ss_sess		 s;
+	uint64_t		 t0, t1, t2, t3 = 0, t4, t5, kill_us, resumed_us;
+	json_int_t		 id, chan;
+	char			 why[160];
+	json_t			*r;
+	bool			 got1 = false, got3 = false;
+
+	kt_lock(p, "LOCK ch:3");
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	t1 = ss_chan_lock(s.c, 1, "ch:1");
+	t2 = ss_chan_lock(s.c, 2, "ch:2");
+	t0 = kt_lock(s.c, "LOCK ch:0");
+	kt_send(s.c, "@3 LOCK ch:1 timeout=%" PRId64, kt_ms(60000));
+	kt_send(s.c, "@4 LOCK ch:3 timeout=%" PRId64, kt_ms(60000));
+	/* other front ends name a channel as its own does: the session's
+	 * client id, and the channel */
+	id = ss_holder(ob, "ch:0", &chan);
+	ck_assert_int_eq(chan, 0);
+	ck_assert_int_eq(ss_holder(ob, "ch:1", &chan), id);
+	ck_assert_int_eq(chan, 1);
+	ck_assert_int_eq(ss_holder(ob, "ch:2", &chan), id);
+	ck_assert_int_eq(chan, 2);
+	ss_chan_queued(ob, "ch:1", 3);
+	ss_chan_queued(ob, "ch:3", 4);
+
+	kill_us = kt_now_us();
+	ss_kill(a);
+	n = kt_connect_to(b, KT_TCP);
+	kt_send(n, "RESUME %s", s.id);
+	kt_recv_within(n, kt_ms(10000));
+	r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through B: %s: %s", why, n->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "held")) == 1 &&
+	    (uint64_t)kt_jint(json_array_get(json_object_get(r, "held"), 0),
+	    "token") == t0, "channel 0: not its ch:0: %s", n->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "channels")) == 4,
+	    "RESUME gives back %zu channels, not 4: %s",
+	    json_array_size(json_object_get(r, "channels")), n->line);
+	ss_chan_check(r, 1, "ch:1", t1, NULL, n->line);
+	ss_chan_check(r, 2, "ch:2", t2, NULL, n->line);
+	ss_chan_check(r, 3, NULL, 0, "ch:1", n->line);
+	ss_chan_check(r, 4, NULL, 0, "ch:3", n->line);
+	json_decref(r);
+	s.c = n;
+	resumed_us = kt_now_us();
+
+	/* held past A's own lease, which ends the entries bound to A */
+	kt_sleep_ms((uint64_t)(SS_TTL_MS + kt_ms(SS_SLACK_MS)));
+	ck_assert_int_eq(ss_holder(ob, "ch:1", &chan), id);
+	ck_assert_int_eq(chan, 1);
+	ck_assert_int_eq(ss_holder(ob, "ch:2", &chan), id);
+	ck_assert_int_eq(chan, 2);
+	kt_req_err(ob, "LOCKED", "TRYLOCK ch:0");
+	kt_req_err(ob, "LOCKED", "TRYLOCK ch:2");
+
+	/* the waits' grants, on B's connection, on their channels */
+	kt_req(p, "OK 1", "UNLOCK ch:3");
+	kt_recv_within(n, kt_ms(20000));
+	t4 = ss_chan_token(n, 4, "channel 4's wait for ch:3");
+	kt_send(n, "@1 UNLOCK ch:1");
+	for (int i = 0; i < 2; i++) {
+		kt_recv_within(n, kt_ms(20000));
+		if (kt_line_is(n, "@1 OK 1"))
+			got1 = true;
+		else {
+			t3 = ss_chan_token(n, 3, "channel 3's wait for ch:1");
+			got3 = true;
+		}
+	}
+	ck_assert(got1 && got3);
+	ck_assert_uint_gt(t3, t1);
+	ck_assert_uint_gt(t4, t0);
+
+	/* a channel taken through B; B's connection drops; C takes all */
+	t5 = ss_chan_lock(n, 5, "ch:5");
+	kt_conn_close(n);
+	c3 = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	oc = kt_connect_to(c3, KT_TCP);
+	kt_send(oc, "RESUME %s", s.id);
+	kt_recv_within(oc, kt_ms(10000));
+	r = kt_parse_ok_json(oc->line, oc->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through C: %s: %s", why, oc->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "channels")) == 4,
+	    "RESUME through C gives back %zu channels, not 4 (2 to 5): %s",
+	    json_array_size(json_object_get(r, "channels")), oc->line);
+	ss_chan_check(r, 2, "ch:2", t2, NULL, oc->line);
+	ss_chan_check(r, 3, "ch:1", t3, NULL, oc->line);
+	ss_chan_check(r, 4, "ch:3", t4, NULL, oc->line);
+	ss_chan_check(r, 5, "ch:5", t5, NULL, oc->line);
+	json_decref(r);
+	for (uint32_t i = 2; i <= 5; i++) {
+		static const char *const k[] = { "ch:2", "ch:1", "ch:3",
+		    "ch:5" };
+
+		kt_send(oc, "@%" PRIu32 " UNLOCK %s", i, k[i - 2]);
+		kt_recv_within(oc, kt_ms(10000));
+		ck_assert_msg(strncmp(oc->line, "@", 1) == 0 &&
+		    strstr(oc->line, " OK 1") != NULL, "channel %" PRIu32
+		    "'s UNLOCK: %s", i, oc->line);
+	}
+	kt_req(oc, "OK 1", "UNLOCK ch:0");
+	kt_req(oc, "OK", "QUIT");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "a session's 4 channels (2 holding, 2 waiting) and "
+	    "channel 0 through A, A SIGKILLed: RESUME through B %" PRIu64
+	    " ms after the kill gave back each with its token and wait, held "
+	    "past A's lease, the waits granted on B; a channel taken on B "
+	    "and all five found again through C\n", (resumed_us - kill_us) /
+	    1000);
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -620,6 +992,9 @@ sessions_suite(void)
 	    a_session_left_alone_goes_grace_after_the_kill_not_before);
 	tcase_add_test(tc, two_resumes_at_once_one_wins);
 	tcase_add_test(tc, resume_after_an_answered_unlock_lists_what_is_left);
+	tcase_add_test(tc, a_resume_whose_connection_closes_leaves_the_session);
+	tcase_add_test(tc,
+	    a_sessions_channels_resume_through_another_front_end);
 	suite_add_tcase(s, tc);
 	return s;
 }

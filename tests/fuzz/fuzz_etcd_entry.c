@@ -33,6 +33,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t			 keylens[KL_KEYS_HARD_MAX], klen, vlen;
 	struct lt_acquire	 a;
 	uint64_t		 client;
+	struct echan		 ch;
 	char			 safe[128];
 	size_t			 n;
 
@@ -50,10 +51,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    (unsigned char)safe[i] >= 0x7f)
 			abort();
 
-	why = ebe_entry_decode(k, klen, PREFIXLEN, v, vlen, &client, &a, keys,
-	    keylens, KL_KEYS_HARD_MAX);
+	why = ebe_entry_decode(k, klen, PREFIXLEN, v, vlen, &client, &ch, &a,
+	    keys, keylens, KL_KEYS_HARD_MAX);
 	if (why != NULL)
 		return 0;
+	if ((ch.chan != 0) != (ch.sclient != 0))
+		abort();
 	if (client < 1 || a.nkeys < 1 || a.nkeys > KL_KEYS_HARD_MAX ||
 	    a.keys != keys || a.keylens != keylens ||
 	    a.limit < 1 || a.limit > KL_LIMIT_MAX ||
