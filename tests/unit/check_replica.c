@@ -888,7 +888,9 @@ w_record(struct world *w, uint64_t client, uint64_t fe)
  * connection told to go (hooks.moved); on B it becomes the resuming
  * client's, with the grant it had (the token A's client received) and the
  * wait, whose grant B alone answers, once, when the third front end
- * releases. Both tables agree at every step.
+ * releases; a channel of the session's connection (its grant under the
+ * session's lease, named by the session's client id and its channel on
+ * every replica) moves with it. Both tables agree at every step.
  */
 /* The events of the transaction being built, to A and B; then they
  * must agree. */
@@ -903,16 +905,18 @@ w_apply(struct world *w, int step)
 
 START_TEST(a_session_moves_from_one_replica_to_another)
 {
-	static int		 conn_a, conn_b;	/* the daemon's */
+	static int		 conn_a, conn_b, conn_ch;	/* the daemon's */
 	struct world		*w = calloc(1, sizeof(*w));
 	struct rep		*a, *b;
-	struct lt_owner		*lo, *req, *lo_b;
+	struct lt_owner		*lo, *req, *lo_b, *ch, *ch_b;
 	struct eowner		*o;
+	struct ereq		*q;
 	struct lt_acquire	 acq;
 	struct be_result	 r, got;
-	const char		*keys[1];
+	const char		*keys[1], *text = NULL, *name;
 	size_t			 keylens[1] = { 2 }, foreign;
-	uint64_t		 t0;
+	uint64_t		 t0, tc, x, fe, client;
+	uint32_t		 chan;
 
 	ck_assert_ptr_nonnull(w);
 	w->rng = 11;
@@ -937,8 +941,6 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	acq.limit = 1;
 	acq.max_waiters = -1;
 	for (int k = 0; k < 2; k++) {
-		struct ereq *q;
-
 		keys[0] = keyname[k];
 		ck_assert_int_eq(a->be->ops->acquire(a->be, lo, &acq,
 		    kl_now_ms(), &r), BE_PENDING);
@@ -955,6 +957,36 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	ck_assert(locktable_owner_is_waiting(lo));
 	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k0"), t0);
 	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
+
+	/* channel 3 of the session's connection (a client id of its own,
+	 * 8, from the daemon): its LOCK k2, under the session's lease,
+	 * names the channel and the session's client */
+	ck_assert_ptr_nonnull(ch = a->be->ops->owner_new(a->be, 8, &conn_ch));
+	ck_assert_int_eq(a->be->ops->session_channel(a->be, lo, ch, 3,
+	    &text), KL_OK);
+	keys[0] = keyname[2];
+	ck_assert_int_eq(a->be->ops->acquire(a->be, ch, &acq, kl_now_ms(),
+	    &r), BE_PENDING);
+	ck_assert_ptr_nonnull(q = eowner_of(a->rp, ch)->open);
+	ck_assert_uint_eq(q->fe, SESS_L);
+	x = eowner_of(a->rp, ch)->client;
+	ck_assert_uint_eq(x & EBE_CHAN_CLIENT, EBE_CHAN_CLIENT);
+	ck_assert_ptr_nonnull(memmem(q->value, q->valuelen, " @3:7\n", 6));
+	w->rev++;
+	w_put(w, q->ent[0].ekey, q->ent[0].ekeylen, q->value, q->valuelen,
+	    q->fe, q->seq);
+	w_apply(w, 3);
+	ck_assert_uint_eq(replies_of(a, ch, &got), 1);
+	ck_assert_int_eq(got.err, KL_OK);
+	tc = got.value;
+	ck_assert_uint_eq(token_of(b, SESS_L, x, "k2"), tc);
+	/* B names it as A does: the session's client id, the channel */
+	ck_assert_ptr_nonnull(o = eowner_get(b->rp, SESS_L, x, false));
+	client = 0;
+	b->be->ops->owner_about(b->be, o->lo, &name, &fe, &client, &chan);
+	ck_assert_uint_eq(client, 7);
+	ck_assert_uint_eq(chan, 3);
+	ck_assert_uint_eq(fe, SESS_L);
 	a->ngot = 0;
 
 	/* RESUME through B: its record put again, naming B */
@@ -986,6 +1018,20 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	ck_assert(locktable_owner_is_waiting(lo_b));
 	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
 	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k0", 2));
+	/* and its channel, with its grant */
+	ck_assert_uint_eq(r.nchans, 1);
+	ck_assert_uint_eq(r.chans[0].n, 3);
+	ck_assert_ptr_nonnull(ch_b = r.chans[0].owner);
+	ck_assert_ptr_nonnull(o = eowner_of(b->rp, ch_b));
+	ck_assert_int_eq(o->state, OWN_IDLE);
+	ck_assert_uint_eq(o->client, x);
+	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k2", 2));
+	ck_assert_uint_eq(token_of(b, SESS_L, x, "k2"), tc);
+	/* on A, another front end's now, nothing released */
+	ck_assert_ptr_nonnull(o = eowner_get(a->rp, SESS_L, x, false));
+	ck_assert_int_eq(o->state, OWN_THEIRS);
+	ck_assert_ptr_null(locktable_owner_udata(o->lo));
+	ck_assert_uint_eq(token_of(a, SESS_L, x, "k2"), tc);
 	b->ngot = 0;
 	/* what the daemon does with the RESUME's connection's own owner */
 	locktable_owner_set_udata(lo_b, &conn_b);
@@ -1004,6 +1050,7 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	ck_assert_uint_eq(b->ngot, 1);
 
 	b->be->ops->owner_free(b->be, lo_b, kl_now_ms());
+	b->be->ops->owner_free(b->be, ch_b, kl_now_ms());
 	rep_free(a);
 	rep_free(b);
 	free(w->log);
