@@ -305,14 +305,53 @@ etcd_pending(const struct etcd *e)
 	return e->nqueue + e->ninflight;
 }
 
+/*
+ * A failure on the current endpoint moves the client to the next member
+ * that is not down (etcd_member_down()): a member found silent (stopped,
+ * its host gone) costs a probe's wait once, not again at every round of
+ * the endpoints while the others elect a leader, which takes a call back
+ * to it after each "no leader" of theirs. With every other member down,
+ * the one that went down first.
+ */
 void
 etcd_endpoint_failed(struct etcd *e, int ep, const char *why)
 {
+	uint64_t	now = etcd_now_ms();
+	int		next = -1;
+
 	if (ep != e->cur || e->neps == 1)
 		return;
-	e->cur = (ep + 1) % e->neps;
+	for (int i = 1; i < e->neps; i++) {
+		int k = (ep + i) % e->neps;
+
+		if (e->mem[k].down_until <= now) {
+			next = k;
+			break;
+		}
+		if (next < 0 || e->mem[k].down_until <
+		    e->mem[next].down_until)
+			next = k;
+	}
+	e->cur = next;
 	log_debug("etcd: %s: %s; now %s", e->eps[ep].url, why,
 	    e->eps[e->cur].url);
+}
+
+void
+etcd_member_down(struct etcd *e, int ep, const char *why)
+{
+	if (e->neps == 1)
+		return;
+	if (e->mem[ep].down_until <= etcd_now_ms())
+		log_debug("etcd: %s: %s; passed over for %d ms",
+		    e->eps[ep].url, why, e->down_ms);
+	e->mem[ep].down_until = etcd_now_ms() + (uint64_t)e->down_ms;
+}
+
+void
+etcd_member_up(struct etcd *e, int ep)
+{
+	e->mem[ep].down_until = 0;
 }
 
 struct evhttp_connection *
@@ -680,7 +719,14 @@ call_send(struct etcd_conn *conn, struct etcd_call *c)
 	c->ep = conn->ep;
 	c->tries++;
 	c->sent_ms = etcd_now_ms();
-	c->base_term = e->mem[conn->ep].term;
+	/* a member not heard from yet (the calls just moved to it when
+	 * their member's leader was stopped, the election under way):
+	 * the newest term the cluster told, else a change of term between
+	 * this try and the first probe of it would go unseen, the try
+	 * waiting on a write forwarded to the old leader, and lost, until
+	 * its deadline (tests/etcd/leader_test saw ERR BACKEND so) */
+	c->base_term = e->mem[conn->ep].term != 0 ? e->mem[conn->ep].term :
+	    e->term_max;
 	c->got_error_cb = false;
 	conn->call = c;
 	TAILQ_REMOVE(&e->queue, c, entry);
@@ -817,6 +863,7 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 		c->req = NULL;
 		evhttp_request_set_error_cb(req, NULL);
 		evhttp_cancel_request(req);
+		etcd_member_down(e, c->ep, "no reply in time");
 		etcd_endpoint_failed(e, c->ep, "no reply in time");
 		snprintf(msg, sizeof(msg), "no reply from %s within %d ms",
 		    e->eps[c->ep].url, e->o.timeout_ms);
@@ -911,6 +958,8 @@ etcd_member_term(struct etcd *e, int ep, int64_t term)
 {
 	if (term > e->mem[ep].term)
 		e->mem[ep].term = term;
+	if (term > e->term_max)
+		e->term_max = term;
 }
 
 void
@@ -978,6 +1027,7 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 		return;
 	}
 	etcd_result_decode(root, &r, &arena);
+	etcd_member_up(e, c->ep);
 	etcd_member_term(e, c->ep, r.raft_term);
 	r.message = etcd_text_safe(r.message, safe, sizeof(safe));
 	if (r.status == ETCD_ERR_GRPC && c != e->auth && e->user != NULL &&
@@ -1039,6 +1089,8 @@ call_done_cb(struct evhttp_request *req, void *arg)
 				    "failed (etcd's log says why)";
 		}
 
+		if (unsent)
+			etcd_member_down(e, c->ep, why);
 		etcd_endpoint_failed(e, c->ep, why);
 		if (!call_retry(c, unsent, why)) {
 			snprintf(msg, sizeof(msg), "%s: %s",

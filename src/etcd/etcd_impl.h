@@ -68,7 +68,8 @@ struct etcd_call {
 	int			 refused;	/* tries that could not connect */
 	uint64_t		 sent_ms;	/* of the last try */
 	/* a raft term of its member no later than the member's when it
-	 * took this try (0: none known yet, the next probe gives one) */
+	 * took this try (0: none known yet, the next probe gives one); for
+	 * a member not heard from yet, the newest any member told */
 	int64_t			 base_term;
 	int			 http_error;	/* from the error callback */
 	uint64_t		 token_gen;	/* of the token it was sent with */
@@ -109,6 +110,10 @@ struct etcd_member {
 	bool			 probe_done;	/* answered, to be applied */
 	enum etcd_probe_verdict	 verdict;
 	int64_t			 probe_term;
+	/* found silent (a probe, a call or the watch's creation not
+	 * answered in time) or not reachable: the calls and the watch pass
+	 * it over until then, unless every other member is passed over too */
+	uint64_t		 down_until;
 };
 
 /* The watch's life; every move between these is made by the timer, so
@@ -134,6 +139,7 @@ struct etcd_watch {
 	struct evhttp_connection *evcon;
 	struct evhttp_request	*req;
 	int			 ep;
+	uint64_t		 opened_ms;	/* the creation was sent */
 	struct evbuffer		*line;		/* a reply not yet ended */
 	struct event		*timer;
 	int			 pause_ms;	/* before the next open */
@@ -159,6 +165,10 @@ struct etcd {
 	struct event		*stall;		/* probes stuck calls' members */
 	int			 stall_ms;	/* a call this old: probe */
 	int			 probe_ms;	/* a probe's own timeout */
+	int			 down_ms;	/* a member found down is
+						 * passed over this long */
+	int64_t			 term_max;	/* the newest raft term any
+						 * member told */
 	struct etcd_watch	 w;
 	void			*tls;		/* SSL_CTX: an https endpoint */
 	/* etcd auth: the token calls carry, its generation (bumped when it
@@ -198,6 +208,10 @@ bool		 etcd_token_refused(int grpc_code, const char *message);
 void		 etcd_call_abandon(struct etcd_call *c, const char *why);
 /* A reply from member ep told its raft term. */
 void		 etcd_member_term(struct etcd *e, int ep, int64_t term);
+/* Member ep did not answer in time, or could not be reached (why): passed
+ * over for down_ms by etcd_endpoint_failed(); or it answered. */
+void		 etcd_member_down(struct etcd *e, int ep, const char *why);
+void		 etcd_member_up(struct etcd *e, int ep);
 
 /* etcd_probe.c */
 int		 etcd_probe_init(struct etcd *e);

@@ -13,21 +13,28 @@
  * to the next member, under its first deadline, when the member
  *
  *  - has moved to a later raft term than the one it had when it took the
- *    call (the last term it told before, or the first probe after it):
- *    the leader changed, and the write it forwarded to the old one was
- *    either committed before the new leader's first entry, then applied
- *    and answered at once, or is lost; the new try is ordered after it;
+ *    call (the last term it told before the call went; for a member that
+ *    told none yet, one the calls have just moved to, the newest term
+ *    any member told: etcd_call's base_term): the leader changed, and
+ *    the write it forwarded to the old one was either committed before
+ *    the new leader's first entry, then applied and answered at once, or
+ *    is lost; the new try is ordered after it;
  *  - has no leader; or
- *  - does not answer the probe within probe_ms (killed, stopped, cut off).
+ *  - does not answer the probe within probe_ms (killed, stopped, cut off):
+ *    then every call on it moves, and the member is passed over for
+ *    down_ms by the calls and the watch (etcd_member_down()), so that a
+ *    round of "no leader" from the others during the election does not
+ *    bring a call back to it.
  *
  * The watch, when its member is found silent or without a leader so, is
  * started again on the next member, from the revision after the last it
- * brought (its stream would stay open and bring nothing).
+ * brought (its stream would stay open and bring nothing); a watch whose
+ * creation waits stall_ms has its member probed as a call's is.
  *
  * A try abandoned that etcd carried out after all makes the next one a
  * repeat: a put of the same value, a delete of nothing (the callers send
  * only such calls with ETCD_RETRY). A slow member that keeps its leader
- * is waited for, up to the deadline, as before.
+ * and the term it told before is waited for, up to the deadline.
  */
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +63,8 @@ etcd_probe_init(struct etcd *e)
 	 * given 1000 ms */
 	e->stall_ms = clamp(e->o.timeout_ms / 10, 20, 500);
 	e->probe_ms = clamp(e->o.timeout_ms / 5, 50, 1000);
+	/* a member found silent: passed over for a call's whole deadline */
+	e->down_ms = clamp(e->o.timeout_ms, 500, 30000);
 	e->stall = evtimer_new(e->base, stall_cb, e);
 	return e->stall != NULL ? 0 : -1;
 }
@@ -183,16 +192,26 @@ probe_apply(struct etcd *e, int ep, uint64_t now)
 	case PROBE_NONE:
 		return;
 	}
+	/* before the calls move: the next member is one that is not down */
+	if (m->verdict == PROBE_SILENT)
+		etcd_member_down(e, ep, why);
+	else if (m->verdict == PROBE_TERM)
+		etcd_member_up(e, ep);
 	for (c = TAILQ_FIRST(&e->inflight); c != NULL; c = next) {
 		next = TAILQ_NEXT(c, entry);
+		/* a silent member: every call on it moves, those sent after
+		 * the probe too (they wait on the same silence; each would
+		 * wait for a probe of its own otherwise) */
 		if (c->state != CALL_INFLIGHT || c->ep != ep ||
-		    !(c->flags & ETCD_RETRY) || c->sent_ms > m->probe_sent_ms ||
+		    !(c->flags & ETCD_RETRY) || (c->sent_ms >
+		    m->probe_sent_ms && m->verdict != PROBE_SILENT) ||
 		    now + 10 >= c->deadline_ms)
 			continue;
 		if (m->verdict == PROBE_TERM) {
 			if (c->base_term == 0 &&
 			    c->sent_ms < m->probe_sent_ms) {
-				/* no earlier term known: this one is the
+				/* no term known at all when it went (the
+				 * client's first calls): this one is the
 				 * member's at the call or later */
 				c->base_term = m->probe_term;
 				continue;
@@ -204,9 +223,12 @@ probe_apply(struct etcd *e, int ep, uint64_t now)
 	}
 	if (m->verdict == PROBE_TERM) {
 		etcd_member_term(e, ep, m->probe_term);
-	} else if (e->w.active && e->w.state == WATCH_UP && e->w.ep == ep) {
+	} else if (e->w.active && e->w.ep == ep && (e->w.state == WATCH_UP ||
+	    (e->w.state == WATCH_OPENING &&
+	    e->w.opened_ms <= m->probe_sent_ms))) {
 		/* the watch on a member that is silent (stopped, or its host
-		 * gone without a FIN) or without a leader brings nothing:
+		 * gone without a FIN) or without a leader brings nothing, and
+		 * one being created there would wait for its whole deadline:
 		 * elsewhere, from the next revision */
 		log_debug("etcd: the watch's member %s: %s; watching again",
 		    e->eps[ep].url, why);
@@ -245,6 +267,17 @@ stall_cb(evutil_socket_t fd, short what, void *arg)
 		if (m->probe == NULL &&
 		    now - m->probe_last_ms >= (uint64_t)e->stall_ms / 2)
 			probe_send(e, c->ep, now);
+	}
+	/* the watch's creation, as a call: its stream says nothing until
+	 * it is created */
+	if (e->w.active && e->w.state == WATCH_OPENING && e->w.ep >= 0) {
+		struct etcd_member *m = &e->mem[e->w.ep];
+
+		again = true;
+		if (now - e->w.opened_ms >= (uint64_t)e->stall_ms &&
+		    m->probe == NULL &&
+		    now - m->probe_last_ms >= (uint64_t)e->stall_ms / 2)
+			probe_send(e, e->w.ep, now);
 	}
 	for (int i = 0; i < e->neps && !again; i++)
 		again = e->mem[i].probe != NULL;

@@ -150,6 +150,9 @@ watch_open(struct etcd *e)
 		return;
 	}
 	watch_timer_in(w, e->o.timeout_ms);	/* creation deadline */
+	/* and a probe of its member if it is not created in stall_ms */
+	w->opened_ms = etcd_now_ms();
+	etcd_probe_arm(e);
 }
 
 static void
@@ -172,6 +175,7 @@ watch_timer_cb(evutil_socket_t fd, short what, void *arg)
 		watch_open(e);
 		break;
 	case WATCH_OPENING:
+		etcd_member_down(e, w->ep, "watch not created in time");
 		watch_cut(e, ETCD_ERR_TIMEOUT, "watch not created in time");
 		break;
 	case WATCH_IDLE:
