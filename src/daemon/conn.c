@@ -1725,20 +1725,39 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
 	conns_end_turn(cs);
 }
 
+/* One channel's part of conn_eof_drains(): its lines answered, up to a
+ * LOCK that waits in the lock table. */
+static bool
+conn_eof_answered(const struct conn *c)
+{
+	return (c->state == CONN_READY && c->qlen == 0) ||
+	    (c->state == CONN_PENDING && c->pending_lock &&
+	    c->h.owner != NULL && locktable_owner_is_waiting(c->h.owner));
+}
+
 /*
- * After the end of c's input: drain now? Once its lines are answered, up
- * to a LOCK that waits in the lock table, which the close withdraws
- * (keylockd-protocol(7): closing releases everything, a waiting LOCK
- * included). A request pending on the backend's round trip (backend
- * etcd: every request until its commit) is answered first, as backend
- * local answers it at once.
+ * After the end of r's input: drain now? Once the lines of every channel
+ * are answered, up to a LOCK that waits in the lock table, which the
+ * close withdraws (keylockd-protocol(7): closing releases everything, a
+ * waiting LOCK included). A request pending on the backend's round trip
+ * (backend etcd: every request until its commit) is answered first, as
+ * backend local answers it at once: on channel 0 and on every other
+ * channel (printf '@1 LOCK k\n' | nc -N got no reply through backend
+ * etcd, its connection drained while the LOCK's put was on its way).
+ * A channel's request that completes, or a LOCK that starts to wait,
+ * runs r again (conn_complete(), conn_lock_queued()).
  */
 static bool
-conn_eof_drains(const struct conn *c)
+conn_eof_drains(const struct conn *r)
 {
-	return c->state == CONN_READY || (c->state == CONN_PENDING &&
-	    c->pending_lock && c->h.owner != NULL &&
-	    locktable_owner_is_waiting(c->h.owner));
+	if (r->deferred || !conn_eof_answered(r))
+		return false;	/* deferred: lines to frame, or to serve */
+	for (uint32_t i = 0; i < r->nbuckets; i++)
+		for (const struct conn *ch = r->chans[i]; ch != NULL;
+		    ch = ch->chnext)
+			if (!conn_eof_answered(ch))
+				return false;
+	return true;
 }
 
 /*
@@ -1753,6 +1772,9 @@ conn_run(struct conn *c)
 	if (c != c->root) {
 		if (c->state == CONN_READY && c->qlen > 0)
 			conn_run_queue(c);
+		/* its lines answered: its connection may drain */
+		if (c->root->eof != NULL)
+			conn_schedule(c->root);
 		if (c->state != CONN_CLOSED)
 			conn_chan_idle(c);
 		return;
@@ -1816,6 +1838,11 @@ conn_complete(struct conn *c, enum kl_err err)
 	if (c->timer != NULL)
 		evtimer_del(c->timer);
 	conn_set_state(c, c->quit_after ? CONN_DRAINING : CONN_READY);
+	/* a channel's answer: its connection, whose input has ended, may
+	 * drain once the channel's lines are answered (after it in the
+	 * turn) */
+	if (c != c->root && c->root->eof != NULL)
+		conn_schedule(c->root);
 }
 
 void

@@ -624,6 +624,99 @@ START_TEST(a_disconnect_releases_at_once)
 }
 END_TEST
 
+/*
+ * A client that closes its connection, or half-closes it, while its
+ * LOCK's put is on its way to etcd: the close is acted on when the
+ * LOCK's verdict comes, not when something else wakes the front end.
+ * Default settings (lease 15 s, its keepalive every 5 s; etcd-timeout
+ * 5000 ms), so that no timer of the front end's own comes within the
+ * bound. Each round, through front end a, one of:
+ *
+ *  - LOCK, then close(): the grant's connection is gone, the key is
+ *    released;
+ *  - LOCK, then shutdown(SHUT_WR) (nc -N): the grant is answered, then
+ *    the connection closes and releases it;
+ *  - LOCK behind a holder on front end b, then close(): the wait is
+ *    withdrawn, so the holder's UNLOCK hands the key to nobody;
+ *  - "@1 LOCK" (a channel's), then shutdown(SHUT_WR): the channel's
+ *    grant is answered before the connection drains (it drained at once,
+ *    the reply lost, while the LOCK's put was on its way), then released;
+ *
+ * and a LOCK of the key through front end b must be granted within
+ * CL_BOUND_MS of the close (or of the holder's UNLOCK).
+ */
+#define CL_ROUNDS	16
+#define CL_MODES	4
+#define CL_BOUND_MS	1500
+
+START_TEST(a_close_while_a_lock_is_on_its_way_releases_at_once)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, NULL, NULL);
+	struct kt_daemon	*b = et_fe_start(NULL, NULL, NULL);
+	struct kt_conn		*h = kt_connect_to(b, KT_TCP);
+	static const char *const what[CL_MODES] = { "close", "half-close",
+				    "close while waiting", "a channel's, "
+				    "half-close" };
+	uint64_t		 worst[CL_MODES] = { 0, 0, 0, 0 };
+
+	for (int i = 0; i < CL_ROUNDS; i++) {
+		int		 mode = i % CL_MODES;
+		struct kt_conn	*c = kt_connect_to(a, KT_TCP);
+		uint64_t	 t0, dt;
+		char		 key[16], lock[32];
+
+		/* a key a round: nothing of the last round's (its UNLOCK's
+		 * delete is answered before it commits) is in the way */
+		snprintf(key, sizeof(key), "cl:k%d", i);
+		snprintf(lock, sizeof(lock), "%sLOCK %s\n", mode == 3 ? "@1 " :
+		    "", key);
+		if (mode == 2)
+			kt_lock(h, "LOCK %s", key);
+		kt_send_raw(c, lock, strlen(lock));
+		if (mode == 1 || mode == 3) {
+			ck_assert_int_eq(shutdown(c->fd, SHUT_WR), 0);
+			t0 = kt_now_ms();
+			kt_recv_within(c, kt_ms(CL_BOUND_MS));
+			ck_assert_msg(kt_line_has_prefix(c, mode == 3 ?
+			    "@1 OK " : "OK "), "round %d: the half-closed "
+			    "connection's LOCK of %s: %s", i, key, c->line);
+			kt_expect_eof(c, kt_ms(CL_BOUND_MS));
+		} else {
+			/* the LOCK reaches the front end first: a close at
+			 * once is one while its put is on its way */
+			kt_sleep_ms(5);
+			kt_conn_close(c);
+			c = NULL;
+			if (mode == 2) {
+				/* its wait is in place, or the close came
+				 * first: either way it must not hold things
+				 * up */
+				kt_sleep_ms(50);
+				kt_req(h, "OK 1", "UNLOCK %s", key);
+			}
+			t0 = kt_now_ms();
+		}
+		kt_send(h, "LOCK %s timeout=30000", key);
+		kt_recv_within(h, kt_ms(30000));
+		dt = kt_now_ms() - t0;
+		ck_assert_msg(kt_line_has_prefix(h, "OK "), "round %d: LOCK "
+		    "through the other front end: %s", i, h->line);
+		ck_assert_msg(dt < (uint64_t)kt_ms(CL_BOUND_MS), "round %d "
+		    "(%s): the other front end's LOCK was granted %" PRIu64
+		    " ms after the close", i, what[mode], dt);
+		if (dt > worst[mode])
+			worst[mode] = dt;
+		kt_req(h, "OK 1", "UNLOCK %s", key);
+		kt_conn_close(c);
+	}
+	fprintf(stderr, "a close while its LOCK is on its way: the other front "
+	    "end's LOCK granted within %" PRIu64 " ms (%s), %" PRIu64
+	    " ms (%s), %" PRIu64 " ms (%s), %" PRIu64 " ms (%s)\n",
+	    worst[0], what[0], worst[1], what[1], worst[2], what[2],
+	    worst[3], what[3]);
+}
+END_TEST
+
 START_TEST(a_killed_front_end_is_released_by_its_lease)
 {
 	struct kt_daemon	*a = fe_start(), *b = fe_start();
@@ -964,6 +1057,13 @@ frontend_suite(void)
 	    a_lost_majority_fails_writes_in_time_and_drops_holders);
 	tcase_add_test(tc,
 	    a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("close");
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc,
+	    a_close_while_a_lock_is_on_its_way_releases_at_once);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("late_put");
