@@ -127,6 +127,14 @@ struct be_hooks {
 	/* o's NAME, or NULL; written with its LOCKs so that other front
 	 * ends can show it (backend etcd). May be NULL. */
 	const char *(*name)(void *arg, const struct lt_owner *o);
+	/*
+	 * o let go of holds outside an answer to it: a ttl ran out, or
+	 * (backend etcd) the delete of an UNLOCK answered before it was
+	 * applied is applied. o may hold and wait for nothing now (a
+	 * channel is then forgotten). Called from inside the backend's
+	 * events: it must not call the backend. May be NULL.
+	 */
+	void	(*released)(void *arg, struct lt_owner *o);
 };
 
 struct backend_ops {
@@ -209,6 +217,13 @@ struct backend_ops {
 			    const struct lt_owner *, const char **name,
 			    uint64_t *frontend, uint64_t *client,
 			    uint32_t *chan);
+	/*
+	 * o holds nothing it has not let go of and waits for nothing: a
+	 * channel of it may be forgotten. Backend etcd answers an UNLOCK
+	 * before its delete is applied: those holds count as let go.
+	 */
+	bool		 (*owner_idle)(const struct backend *,
+			    const struct lt_owner *);
 	/* The table INFO and STATS read: the local one, or the replica. */
 	const struct locktable *(*table)(const struct backend *);
 	/*

@@ -254,7 +254,12 @@ ebe_read_uncount(struct ebe *e, struct eentry *x)
 static void
 ebe_deleted(void *arg, struct eentry *x)
 {
-	ebe_read_uncount(arg, x);
+	struct ebe	*e = arg;
+	struct eowner	*o = x->req->owner;
+
+	ebe_read_uncount(e, x);
+	if (e->hooks.released != NULL && o->lo != NULL)
+		e->hooks.released(e->hooks.arg, o->lo);
 }
 
 /* A transaction with the deletes of ents failed: they are tried again,
@@ -2308,12 +2313,39 @@ ebe_session_channel(struct backend *be, struct lt_owner *lo,
 	return KL_OK;
 }
 
+/* Nothing open, and every hold told to the client let go of (its
+ * entries' deletes asked: an answered UNLOCK, a ttl run out). */
+static bool
+ebe_owner_idle(const struct backend *be, const struct lt_owner *lo)
+{
+	struct ebe	*e = (struct ebe *)(uintptr_t)be;
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct ereq	*r;
+
+	if (o == NULL)
+		return true;
+	if (o->state != OWN_IDLE)
+		return false;
+	TAILQ_FOREACH(r, &o->reqs, entry) {
+		if (r->side == SIDE_ENDED)
+			continue;
+		if (r->side != SIDE_ANSWERED)
+			return false;
+		for (size_t i = 0; i < r->nent; i++)
+			if (r->ent[i].w < W_DEL_WAIT &&
+			    r->ent[i].rep != ENT_GONE)
+				return false;
+	}
+	return true;
+}
+
 static const struct backend_ops ebe_ops = {
 	.name = "etcd",
 	.quit_releases = true,
 	.unique_ids = true,
 	.owner_new = ebe_owner_new,
 	.owner_free = ebe_owner_free,
+	.owner_idle = ebe_owner_idle,
 	.acquire = ebe_acquire,
 	.release = ebe_release,
 	.release_owner = ebe_release_owner,

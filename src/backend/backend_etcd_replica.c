@@ -1351,7 +1351,7 @@ replica_new(struct event_base *base, struct etcd *etcd, const char *prefix,
     struct be_counters *count, const struct replica_hooks *hooks)
 {
 	struct replica	*rp = kl_calloc(1, sizeof(*rp));
-	struct lt_hooks	 lh = { replica_granted, replica_next_token, rp };
+	struct lt_hooks	 lh = { replica_granted, replica_next_token, rp, NULL };
 
 	if (rp == NULL)
 		return NULL;

@@ -48,6 +48,15 @@ bl_granted(void *arg, struct lt_owner *o, uint64_t token, uint64_t waited)
 	bl->hooks.done(bl->hooks.arg, o, &r);
 }
 
+static void
+bl_expired(void *arg, struct lt_owner *o)
+{
+	struct backend_local	*bl = arg;
+
+	if (bl->hooks.released != NULL)
+		bl->hooks.released(bl->hooks.arg, o);
+}
+
 /* The table issues a whole durable block of tokens without a call. */
 static uint64_t
 bl_reserve_tokens(void *arg, uint64_t *end)
@@ -67,6 +76,14 @@ static void
 bl_owner_free(struct backend *be, struct lt_owner *o, uint64_t now_ms)
 {
 	locktable_owner_free(bl_of(be)->lt, o, now_ms);
+}
+
+static bool
+bl_owner_idle(const struct backend *be, const struct lt_owner *o)
+{
+	(void)be;
+	return locktable_owner_nholds(o) == 0 &&
+	    !locktable_owner_is_waiting(o);
 }
 
 static enum be_status
@@ -231,6 +248,7 @@ static const struct backend_ops bl_ops = {
 	.name = "local",
 	.owner_new = bl_owner_new,
 	.owner_free = bl_owner_free,
+	.owner_idle = bl_owner_idle,
 	.acquire = bl_acquire,
 	.release = bl_release,
 	.release_owner = bl_release_owner,
@@ -267,6 +285,7 @@ backend_local_new(const struct config *cfg, struct event_base *base,
 	lh.granted = bl_granted;
 	lh.next_token = NULL;
 	lh.arg = bl;
+	lh.expired = bl_expired;
 	if ((bl->lt = locktable_new(&lh, seed)) == NULL ||
 	    (bl->expiry = evtimer_new(base, bl_expiry_cb, bl)) == NULL) {
 		snprintf(err, errlen, "out of memory");

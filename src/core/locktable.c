@@ -761,7 +761,11 @@ locktable_expire(struct locktable *lt, uint64_t now_ms)
 	size_t	n = 0;
 
 	while (lt->heap_len > 0 && lt->heap[0].expiry_ms <= now_ms) {
+		struct lt_owner	*o = lt->heap[0].h->owner;
+
 		hold_end(lt, lt->heap[0].h, now_ms, &lt->c.expired);
+		if (lt->hooks.expired != NULL)
+			lt->hooks.expired(lt->hooks.arg, o);
 		n++;
 	}
 	settle(lt, now_ms);

@@ -51,6 +51,10 @@ struct lt_hooks {
 	/* Returns the next fencing token (> every earlier one, < 2^63). */
 	uint64_t (*next_token)(void *arg);
 	void	*arg;
+	/* A hold of o ran out of its ttl (locktable_expire()), and is gone.
+	 * Called from inside that call; it must not call back into the
+	 * table. May be NULL. */
+	void	(*expired)(void *arg, struct lt_owner *o);
 };
 
 /* One LOCK/TRYLOCK request. keys point into the caller's buffer. */

@@ -1181,15 +1181,15 @@ conn_chan_unlink(struct conn *ch)
 
 /* A channel that holds, waits and queues nothing is forgotten
  * (keylockd-protocol(7), CHANNELS: the table never leaks, nor do
- * channels). Never called from a backend hook. */
+ * channels). Never called from a backend hook: conn_released() puts
+ * the channel on the turn's run queue instead. */
 static void
 conn_chan_idle(struct conn *ch)
 {
 	struct conns	*cs = ch->cs;
 
 	if (ch == ch->root || ch->state != CONN_READY || ch->qlen > 0 ||
-	    ch->ncancels > 0 || locktable_owner_nholds(ch->h.owner) > 0 ||
-	    locktable_owner_is_waiting(ch->h.owner))
+	    ch->ncancels > 0 || !cs->be->ops->owner_idle(cs->be, ch->h.owner))
 		return;
 	conn_chan_unlink(ch);
 	if (ch->queued)
@@ -1852,6 +1852,13 @@ conn_lock_queued(struct conn *c)
 		conn_schedule(c->root);
 }
 
+void
+conn_released(struct conn *c)
+{
+	if (c != c->root)
+		conn_schedule(c);	/* conn_run(): conn_chan_idle() */
+}
+
 static void
 conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -2266,6 +2273,13 @@ conn_chan_adopt(void *arg, uint32_t n, struct lt_owner *o,
 {
 	struct conn	*c = arg, *ch;
 
+	if (c->cs->be->ops->owner_idle(c->cs->be, o)) {
+		/* its holds and wait ended while the session was detached
+		 * (a ttl, a timeout): forgotten, as conn_chan_idle() would
+		 * have forgotten it on a connection */
+		c->cs->be->ops->owner_free(c->cs->be, o, kl_now_ms());
+		return true;
+	}
 	if ((ch = conn_chan_new(c, n, o)) == NULL) {
 		c->cs->be->ops->owner_free(c->cs->be, o, kl_now_ms());
 		conn_close_nomem(c, "a channel");

@@ -97,6 +97,10 @@ void		 conn_complete(struct conn *c, enum kl_err err);
  * lock table: if c's input has ended, c drains and closes, which
  * withdraws it. */
 void		 conn_lock_queued(struct conn *c);
+/* c let go of holds outside an answer to it (a ttl, an applied delete):
+ * a channel that holds and waits for nothing now is forgotten at the end
+ * of the turn. Safe inside the backend's events. */
+void		 conn_released(struct conn *c);
 /* For the CANCEL handler: 1 if this CANCEL line was read ahead and
  * withdrew a LOCK, else 0. */
 uint64_t	 conn_cancel_result(struct conn *c);

@@ -706,6 +706,17 @@ server_be_queued(void *arg, struct lt_owner *o)
 		conn_lock_queued(c);
 }
 
+/* o let go of holds outside an answer: its channel may be idle now. */
+static void
+server_be_released(void *arg, struct lt_owner *o)
+{
+	struct conn *c = owner_conn(o);
+
+	(void)arg;
+	if (c != NULL)
+		conn_released(c);
+}
+
 struct server *
 server_new(struct config *cfg)
 {
@@ -731,6 +742,7 @@ server_new(struct config *cfg)
 	hooks.queued = server_be_queued;
 	hooks.moved = server_be_moved;
 	hooks.name = server_be_name;
+	hooks.released = server_be_released;
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||
 	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,

@@ -422,7 +422,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f->now = 1000;
 	for (int k = 0; k < FZ_SIDES; k++) {
 		struct fz_side	*s = &f->side[k];
-		struct lt_hooks	 hooks = { fz_granted, fz_token, s };
+		struct lt_hooks	 hooks = { fz_granted, fz_token, s, NULL };
 
 		s->range = 1 + size / 2 % 4;
 		s->lt = locktable_new(&hooks, size);

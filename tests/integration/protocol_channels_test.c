@@ -509,6 +509,65 @@ START_TEST(max_channels_bounds_the_channels_in_use)
 }
 END_TEST
 
+/* PROTOCOL.md, Channels: a channel is forgotten when it holds and waits
+ * for nothing, however its last hold ended: a ttl that runs out frees its
+ * slot of max-channels too. */
+START_TEST(a_channel_whose_last_hold_expires_is_forgotten)
+{
+	struct kt_conn	*c, *b;
+
+	kt_start("--max-channels", "2");
+	c = kt_connect();
+	b = kt_connect();
+	kt_send(c, "@1 LOCK xt:a ttl=100");
+	pc_token(c, 1);
+	kt_lock(b, "LOCK xt:b");
+	kt_send(c, "@2 LOCK xt:b ttl=100");
+	json_decref(kt_wait_queue(b, "xt:b", 1, 1));
+	kt_req(b, "OK 1", "UNLOCK xt:b");
+	pc_token(c, 2);		/* granted after a wait, then its ttl */
+	ck_assert_int_eq(kt_stat(b, "channels"), 2);
+	kt_wait_stat(b, "held", 0);
+	kt_wait_stat(b, "channels", 0);
+	kt_req(c, "@3 OK PONG", "@3 PING");
+	kt_req(c, "@4 OK PONG", "@4 PING");
+}
+END_TEST
+
+/* ... and a channel whose wait timed out, or whose ttl ran out, while its
+ * session was detached is not brought back by RESUME. */
+START_TEST(a_detached_sessions_idle_channel_is_not_resumed)
+{
+	struct kt_conn	*c, *b;
+	json_t		*r;
+	char		 id[80];
+
+	kt_start("--max-channels", "2");
+	c = kt_connect();
+	b = kt_connect();
+	kt_send(c, "SESSION grace=10000");
+	snprintf(id, sizeof(id), "%s", kt_expect_prefix(c, "OK ") + 3);
+	kt_lock(b, "LOCK xt:c");
+	kt_send(c, "@5 LOCK xt:c timeout=200");
+	json_decref(kt_wait_queue(b, "xt:c", 1, 1));
+	kt_send(c, "@6 LOCK xt:d ttl=200");
+	pc_token(c, 6);
+	kt_conn_close(c);
+	kt_wait_stat(b, "sessions_detached", 1);
+	kt_wait_stat(b, "held", 1);	/* b's: the ttl ran out */
+	json_decref(kt_wait_queue(b, "xt:c", 1, 0));	/* timed out */
+	c = kt_connect();
+	kt_send(c, "RESUME %s", id);
+	r = kt_expect_json(c);
+	ck_assert_uint_eq(json_array_size(json_object_get(r, "channels")), 0);
+	json_decref(r);
+	ck_assert_int_eq(kt_stat(b, "channels"), 0);
+	kt_req(c, "@7 OK PONG", "@7 PING");
+	kt_req(c, "@8 OK PONG", "@8 PING");
+	kt_req(c, "OK", "QUIT");
+}
+END_TEST
+
 static Suite *
 protocol_channels_suite(void)
 {
@@ -530,8 +589,13 @@ protocol_channels_suite(void)
 		tcase_add_test(tc, a_session_expires_with_every_channel);
 	}
 	tc = kt_tcase(s, "settings", KT_PRIVATE, 60, kt_setup_none);
-	if (tc != NULL)
+	if (tc != NULL) {
 		tcase_add_test(tc, max_channels_bounds_the_channels_in_use);
+		tcase_add_test(tc,
+		    a_channel_whose_last_hold_expires_is_forgotten);
+		tcase_add_test(tc,
+		    a_detached_sessions_idle_channel_is_not_resumed);
+	}
 	return s;
 }
 

@@ -63,7 +63,7 @@ granted(void *arg, struct lt_owner *o, uint64_t token, uint64_t waited)
 static void
 side_init(struct side *s, uint64_t seed)
 {
-	struct lt_hooks	h = { granted, NULL, s };
+	struct lt_hooks	h = { granted, NULL, s, NULL };
 
 	memset(s, 0, sizeof(*s));
 	s->tok = 100;

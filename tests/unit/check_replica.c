@@ -105,7 +105,7 @@ rep_new(uint64_t fe)
 	struct rep	*p = calloc(1, sizeof(*p));
 	struct config	 cfg;
 	struct be_hooks	 hooks = { rep_done, rep_end_turn, rep_drop, NULL,
-	    NULL, NULL, rep_moved };
+	    NULL, NULL, rep_moved, NULL, NULL };
 	char		 err[256];
 
 	ck_assert_ptr_nonnull(p);

@@ -295,7 +295,7 @@ rt_release(struct locktable *lt, struct lt_owner *o, const char *key)
 START_TEST(reserved_tokens_rise_across_ranges_and_paths)
 {
 	struct ranges		 r = { 100, 3, 0 };
-	struct lt_hooks		 h = { rt_granted, NULL, &r };
+	struct lt_hooks		 h = { rt_granted, NULL, &r, NULL };
 	struct locktable	*lt = locktable_new(&h, 7);
 	struct lt_owner		*o1, *o2;
 
@@ -357,7 +357,7 @@ next_of(void *arg)
 START_TEST(with_next_token_every_grant_asks_the_hook)
 {
 	uint64_t		 next = 500;
-	struct lt_hooks		 h = { NULL, next_of, &next };
+	struct lt_hooks		 h = { NULL, next_of, &next, NULL };
 	struct locktable	*lt = locktable_new(&h, 1);
 	struct lt_owner		*o = locktable_owner_new(lt, 1, NULL);
 
