@@ -185,7 +185,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	err = proto_parse(line, size, &req);
 	FUZZ_CHECK(err == KL_OK || err == KL_ERR_SYNTAX ||
-	    err == KL_ERR_BADKEY);
+	    err == KL_ERR_BADKEY || err == KL_ERR_LIMIT);
+	/* LIMIT: more arguments than the parser stores, each one good. */
+	FUZZ_CHECK(err != KL_ERR_LIMIT || req.nargs > KL_KEYS_HARD_MAX);
 	FUZZ_CHECK(req.cmd == CMD_NONE || (unsigned)req.cmd < CMD__COUNT);
 	fuzz_check_why(&req, err);
 	fuzz_check_args(&req, line, size);
