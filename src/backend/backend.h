@@ -224,7 +224,8 @@ struct backend_ops {
 	 */
 	bool		 (*owner_idle)(const struct backend *,
 			    const struct lt_owner *);
-	/* The table INFO and STATS read: the local one, or the replica. */
+	/* The table INFO and STATS read: the local one, or the replica;
+	 * the same one for the backend's life. */
 	const struct locktable *(*table)(const struct backend *);
 	/*
 	 * Read your own writes, where a release is answered before the

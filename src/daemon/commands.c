@@ -44,6 +44,9 @@ struct commands {
 	const struct config	*cfg;
 	struct stats		*st;
 	struct backend		*be;
+	/* The counters of be's table (one table for the backend's life):
+	 * max-table-bytes. */
+	const struct lt_counters *table;
 	struct cmd_secret	 client;	/* auth-file */
 	struct cmd_secret	 admin;		/* admin-auth-file */
 	struct users		*users;		/* user, operator-uids */
@@ -60,10 +63,11 @@ struct commands {
 	void			*upgrade_arg;
 };
 
-/* The shared checks a command needs; commands_execute() names its
- * handler. */
+/* The shared checks a command needs, and its handler. */
 struct cmd_entry {
 	unsigned	flags;
+	void		(*run)(struct commands *, struct conn *,
+			    const struct request *);
 };
 
 /* ---- the secret ---- */
@@ -168,6 +172,7 @@ commands_new(const struct config *cfg, struct stats *st, struct backend *be,
 	cmds->cfg = cfg;
 	cmds->st = st;
 	cmds->be = be;
+	cmds->table = locktable_counters(backend_table(be));
 	if (!cmd_read_secrets(cfg, &cmds->client, &cmds->admin, err,
 	    errlen)) {
 		kl_free(cmds);
@@ -447,17 +452,27 @@ cmd_reply_refusal(struct commands *cmds, struct conn *c,
 	}
 }
 
-/* Every lock operation's reply, now or when the backend completes it. */
-static void
-cmd_reply(struct commands *cmds, struct conn *c, const struct be_result *r)
+/* A lock operation that did not succeed: out of line, so that the
+ * handlers keep no register for it. */
+static void __attribute__((noinline))
+cmd_reply_failed(struct commands *cmds, struct conn *c,
+    const struct be_result *r)
 {
-	if (r->err == KL_OK)
-		conn_reply_u64(c, r->value);
-	else if (r->err == KL_ERR_NOMEM)
+	if (r->err == KL_ERR_NOMEM)
 		conn_close_nomem(c, r->op == BE_LOCK ? "a lock request" :
 		    "a lock operation");
 	else
 		cmd_reply_refusal(cmds, c, r);
+}
+
+/* Every lock operation's reply, now or when the backend completes it. */
+static inline void
+cmd_reply(struct commands *cmds, struct conn *c, const struct be_result *r)
+{
+	if (r->err == KL_OK)
+		conn_reply_u64(c, r->value);
+	else
+		cmd_reply_failed(cmds, c, r);
 }
 
 /* BE_PENDING keeps c's request open until commands_done(). */
@@ -507,8 +522,8 @@ cmd_table_full(struct commands *cmds, struct conn *c)
 {
 	conn_reply_err(c, KL_ERR_LIMIT, "the lock table uses %" PRIu64
 	    " bytes, max-table-bytes is %" PRId64 ": no LOCK until "
-	    "releases free some", locktable_counters(backend_table(
-	    cmds->be))->bytes, cmds->cfg->max_table_bytes);
+	    "releases free some", cmds->table->bytes,
+	    cmds->cfg->max_table_bytes);
 }
 
 /* A LOCK on channel c of a session's connection: the backend makes the
@@ -536,9 +551,9 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	const struct config	*cfg = cmds->cfg;
 	struct backend		*be = cmds->be;
+	uint64_t		 now = kl_now_ms();
 	struct lt_acquire	 a;
 	struct be_result	 r;
-	uint64_t		 now;
 	int64_t			 timeout;
 
 	if (!cmd_timeout(cmds, c, req, &timeout))
@@ -546,6 +561,11 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	if (conn_channel(c) != 0 && be->ops->session_channel != NULL &&
 	    conn_session(c) != NULL && !cmd_session_channel(cmds, c))
 		return;
+	if (cfg->max_table_bytes != KL_NONE &&
+	    cmds->table->bytes >= (uint64_t)cfg->max_table_bytes) {
+		cmd_table_full(cmds, c);
+		return;
+	}
 	a.keys = req->args;
 	a.keylens = req->arglens;
 	a.nkeys = req->nargs;
@@ -558,14 +578,8 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	if (cfg->max_waiters != KL_NONE && (a.max_waiters == KL_NONE ||
 	    a.max_waiters > cfg->max_waiters))
 		a.max_waiters = cfg->max_waiters;
-	if (cfg->max_table_bytes != KL_NONE && locktable_counters(
-	    backend_table(be))->bytes >= (uint64_t)cfg->max_table_bytes) {
-		cmd_table_full(cmds, c);
-		return;
-	}
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
-	now = kl_now_ms();
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
 	else
@@ -575,11 +589,12 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 static void
 cmd_unlock(struct commands *cmds, struct conn *c, const struct request *req)
 {
+	uint64_t		 now = kl_now_ms();
 	struct backend		*be = cmds->be;
 	struct be_result	 r;
 
 	cmd_finish(cmds, c, be->ops->release(be, conn_owner(c), req->args,
-	    req->arglens, req->nargs, kl_now_ms(), &r), &r);
+	    req->arglens, req->nargs, now, &r), &r);
 }
 
 static void
@@ -1285,24 +1300,62 @@ commands_upgrade_failed(struct commands *cmds, struct conn *c,
 	conn_complete(c, KL_ERR_UPGRADE);
 }
 
+/*
+ * The reads (STATS, INFO, CLIENTS, RESUME): after the backend's read
+ * barrier, now or in cmd_read_go().
+ */
+static void
+cmd_read_now(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	switch (req->cmd) {
+	case CMD_STATS:
+		cmd_stats(cmds, c, req);
+		break;
+	case CMD_INFO:
+		cmd_info(cmds, c, req);
+		break;
+	case CMD_CLIENTS:
+		cmd_clients(cmds, c, req);
+		break;
+	case CMD_RESUME:
+		/* its "held" says what the answered UNLOCKs left */
+		cmd_resume(cmds, c, req);
+		break;
+	default:
+		break;
+	}
+}
+
+static void
+cmd_read(struct commands *cmds, struct conn *c, const struct request *req)
+{
+	if (cmd_read_barrier(cmds, c, req))
+		cmd_read_now(cmds, c, req);
+}
+
+/*
+ * Indexed by enum cmd_id. The handler is called through its row, with
+ * no frame on the way (commands_execute()), so that every handler is one
+ * function of its own; LOCK's and UNLOCK's are reached in one jump.
+ */
 static const struct cmd_entry cmd_table[CMD__COUNT] = {
-	[CMD_AUTH]	= { CMD_NO_AUTH | CMD_CONN },
-	[CMD_CANCEL]	= { 0 },
-	[CMD_CLIENTS]	= { CMD_ADMIN | CMD_CONN },
-	[CMD_INFO]	= { CMD_PERM },
-	[CMD_KILL]	= { CMD_ADMIN | CMD_CONN },
-	[CMD_LOCK]	= { CMD_KEYS | CMD_PERM },
-	[CMD_NAME]	= { CMD_CONN },
-	[CMD_PING]	= { CMD_NO_AUTH },
-	[CMD_QUIT]	= { CMD_NO_AUTH | CMD_CONN },
-	[CMD_REFRESH]	= { CMD_KEYS | CMD_PERM },
-	[CMD_RESUME]	= { CMD_CONN },
-	[CMD_SESSION]	= { CMD_CONN },
-	[CMD_STATS]	= { 0 },
-	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM },
-	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM },
-	[CMD_UNLOCKALL]	= { 0 },
-	[CMD_UPGRADE]	= { CMD_ADMIN | CMD_CONN },
+	[CMD_AUTH]	= { CMD_NO_AUTH | CMD_CONN,	cmd_auth },
+	[CMD_CANCEL]	= { 0,				cmd_cancel },
+	[CMD_CLIENTS]	= { CMD_ADMIN | CMD_CONN,	cmd_read },
+	[CMD_INFO]	= { CMD_PERM,			cmd_read },
+	[CMD_KILL]	= { CMD_ADMIN | CMD_CONN,	cmd_kill },
+	[CMD_LOCK]	= { CMD_KEYS | CMD_PERM,	cmd_lock },
+	[CMD_NAME]	= { CMD_CONN,			cmd_name },
+	[CMD_PING]	= { CMD_NO_AUTH,		cmd_ping },
+	[CMD_QUIT]	= { CMD_NO_AUTH | CMD_CONN,	cmd_quit },
+	[CMD_REFRESH]	= { CMD_KEYS | CMD_PERM,	cmd_refresh },
+	[CMD_RESUME]	= { CMD_CONN,			cmd_read },
+	[CMD_SESSION]	= { CMD_CONN,			cmd_session },
+	[CMD_STATS]	= { 0,				cmd_read },
+	[CMD_TRYLOCK]	= { CMD_KEYS | CMD_PERM,	cmd_lock },
+	[CMD_UNLOCK]	= { CMD_KEYS | CMD_PERM,	cmd_unlock },
+	[CMD_UNLOCKALL]	= { 0,				cmd_unlockall },
+	[CMD_UPGRADE]	= { CMD_ADMIN | CMD_CONN,	cmd_upgrade },
 };
 
 struct cmd_span {
@@ -1364,73 +1417,6 @@ cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
 		    cmds->cfg->max_keys);
 }
 
-/*
- * The handler of each command: a switch rather than a pointer in
- * cmd_table, so that the compiler can inline the ones called from here
- * alone (LOCK's and UNLOCK's among them) into commands_execute().
- */
-static inline void
-cmd_dispatch(struct commands *cmds, struct conn *c, const struct request *req)
-{
-	switch (req->cmd) {
-	case CMD_AUTH:
-		cmd_auth(cmds, c, req);
-		break;
-	case CMD_CANCEL:
-		cmd_cancel(cmds, c, req);
-		break;
-	case CMD_CLIENTS:
-		if (cmd_read_barrier(cmds, c, req))
-			cmd_clients(cmds, c, req);
-		break;
-	case CMD_INFO:
-		if (cmd_read_barrier(cmds, c, req))
-			cmd_info(cmds, c, req);
-		break;
-	case CMD_KILL:
-		cmd_kill(cmds, c, req);
-		break;
-	case CMD_LOCK:
-	case CMD_TRYLOCK:
-		cmd_lock(cmds, c, req);
-		break;
-	case CMD_NAME:
-		cmd_name(cmds, c, req);
-		break;
-	case CMD_PING:
-		cmd_ping(cmds, c, req);
-		break;
-	case CMD_QUIT:
-		cmd_quit(cmds, c, req);
-		break;
-	case CMD_REFRESH:
-		cmd_refresh(cmds, c, req);
-		break;
-	case CMD_RESUME:
-		/* its "held" says what the answered UNLOCKs left */
-		if (cmd_read_barrier(cmds, c, req))
-			cmd_resume(cmds, c, req);
-		break;
-	case CMD_SESSION:
-		cmd_session(cmds, c, req);
-		break;
-	case CMD_STATS:
-		if (cmd_read_barrier(cmds, c, req))
-			cmd_stats(cmds, c, req);
-		break;
-	case CMD_UNLOCK:
-		cmd_unlock(cmds, c, req);
-		break;
-	case CMD_UNLOCKALL:
-		cmd_unlockall(cmds, c, req);
-		break;
-	case CMD_UPGRADE:
-		cmd_upgrade(cmds, c, req);
-		break;
-	case CMD_NONE:		/* an empty line: conn.c answers nothing */
-		break;
-	}
-}
 
 /*
  * A client certificate that stands for a user (keylockd.conf(5), user
@@ -1487,30 +1473,62 @@ cmd_noperm(struct commands *cmds, struct conn *c, const struct request *req)
 	return false;
 }
 
-/* The shared checks in the protocol's order: AUTH, operator, NOPERM,
- * LIMIT; then the handler. */
-void
-commands_execute(struct commands *cmds, struct conn *c,
+/*
+ * The shared checks in the protocol's order: AUTH, operator, NOPERM,
+ * LIMIT; then the handler. Out of line and reached only for a request
+ * that one of them may refuse (cmd_may_refuse()), so that the handler of
+ * any other request is reached with no stack frame on the way.
+ */
+static void __attribute__((noinline))
+cmd_execute_checked(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
-	const struct cmd_entry	*e = &cmd_table[req->cmd];
+	unsigned	flags = cmd_table[req->cmd].flags;
 
-	if ((e->flags & CMD_CONN) && conn_channel(c) != 0)
+	if ((flags & CMD_CONN) && conn_channel(c) != 0)
 		cmd_refuse(cmds, c, req, CMD_CONN);
-	else if (!(e->flags & CMD_NO_AUTH) && cmds->need_auth &&
+	else if (!(flags & CMD_NO_AUTH) && cmds->need_auth &&
 	    !conn_is_authed(c) && !cmd_auth_by_cert(cmds, c))
 		cmd_refuse(cmds, c, req, CMD_NO_AUTH);
-	else if ((e->flags & CMD_ADMIN) && !cmd_is_operator(cmds, c))
+	else if ((flags & CMD_ADMIN) && !cmd_is_operator(cmds, c))
 		cmd_refuse(cmds, c, req, CMD_ADMIN);
-	else if ((e->flags & CMD_PERM) && cmds->has_users &&
+	else if ((flags & CMD_PERM) && cmds->has_users &&
 	    cmd_noperm(cmds, c, req))
 		;	/* answered NOPERM */
-	else if ((e->flags & CMD_KEYS) &&
+	else if ((flags & CMD_KEYS) &&
 	    req->nargs > (size_t)cmds->cfg->max_keys &&
 	    cmd_distinct_keys(req) > (size_t)cmds->cfg->max_keys)
 		cmd_refuse(cmds, c, req, CMD_KEYS);
 	else
-		cmd_dispatch(cmds, c, req);
+		cmd_table[req->cmd].run(cmds, c, req);
+}
+
+/*
+ * Whether cmd_execute_checked() has anything to look at: a command of
+ * the connection's or the operator's, a server that asks for AUTH, users
+ * whose keys are limited, or more keys than max-keys. The part of each
+ * check that needs no call, so that this is a few tests.
+ */
+static inline bool
+cmd_may_refuse(const struct commands *cmds, const struct request *req)
+{
+	unsigned	flags = cmd_table[req->cmd].flags;
+
+	return (flags & (CMD_CONN | CMD_ADMIN)) ||
+	    (!(flags & CMD_NO_AUTH) && cmds->need_auth) ||
+	    ((flags & CMD_PERM) && cmds->has_users) ||
+	    ((flags & CMD_KEYS) &&
+	    req->nargs > (size_t)cmds->cfg->max_keys);
+}
+
+void
+commands_execute(struct commands *cmds, struct conn *c,
+    const struct request *req)
+{
+	if (cmd_may_refuse(cmds, req))
+		cmd_execute_checked(cmds, c, req);
+	else
+		cmd_table[req->cmd].run(cmds, c, req);
 }
 
 /* ---- later completions ---- */
@@ -1526,15 +1544,8 @@ cmd_read_go(struct commands *cmds, struct conn *c, const struct be_result *r)
 	req.nargs = r->why.keylen > 0 ? 1 : 0;
 	req.args[0] = r->why.key;
 	req.arglens[0] = r->why.keylen;
-	/* not through cmd_dispatch(): it would wait again */
-	if (req.cmd == CMD_STATS)
-		cmd_stats(cmds, c, &req);
-	else if (req.cmd == CMD_INFO)
-		cmd_info(cmds, c, &req);
-	else if (req.cmd == CMD_CLIENTS)
-		cmd_clients(cmds, c, &req);
-	else if (req.cmd == CMD_RESUME)
-		cmd_resume(cmds, c, &req);
+	/* not through cmd_read(): it would wait again */
+	cmd_read_now(cmds, c, &req);
 }
 
 void

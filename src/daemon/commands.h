@@ -49,7 +49,8 @@ bool		 commands_has_secret(const struct commands *cmds,
 bool		 commands_need_auth(const struct commands *cmds);
 
 /* Runs the shared checks (auth, operator, NOPERM, key count), then the
- * handler. */
+ * handler. req is a command (conn.c answers an empty line, CMD_NONE,
+ * with nothing). */
 void		 commands_execute(struct commands *cmds, struct conn *c,
 		    const struct request *req);
 /* The backend completed o's open request: reply, resume its connection. */
