@@ -835,6 +835,7 @@ cmd_clients_add(void *arg, struct conn *c)
 	sc.age_ms = cl->now - conn_since_ms(c);
 	sc.detached_ms = -1;
 	sc.channels = conn_nchannels(c);
+	sc.held = conn_nholds(c);
 	sc.owner = conn_owner(c);
 	stats_clients_add(cl->list, &sc, cl->now);
 	return true;
@@ -858,6 +859,7 @@ cmd_clients_add_detached(void *arg, const struct session *s,
 	sc.age_ms = cl->now - session_since_ms(s);
 	sc.detached_ms = (int64_t)detached_ms;
 	sc.channels = (uint32_t)session_nchannels(s);
+	sc.held = session_nholds(s);
 	sc.owner = owner;
 	stats_clients_add(cl->list, &sc, cl->now);
 	return true;

@@ -1968,6 +1968,18 @@ conn_nchannels(const struct conn *c)
 	return c->root->nchans;
 }
 
+size_t
+conn_nholds(const struct conn *c)
+{
+	const struct conn	*r = c->root, *ch;
+	size_t			 n = locktable_owner_nholds(r->h.owner);
+
+	for (uint32_t i = 0; i < r->nbuckets; i++)
+		for (ch = r->chans[i]; ch != NULL; ch = ch->chnext)
+			n += locktable_owner_nholds(ch->h.owner);
+	return n;
+}
+
 void
 conn_set_auth(struct conn *c, bool authed, bool admin)
 {

@@ -135,6 +135,8 @@ conn_channel(const struct conn *c)
 }
 /* How many channels besides channel 0 c's connection has in use. */
 uint32_t	 conn_nchannels(const struct conn *c);
+/* Every hold of c's connection, channel 0's and its channels'. */
+size_t		 conn_nholds(const struct conn *c);
 /* Calls fn for c's connection and then each of its channels in use
  * until it returns false. */
 void		 conn_channels_walk(struct conn *c,

@@ -546,8 +546,7 @@ session_take_channels(struct session *s, bool (*fn)(void *, uint32_t,
 	s->nchans = 0;
 }
 
-/* Every hold of s's owners. */
-static size_t
+size_t
 session_nholds(const struct session *s)
 {
 	size_t	n = locktable_owner_nholds(s->h.owner);

@@ -165,6 +165,8 @@ uint64_t	 session_client(const struct session *s);
 uint64_t	 session_grace(const struct session *s);
 /* Channels kept while detached, besides channel 0. */
 size_t		 session_nchannels(const struct session *s);
+/* Every hold of s's owners, channel 0's and its channels'. */
+size_t		 session_nholds(const struct session *s);
 /* When its first connection connected, and the enum conn_transport of
  * its last one. */
 uint64_t	 session_since_ms(const struct session *s);

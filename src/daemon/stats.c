@@ -336,7 +336,7 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 	if (c->detached_ms >= 0)
 		SET_U(o, "detached_ms", (uint64_t)c->detached_ms);
 	SET_U(o, "channels", c->channels);
-	SET_U(o, "held", locktable_owner_nholds(c->owner));
+	SET_U(o, "held", c->held);
 	wk.keys = keys;
 	wk.n = 0;
 	if (locktable_owner_wait_walk(c->owner, stats_wait_key_capped, &wk,

@@ -174,7 +174,8 @@ struct stats_client {
 	uint64_t		 age_ms;
 	int64_t			 detached_ms;	/* a detached session's; -1 */
 	uint32_t		 channels;	/* in use besides channel 0 */
-	const struct lt_owner	*owner;		/* its holds and its wait */
+	size_t			 held;		/* on every channel */
+	const struct lt_owner	*owner;		/* channel 0's wait */
 };
 struct stats_clients;
 

@@ -382,25 +382,35 @@ START_TEST(clients_lists_detached_sessions)
 	kt_req(a, "OK", "NAME gone-for-now");
 	ps_session(a, "SESSION", id, sizeof(id));
 	kt_lock(a, "LOCK cl:k");
+	/* held counts every channel's holds, attached or detached */
+	kt_send(a, "@1 LOCK cl:c1 cl:c2");
+	kt_expect_prefix(a, "@1 OK ");
 	ida = pu_holder_id(op, "cl:k");
-	kt_conn_close(a);
-	kt_wait_stat(op, "sessions_detached", 1);
-	kt_send(op, "CLIENTS");
-	r = kt_expect_json(op);
-	list = json_object_get(r, "clients");
-	ck_assert_int_eq(kt_jint(r, "total"), 2);
-	for (size_t i = 0; i < json_array_size(list); i++) {
-		e = json_array_get(list, i);
-		if (kt_jint(e, "id") != ida)
-			continue;
-		seen = true;
-		ck_assert(json_is_integer(json_object_get(e, "detached_ms")));
-		ck_assert_int_eq(kt_jint(e, "held"), 1);
-		ck_assert_str_eq(json_string_value(json_object_get(e, "name")),
-		    "gone-for-now");
+	for (int detached = 0; detached < 2; detached++) {
+		if (detached) {
+			kt_conn_close(a);
+			kt_wait_stat(op, "sessions_detached", 1);
+		}
+		kt_send(op, "CLIENTS");
+		r = kt_expect_json(op);
+		list = json_object_get(r, "clients");
+		ck_assert_int_eq(kt_jint(r, "total"), 2);
+		seen = false;
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			e = json_array_get(list, i);
+			if (kt_jint(e, "id") != ida)
+				continue;
+			seen = true;
+			ck_assert(json_is_integer(json_object_get(e,
+			    "detached_ms")) == (detached == 1));
+			ck_assert_int_eq(kt_jint(e, "held"), 3);
+			ck_assert_int_eq(kt_jint(e, "channels"), 1);
+			ck_assert_str_eq(json_string_value(json_object_get(e,
+			    "name")), "gone-for-now");
+		}
+		ck_assert_msg(seen, "CLIENTS lists the session");
+		json_decref(r);
 	}
-	ck_assert_msg(seen, "CLIENTS lists the detached session");
-	json_decref(r);
 }
 END_TEST
 
