@@ -1045,6 +1045,8 @@ call_reply(struct etcd_call *c, struct evhttp_request *req)
 			return;
 		}
 	}
+	if (r.status == ETCD_OK)
+		etcd_watch_leader_seen(e);
 	if (r.status == ETCD_ERR_GRPC && r.grpc_code == ETCD_GRPC_UNAVAILABLE) {
 		etcd_endpoint_failed(e, c->ep, r.message);
 		if (call_retry(c, false, r.message != NULL ? r.message :

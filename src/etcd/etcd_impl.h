@@ -144,6 +144,8 @@ struct etcd_watch {
 	struct event		*timer;
 	int			 pause_ms;	/* before the next open */
 	int			 backoff_ms;	/* the pause after a cut */
+	bool			 refused;	/* etcd refused the last try
+						 * ("no leader", say) */
 	uint64_t		 gen;		/* bumped by every (re)start */
 	uint64_t		 token_gen;	/* of the token it was opened with */
 };
@@ -257,5 +259,8 @@ json_t		*etcd_txn_json(struct etcd_txn *t);
 
 /* etcd_watch.c */
 void		 etcd_watch_free(struct etcd *e);
+/* A call was carried out: the cluster has a leader. A watch that waits
+ * out its pause after etcd refused it opens now. */
+void		 etcd_watch_leader_seen(struct etcd *e);
 
 #endif /* ETCD_IMPL_H */
