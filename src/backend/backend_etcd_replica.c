@@ -342,6 +342,20 @@ eowner_chan_set(struct replica *rp, struct eowner *o, uint32_t chan,
 	    offsetof(struct eowner, fnext), owner_chan_hash, rp);
 }
 
+/* Another front end's o is a channel of a session of ours: one that
+ * front end named after the session had moved here (its channel 0's
+ * owner, the session's client under the same lease, is ours). */
+static bool
+eowner_chan_of_ours(struct replica *rp, const struct eowner *o)
+{
+	const struct eowner *root;
+
+	if (o->chan == 0)
+		return false;
+	root = eowner_get(rp, o->fe, o->sclient, false);
+	return root != NULL && root->state != OWN_THEIRS;
+}
+
 void
 eowner_set_channel(struct replica *rp, struct eowner *o, uint64_t lease,
     uint64_t client, uint32_t chan, uint64_t sclient)
@@ -1136,11 +1150,13 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 		}
 		if (o->state == OWN_THEIRS && ch.chan != 0 && o->chan == 0)
 			eowner_chan_set(rp, o, ch.chan, ch.sclient);
-		if (fe == rp->fe || o->state != OWN_THEIRS) {
+		if (fe == rp->fe || o->state != OWN_THEIRS ||
+		    eowner_chan_of_ours(rp, o)) {
 			/* ours (our lease's, or a session's of ours: one
-			 * the front end it moved from wrote late), but
-			 * unknown here: nobody waits for it, and its put is
-			 * made (the one write of w here) */
+			 * the front end it moved from wrote late, on
+			 * channel 0 or another), but unknown here: nobody
+			 * waits for it, and its put is made (the one write
+			 * of w here) */
 			r->side = SIDE_ENDED;
 			for (size_t i = 0; i < r->nent; i++)
 				r->ent[i].w = W_PUT;

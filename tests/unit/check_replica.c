@@ -841,6 +841,7 @@ START_TEST(entries_against_the_rules_are_left_out)
 END_TEST
 
 #define SESS_L		0x5e55
+#define SESS_L_HEX	"0000000000005e55"
 #define SESS_HASH	"5e55f00d5e55f00d5e55f00d5e55f00d" \
 			"5e55f00d5e55f00d5e55f00d5e55f00d"
 
@@ -917,6 +918,10 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	size_t			 keylens[1] = { 2 }, foreign;
 	uint64_t		 t0, tc, x, fe, client;
 	uint32_t		 chan;
+	static const char	 late_key[] = "t/q/k3/" SESS_L_HEX
+				    "-7fff000000000001";
+	static const char	 late_value[] = "k1 4611686018427387999 x 1 "
+				    "-1 0 0 1 k3 @4:7\n";
 
 	ck_assert_ptr_nonnull(w);
 	w->rng = 11;
@@ -1033,6 +1038,23 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 	ck_assert_ptr_null(locktable_owner_udata(o->lo));
 	ck_assert_uint_eq(token_of(a, SESS_L, x, "k2"), tc);
 	b->ngot = 0;
+	/* a channel A named after the move, its LOCK landing late: B,
+	 * where the session's channel 0 is ours now, deletes it; A leaves
+	 * it to B */
+	w->rev++;
+	w_put(w, late_key, strlen(late_key), late_value, strlen(late_value),
+	    SESS_L, 0x7fff000000000001);
+	w_apply(w, 4);
+	ck_assert_ptr_nonnull(o = eowner_get(b->rp, SESS_L,
+	    4611686018427387999ULL, false));
+	ck_assert_uint_eq(o->chan, 4);
+	q = TAILQ_FIRST(&o->reqs);
+	ck_assert_ptr_nonnull(q);
+	ck_assert_int_eq(q->side, SIDE_ENDED);
+	ck_assert_int_ge(q->ent[0].w, W_DEL_WAIT);
+	ck_assert_ptr_nonnull(o = eowner_get(a->rp, SESS_L,
+	    4611686018427387999ULL, false));
+	ck_assert_int_eq(TAILQ_FIRST(&o->reqs)->side, SIDE_THEIRS);
 	/* what the daemon does with the RESUME's connection's own owner */
 	locktable_owner_set_udata(lo_b, &conn_b);
 	b->be->ops->owner_free(b->be, req, kl_now_ms());
