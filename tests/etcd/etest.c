@@ -54,6 +54,11 @@ et_fe_start_at(const char *file, int line, const char *endpoints,
 	argv[n++] = endpoints != NULL ? endpoints : et_ec.endpoints;
 	argv[n++] = "--etcd-prefix";
 	argv[n++] = et_prefix;
+	/* the tests' watching connections sit idle through kills and
+	 * leases, longer than auth-timeout's 10 s once KEYLOCKD_TEST_SLOW
+	 * scales their sleeps; auth-timeout has tests of its own */
+	argv[n++] = "--auth-timeout";
+	argv[n++] = "0";
 	if (ttl != NULL) {
 		argv[n++] = "--etcd-lease-ttl";
 		argv[n++] = ttl;
