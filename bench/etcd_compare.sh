@@ -622,23 +622,7 @@ echo "<!-- bench/etcd_compare.sh: end -->" >>"$TMP/section.md"
 # section FILE: the section between its markers in FILE, or appended;
 # the rest of FILE stays
 section() {
-	perl -e '
-my ($file, $secfile) = @ARGV;
-my ($b, $e) = ("<!-- bench/etcd_compare.sh: begin -->",
-    "<!-- bench/etcd_compare.sh: end -->");
-local $/;
-open(my $s, "<", $secfile) or die "$secfile: $!"; my $sec = <$s>; close($s);
-my $text = "";
-if (open(my $h, "<", $file)) { $text = <$h>; close($h); }
-if ($text =~ /\Q$b\E.*?\Q$e\E\n?/s) {
-    $text =~ s/\Q$b\E.*?\Q$e\E\n?/$sec/s;
-} else {
-    $text =~ s/\n*\z/\n\n/ if $text ne "";
-    $text .= $sec;
-}
-open(my $o, ">", "$file.tmp") or die "$file.tmp: $!"; print $o $text;
-close($o); rename("$file.tmp", $file) or die "$file: $!";
-' "$1" "$TMP/section.md"
+	perl "$here/section.pl" etcd_compare.sh "$1" "$TMP/section.md"
 }
 section "$RESULTS"
 if [ "$WRITE" = 1 ]; then

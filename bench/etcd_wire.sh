@@ -128,23 +128,7 @@ print "<!-- bench/etcd_wire.sh: end -->\n";
 ' "$TMP" "$ROUNDS" "$VARIANTS" "$DURATION" "$rev" "$etcdv" "$cpu" "$(nproc)" \
     "$load_before" "$load_after" "$RATE" "$INFLIGHT" >"$TMP/section.md"
 if [ "$WRITE" = 1 ]; then
-	perl -e '
-my ($file, $secfile) = @ARGV;
-my ($b, $e) = ("<!-- bench/etcd_wire.sh: begin -->",
-    "<!-- bench/etcd_wire.sh: end -->");
-local $/;
-open(my $s, "<", $secfile) or die "$secfile: $!"; my $sec = <$s>; close($s);
-my $text = "";
-if (open(my $h, "<", $file)) { $text = <$h>; close($h); }
-if ($text =~ /\Q$b\E.*?\Q$e\E\n?/s) {
-    $text =~ s/\Q$b\E.*?\Q$e\E\n?/$sec/s;
-} else {
-    $text =~ s/\n*\z/\n\n/ if $text ne "";
-    $text .= $sec;
-}
-open(my $o, ">", "$file.tmp") or die "$file.tmp: $!"; print $o $text;
-close($o); rename("$file.tmp", $file) or die "$file: $!";
-' "$RESULTS" "$TMP/section.md"
+	perl "$here/section.pl" etcd_wire.sh "$RESULTS" "$TMP/section.md"
 	echo "etcd_wire.sh: wrote its section of $RESULTS" >&2
 fi
 cat "$TMP/section.md"

@@ -36,7 +36,7 @@ EXTRA_DIST += tests/etcd/cluster.sh tests/etcd/lib.sh \
 	tests/etcd/loopback.sh tests/etcd/secure.sh tests/etcd/upgrade.sh \
 	examples/etcd-loopback.sh \
 	bench/etcd_compare.sh bench/etcd_perf.py bench/etcd_wire.py \
-	bench/etcd_wire.sh \
+	bench/etcd_wire.sh bench/section.pl \
 	bench/ETCD_RESULTS.md
 
 # What the front end tests share (etest.h): the program's cluster, front
