@@ -842,8 +842,10 @@ sk_who_hold(const struct et_hold *h)
 
 /* Whether op's front end was cut while op waited (or a SIGSTOP up to 9 s
  * before it was sent: a stopped front end still takes connections, and
- * one that continued rebuilds), or an etcd member was down (or healthy
- * again for less than 3 s) (an election on a loaded machine can
+ * one that continued rebuilds; or a SIGKILL at any time before it was
+ * sent on a connection of that process: the client's thread may send
+ * into a socket the kernel is closing), or an etcd member was down (or
+ * healthy again for less than 3 s) (an election on a loaded machine can
  * outlast the lease's margin: the front end then drops its clients). */
 static bool
 sk_cut_during(const struct sk_op *op)
@@ -856,9 +858,9 @@ sk_cut_during(const struct sk_op *op)
 			return true;
 
 	for (int k = 0; k < f->ncut; k++)
-		if (f->cut_epoch[k] == op->epoch && f->cut_us[k] +
-		    (f->cut_stop[k] ? SK_TTL_MS * 1000 * 3ULL : 0) >=
-		    op->h.send_us && f->cut_us[k] <= op->h.reply_us)
+		if (f->cut_epoch[k] == op->epoch && (!f->cut_stop[k] ||
+		    f->cut_us[k] + SK_TTL_MS * 1000 * 3ULL >=
+		    op->h.send_us) && f->cut_us[k] <= op->h.reply_us)
 			return true;
 	return false;
 }
