@@ -16,12 +16,15 @@
 #include "log.h"
 
 struct kl_clock_hold kl_clock_held;
+uint64_t	kl_clock_fixed_ms;
 
 uint64_t
 kl_clock_read_ms(void)
 {
 	struct timespec	ts;
 
+	if (kl_clock_fixed_ms != 0)
+		return kl_clock_fixed_ms;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

@@ -29,6 +29,11 @@ struct kl_clock_hold {
 };
 extern struct kl_clock_hold kl_clock_held;
 
+/* A harness that drives the daemon's timers itself (tests/fuzz/
+ * fuzz_commands.c) sets the time here: while it is not 0 the clock
+ * answers it. The daemon never writes it. */
+extern uint64_t	kl_clock_fixed_ms;
+
 static inline uint64_t
 kl_now_ms(void)
 {

@@ -6,7 +6,8 @@ FUZZ_LDADD = $(KEYLOCKD_LIBS)
 # The parser's and the table's harnesses link the pure core alone.
 FUZZ_CORE_CFLAGS = $(AM_CFLAGS)
 FUZZ_CORE_LDADD = $(KLCORE_LIBS)
-FUZZ_HARNESSES = proto locktable session ltstate etcd_json etcd_entry
+FUZZ_HARNESSES = proto locktable session ltstate etcd_json etcd_entry \
+	commands
 
 check_PROGRAMS += tests/fuzz/replay_proto tests/fuzz/replay_locktable \
 	tests/fuzz/replay_session tests/fuzz/replay_ltstate
@@ -37,13 +38,26 @@ tests_fuzz_replay_etcd_entry_SOURCES = tests/fuzz/fuzz_etcd_entry.c \
 tests_fuzz_replay_etcd_entry_CFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_replay_etcd_entry_LDADD = $(FUZZ_LDADD)
 
+# The whole command layer over a real server, its clock driven by the
+# harness (fuzz_commands.c).
+check_PROGRAMS += tests/fuzz/replay_commands
+tests_fuzz_replay_commands_SOURCES = tests/fuzz/fuzz_commands.c \
+	tests/fuzz/replay.c
+tests_fuzz_replay_commands_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_replay_commands_LDADD = $(FUZZ_LDADD)
+
 TESTS += tests/fuzz/replay.test
 EXTRA_DIST += tests/fuzz/replay.test tests/fuzz/corpus
 
 if FUZZING
 noinst_PROGRAMS += tests/fuzz/fuzz_proto tests/fuzz/fuzz_locktable \
 	tests/fuzz/fuzz_session tests/fuzz/fuzz_ltstate \
-	tests/fuzz/fuzz_etcd_json tests/fuzz/fuzz_etcd_entry
+	tests/fuzz/fuzz_etcd_json tests/fuzz/fuzz_etcd_entry \
+	tests/fuzz/fuzz_commands
+tests_fuzz_fuzz_commands_SOURCES = tests/fuzz/fuzz_commands.c
+tests_fuzz_fuzz_commands_CFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_commands_LDADD = $(FUZZ_LDADD)
+tests_fuzz_fuzz_commands_LDFLAGS = $(AM_LDFLAGS) -fsanitize=fuzzer
 tests_fuzz_fuzz_etcd_json_SOURCES = tests/fuzz/fuzz_etcd_json.c
 tests_fuzz_fuzz_etcd_json_CFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_etcd_json_LDADD = $(FUZZ_LDADD)
