@@ -502,10 +502,13 @@ sk_client_main(void *arg)
 			continue;
 		}
 		if (sk_rand(&cl->rng) % 20 == 0) {
-			/* the client dies holding it */
+			/* the client dies holding it: the hold ends before
+			 * the close (taken after it, a thread held up
+			 * between the two would stretch it past the grant
+			 * the close causes) */
 			op->unlock = SK_UNLOCK_NONE;
-			sk_close(c);
 			op->h.end_us = kt_now_us();
+			sk_close(c);
 			cl->drops_holding++;
 			continue;
 		}
@@ -825,11 +828,20 @@ sk_who(const struct sk_op *h)
 	static __thread int	k;
 	char			*b = buf[k++ % 4];
 
+	static const char	*ends[] = {
+		[SK_UNLOCK_OK] = "UNLOCK sent",
+		[SK_UNLOCK_NONE] = "closed holding",
+		[SK_UNLOCK_NOREPLY] = "dropped or cut",
+		[SK_UNLOCK_OTHER] = "UNLOCK sent"
+	};
+
 	snprintf(b, sizeof(buf[0]), "%s token %" PRIu64 " on front end %u "
 	    "(epoch %" PRIu32 ", conn %" PRIu32 ") held %" PRIu64 ".%06" PRIu64
-	    " to %" PRIu64 ".%06" PRIu64, sk_keys[h->key], h->h.token, h->fe,
-	    h->epoch, h->conn, h->h.reply_us / 1000000, h->h.reply_us % 1000000,
-	    h->h.end_us / 1000000, h->h.end_us % 1000000);
+	    " to %" PRIu64 ".%06" PRIu64 " (%s)", sk_keys[h->key], h->h.token,
+	    h->fe, h->epoch, h->conn, h->h.reply_us / 1000000,
+	    h->h.reply_us % 1000000, h->h.end_us / 1000000,
+	    h->h.end_us % 1000000, h->unlock >= SK_UNLOCK_OK &&
+	    h->unlock <= SK_UNLOCK_OTHER ? ends[h->unlock] : "holding");
 	return b;
 }
 
