@@ -125,6 +125,7 @@ static size_t		 fc_nids;
 static struct fc_timer	 fc_timers[FC_TIMERS];
 static size_t		 fc_ntimers;
 static size_t		 fc_max_line;
+static uint64_t		 fc_nreplies;
 static bool		 fc_trace;	/* FUZZ_COMMANDS_TRACE set: to stderr */
 
 /* ---- the settings ---- */
@@ -419,7 +420,7 @@ fc_known_code(const char *p, size_t n)
 	return false;
 }
 
-static void
+static void __attribute__((noreturn))
 fc_fail(const struct fc_client *k, const char *line, size_t len,
     const char *why)
 {
@@ -487,6 +488,7 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 	if (ch == NULL || ch->head == ch->tail)
 		fc_fail(k, line, len, "a reply to no request");
 	kind = (enum fc_kind)ch->q[ch->head++];
+	fc_nreplies++;
 	if (n >= 4 && memcmp(l, "ERR ", 4) == 0) {
 		size_t	e = 4;
 
@@ -925,9 +927,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		p += n + (lf != NULL);
 	}
 
-	/* Every wait has run out: each request of a client still
-	 * connected has had its one reply. */
-	fc_advance(FC_END_MS);
+	/* Every wait runs out (a pipeline of LOCKs, one max-timeout
+	 * each): each request of a client still connected has had its
+	 * one reply. */
+	for (int round = 0; round < 10000; round++) {
+		uint64_t	before = fc_nreplies;
+
+		fc_advance(FC_END_MS);
+		if (fc_nreplies == before)
+			break;
+	}
 	for (int i = 0; i < FC_CONNS; i++) {
 		struct fc_client	*k = &fc_cl[i];
 
