@@ -31,6 +31,9 @@
  * exactly one reply. Then every client hangs up and every session's
  * grace passes: no client, channel, session, key or waiter is left.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* memmem */
+#endif
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -73,7 +76,8 @@ enum fc_kind {
 	FK_OTHER = 0,	/* no command this harness knows: ERR */
 	FK_TOKEN,	/* LOCK, TRYLOCK, a resumed wait: OK TOKEN */
 	FK_COUNT,	/* UNLOCK, UNLOCKALL, REFRESH: OK N */
-	FK_BIT,		/* CANCEL, KILL: OK 0 or OK 1 */
+	FK_BIT,		/* KILL: OK 0 or OK 1 */
+	FK_CANCEL,	/* OK 1 after its LOCK's ERR CANCELLED, or OK 0 */
 	FK_JSON,	/* STATS, INFO, CLIENTS: OK {json} */
 	FK_RESUME,	/* OK {json}, which may hand over waits */
 	FK_BARE,	/* NAME, AUTH: OK */
@@ -90,6 +94,7 @@ struct fc_chan {
 	uint8_t		*q;		/* expected replies, [head, tail) */
 	size_t		 head, tail, cap;
 	uint64_t	 last_token;
+	uint64_t	 cancelled;	/* ERR CANCELLED not yet its OK 1 */
 };
 
 struct fc_client {
@@ -420,6 +425,29 @@ fc_known_code(const char *p, size_t n)
 	return false;
 }
 
+/* Codes that only some commands can get (keylockd-protocol(7), Replies
+ * and Commands). */
+static bool
+fc_code_fits(enum fc_kind kind, const char *p, size_t n)
+{
+	static const struct {
+		const char	*code;
+		enum fc_kind	 kind;
+	} only[] = {
+		{ "TIMEOUT", FK_TOKEN }, { "LOCKED", FK_TOKEN },
+		{ "BUSY", FK_TOKEN }, { "DEADLOCK", FK_TOKEN },
+		{ "HELD", FK_TOKEN }, { "CONFLICT", FK_TOKEN },
+		{ "CANCELLED", FK_TOKEN }, { "NOTHELD", FK_COUNT },
+		{ "GONE", FK_RESUME }, { "UPGRADE", FK_UPGRADE },
+	};
+
+	for (size_t i = 0; i < sizeof(only) / sizeof(only[0]); i++)
+		if (strlen(only[i].code) == n &&
+		    memcmp(only[i].code, p, n) == 0)
+			return kind == only[i].kind;
+	return true;
+}
+
 static void __attribute__((noreturn))
 fc_fail(const struct fc_client *k, const char *line, size_t len,
     const char *why)
@@ -427,6 +455,49 @@ fc_fail(const struct fc_client *k, const char *line, size_t len,
 	fprintf(stderr, "fuzz_commands: client %" PRIu64 ": reply \"%.*s\": "
 	    "%s\n", k->id, (int)(len > 300 ? 300 : len), line, why);
 	abort();
+}
+
+/* No "(null)" from a printf, no duration that wrapped below 0: "N ms"
+ * with N of 17 digits or more (the harness's clock stays far below). */
+static void
+fc_text_sane(const struct fc_client *k, const char *line, size_t len)
+{
+	size_t	run = 0;
+
+	if (memmem(line, len, "(null)", 6) != NULL)
+		fc_fail(k, line, len, "(null) in a reply");
+	for (size_t i = 0; i < len; i++) {
+		if (line[i] >= '0' && line[i] <= '9') {
+			run++;
+			continue;
+		}
+		if (run >= 17 && i + 2 < len && memcmp(line + i, " ms", 3) == 0)
+			fc_fail(k, line, len, "a duration below 0");
+		run = 0;
+	}
+}
+
+/* Every integer in a reply's JSON is a count, an id, a token or a
+ * duration: none below 0, none past 2^53 (a wrapped subtraction). */
+static void
+fc_json_sane(const struct fc_client *k, const char *line, size_t len,
+    json_t *j, int depth)
+{
+	const char	*name;
+	json_t		*v;
+	size_t		 i;
+
+	if (depth > 16)
+		return;
+	if (json_is_integer(j) && (json_integer_value(j) < 0 ||
+	    json_integer_value(j) > (json_int_t)1 << 53))
+		fc_fail(k, line, len, "a JSON integer below 0 or past 2^53");
+	if (json_is_object(j))
+		json_object_foreach(j, name, v)
+			fc_json_sane(k, line, len, v, depth + 1);
+	if (json_is_array(j))
+		json_array_foreach(j, i, v)
+			fc_json_sane(k, line, len, v, depth + 1);
 }
 
 static json_t *
@@ -439,6 +510,7 @@ fc_json(const struct fc_client *k, const char *line, size_t len)
 	    (j = json_loadb(line + 3, len - 3, 0, &e)) == NULL ||
 	    !json_is_object(j))
 		fc_fail(k, line, len, "not OK {json}");
+	fc_json_sane(k, line, len, j, 0);
 	return j;
 }
 
@@ -497,6 +569,12 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 		if (!fc_known_code(l + 4, e - 4))
 			fc_fail(k, line, len, "an ERR code the protocol "
 			    "does not list");
+		if (!fc_code_fits(kind, l + 4, e - 4))
+			fc_fail(k, line, len, "a code this command cannot "
+			    "get");
+		if (e - 4 == 9 && memcmp(l + 4, "CANCELLED", 9) == 0)
+			ch->cancelled++;
+		fc_text_sane(k, line, len);
 		if (kind == FK_TOOLONG && (e - 4 != 7 ||
 		    memcmp(l + 4, "TOOLONG", 7) != 0))
 			fc_fail(k, line, len, "not ERR TOOLONG");
@@ -527,10 +605,15 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 		break;
 	case FK_COUNT:
 	case FK_BIT:
+	case FK_CANCEL:
 		if (n < 4 || !fc_digits(l + 3, n - 3, &v))
 			fc_fail(k, line, len, "not OK N");
-		if (kind == FK_BIT && v > 1)
+		if (kind != FK_COUNT && v > 1)
 			fc_fail(k, line, len, "not OK 0 or OK 1");
+		/* keylockd-protocol(7), CANCEL: the LOCK's ERR CANCELLED
+		 * comes first, on the same channel */
+		if (kind == FK_CANCEL && v == 1 && ch->cancelled-- == 0)
+			fc_fail(k, line, len, "OK 1 with no LOCK cancelled");
 		break;
 	case FK_JSON:
 		json_decref(fc_json(k, l, n));
@@ -669,7 +752,7 @@ fc_kind_of(const char *p, size_t n)
 		{ "REFRESH", FK_COUNT }, { "STATS", FK_JSON },
 		{ "INFO", FK_JSON }, { "CLIENTS", FK_JSON },
 		{ "NAME", FK_BARE }, { "AUTH", FK_BARE }, { "PING", FK_PING },
-		{ "QUIT", FK_QUIT }, { "CANCEL", FK_BIT }, { "KILL", FK_BIT },
+		{ "QUIT", FK_QUIT }, { "CANCEL", FK_CANCEL }, { "KILL", FK_BIT },
 		{ "SESSION", FK_SESSION }, { "RESUME", FK_RESUME },
 		{ "UPGRADE", FK_UPGRADE },
 	};
