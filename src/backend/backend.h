@@ -78,6 +78,9 @@ struct be_result {
 	uint64_t	 grace_ms;
 	const struct be_chan *chans;
 	size_t		 nchans;
+	/* BE_RESUME: the session's NAME as its record keeps it (NULL:
+	 * none), for a connection that gives none of its own. */
+	const char	*name;
 };
 
 /* What a backend counts, in its caller's memory (STATS, /metrics);
@@ -217,6 +220,21 @@ struct backend_ops {
 			    const struct lt_owner *, const char **name,
 			    uint64_t *frontend, uint64_t *client,
 			    uint32_t *chan);
+	/*
+	 * How long the session of an owner with no udata (another front
+	 * end's) has been detached, in ms; -1: attached, or no session's
+	 * (backend etcd: as the session's record says). May be NULL.
+	 */
+	int64_t		 (*owner_detached_ms)(const struct backend *,
+			    const struct lt_owner *);
+	/*
+	 * o's session's NAME (NULL: none) is now name, and it is detached
+	 * (detached) or attached on this front end: written where other
+	 * front ends read it (backend etcd: the session's record). May be
+	 * NULL.
+	 */
+	void		 (*session_note)(struct backend *, struct lt_owner *o,
+			    const char *name, bool detached);
 	/*
 	 * o holds nothing it has not let go of and waits for nothing: a
 	 * channel of it may be forgotten. Backend etcd answers an UNLOCK

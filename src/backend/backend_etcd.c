@@ -27,6 +27,7 @@
 #include <sys/time.h>
 
 #include <errno.h>
+#include <time.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -128,12 +129,16 @@ struct ebe {
 	struct event		*revoke_timer;
 	struct be_chan		*rchans;	/* BE_RESUME's channels */
 	size_t			 caprchans;
+	struct erview		**views;	/* every session's record, by
+						 * the first digits of H */
+	struct erview		**views_l;	/* ... and by its lease */
 };
 
 static void	ebe_step(struct ebe *e);
 static void	es_drop_all(struct ebe *e, const char *why);
 static void	ebe_session_end(struct backend *be, struct lt_owner *lo);
 static void	es_free_all(struct ebe *e);
+static void	ev_free_all(struct ebe *e);
 static void	ebe_recover_in(struct ebe *e, int ms);
 static void	ebe_fail(struct ebe *e, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
@@ -1167,6 +1172,7 @@ ebe_free(struct backend *be)
 	if (e->cm != NULL)
 		commit_drop(e->cm);
 	es_free_all(e);
+	ev_free_all(e);
 	if (e->lease.fe != 0 && e->etcd != NULL && was != EBE_LOST) {
 		/* our entries go now, not at the lease's expiry */
 		etcd_watch_stop(e->etcd);
@@ -1249,6 +1255,12 @@ struct esession {
 						 * session-lock-delay */
 	int64_t			 seen_rev;	/* RESUMING: the record read */
 	int64_t			 rec_rev;	/* our record's revision */
+	char			 name[KL_NAME_MAX + 1];	/* its NAME in the
+						 * record; "": none */
+	uint64_t		 detached_at;	/* the record's DETACHED */
+	bool			 dirty;		/* ES_OURS: the record is to
+						 * be written again once es->call
+						 * is answered */
 	int			 tries;
 	int64_t			 ttl_s;
 	uint64_t		 until;		/* L lasts at least until */
@@ -1487,8 +1499,19 @@ static size_t
 es_value(const struct esession *es, uint64_t fe, char *out, size_t cap)
 {
 	return (size_t)snprintf(out, cap, EBE_RECORD_VERSION " %" PRIu64 " %"
-	    PRIu64 " %016" PRIx64 "%s%s", es->client, es->grace_ms, fe,
-	    es->user[0] != '\0' ? " " : "", es->user);
+	    PRIu64 " %016" PRIx64 " %" PRIu64 "%s%s%s%s", es->client,
+	    es->grace_ms, fe, es->detached_at, es->user[0] != '\0' ? " " : "",
+	    es->user, es->name[0] != '\0' ? "\n" : "", es->name);
+}
+
+/* Wall-clock ms: a record's DETACHED, read by other hosts. */
+static uint64_t
+es_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* The SESSION or RESUME waiting for es is answered. */
@@ -1654,6 +1677,12 @@ es_ka_start(struct esession *es)
 
 /* ---- SESSION and RESUME: what they share ---- */
 
+static void
+es_name_set(struct esession *es, const char *name)
+{
+	snprintf(es->name, sizeof(es->name), "%s", name != NULL ? name : "");
+}
+
 /*
  * The session o asks for (SESSION, op BE_SESSION; RESUME, BE_RESUME) of
  * hash, new, or NULL with the answer in r: o must hold, wait for and
@@ -1715,7 +1744,7 @@ es_record_put(struct esession *es, enum etcd_cmp_target cmp, int64_t rev,
 {
 	struct ebe	*e = es->e;
 	struct etcd_txn	*t;
-	char		 key[512], val[256];
+	char		 key[512], val[320];
 	size_t		 klen = es_key(es, key, sizeof(key));
 	size_t		 vlen = es_value(es, e->lease.fe, val, sizeof(val));
 
@@ -1730,6 +1759,53 @@ es_record_put(struct esession *es, enum etcd_cmp_target cmp, int64_t rev,
 	/* etcd_txn() takes t, sent or not */
 	es->call = etcd_txn(e->etcd, t, ETCD_RETRY, done, es);
 	return es->call != NULL ? 0 : -1;
+}
+
+static void	es_record_write(struct esession *es);
+
+static void
+es_rewritten(void *arg, const struct etcd_result *r)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+
+	es->call = NULL;
+	if (r->status == ETCD_OK && r->succeeded && r->revision > es->rec_rev)
+		es->rec_rev = r->revision;
+	else if (r->status != ETCD_OK)
+		log_info("backend etcd: client %" PRIu64 ": the session's record "
+		    "was not rewritten: %s", es->client, r->message != NULL ?
+		    r->message : etcd_status_name(r->status));
+	/* not succeeded: it moved on (another front end took it, or it
+	 * ended), which the watch brings */
+	if (es->dirty)
+		es_record_write(es);
+	ebe_end_turn(e);
+}
+
+/*
+ * Our session's record again, with its NAME and whether it is detached
+ * now (keylockd-protocol(7), SESSIONS: Across front ends): what other
+ * front ends show in INFO, and what a RESUME through one of them gives
+ * back. Only over the record we last wrote (a compare of its mod
+ * revision), so never over another front end's takeover; one write at a
+ * time, the last state winning.
+ */
+static void
+es_record_write(struct esession *es)
+{
+	struct ebe	*e = es->e;
+
+	es->dirty = false;
+	if (es->state != ES_OURS || es->closed || e->state != EBE_READY)
+		return;
+	if (es->call != NULL) {
+		es->dirty = true;
+		return;
+	}
+	if (es_record_put(es, ETCD_CMP_MOD, es->rec_rev, es_rewritten) != 0)
+		log_warnx("backend etcd: client %" PRIu64 ": no memory to "
+		    "rewrite the session's record", es->client);
 }
 
 /* ---- SESSION ---- */
@@ -1805,6 +1881,8 @@ ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
 	es->client = o->client;
 	es->grace_ms = grace_ms;
 	snprintf(es->user, sizeof(es->user), "%s", user != NULL ? user : "");
+	es_name_set(es, e->hooks.name != NULL ? e->hooks.name(e->hooks.arg,
+	    lo) : NULL);
 	es->ttl_s = es_ttl_s(grace_ms);
 	es->ka_sent = kl_now_ms();
 	if ((es->call = etcd_lease_grant(e->etcd, es->ttl_s, 0, ETCD_RETRY,
@@ -1950,6 +2028,7 @@ es_adopt(struct esession *es, int64_t rev)
 	res.grace_ms = es->grace_ms;
 	res.chans = e->rchans;
 	res.nchans = es_chans_adopt(es);
+	res.name = es->name[0] != '\0' ? es->name : NULL;
 	ebe_done(e, req, &res);
 }
 
@@ -1962,8 +2041,14 @@ es_taken(void *arg, const struct etcd_result *r)
 	struct ebe	*e = es->e;
 
 	es->call = NULL;
-	if (es->state == ES_OURS)
-		;		/* the watch brought the put first */
+	if (es->state == ES_OURS) {
+		/* the watch brought the put first */
+		if (r->status == ETCD_OK && r->succeeded &&
+		    r->revision > es->rec_rev)
+			es->rec_rev = r->revision;
+		if (es->dirty)
+			es_record_write(es);
+	}
 	else if (r->status == ETCD_ERR_GRPC &&
 	    r->grpc_code == ETCD_GRPC_NOT_FOUND)
 		es_gone(es);	/* L expired under us */
@@ -2020,6 +2105,17 @@ es_read_done(void *arg, const struct etcd_result *r)
 	es->client = rec.client;
 	es->grace_ms = rec.grace_ms;
 	es->lease = (uint64_t)r->kvs[0].lease;
+	/* the session's NAME, which a connection without one of its own
+	 * takes (keylockd-protocol(7), SESSIONS: Identity); attached here */
+	es->detached_at = 0;
+	es->name[0] = '\0';
+	if (rec.name != NULL && rec.namelen < sizeof(es->name)) {
+		memcpy(es->name, rec.name, rec.namelen);
+		es->name[rec.namelen] = '\0';
+	}
+	if (e->hooks.name != NULL && e->hooks.name(e->hooks.arg,
+	    es->req->lo) != NULL)
+		es_name_set(es, e->hooks.name(e->hooks.arg, es->req->lo));
 	es->seen_rev = r->kvs[0].mod_revision;
 	if (es->ttl_s == 0)
 		es->ttl_s = es_ttl_s(es->grace_ms);
@@ -2066,6 +2162,144 @@ ebe_session_resume(struct backend *be, struct lt_owner *lo,
 	return es_pend(es, o);
 }
 
+/* ---- every session's record, for INFO (views) ---- */
+
+/*
+ * What this front end knows of each session of the cluster from its
+ * record, to show another front end's session as its own front end
+ * would (keylockd-protocol(7), SESSIONS: Seen by operators): whether it
+ * is detached, and since when, and its NAME. Found by H (a record's
+ * delete names only its key) and by L (an owner's entries name L).
+ */
+struct erview {
+	struct erview	*hnext, *lnext;
+	char		 hash[EBE_HASH_HEX + 1];
+	uint64_t	 lease;
+	uint64_t	 fe;		/* the front end its record names */
+	uint64_t	 detached_at;	/* wall-clock ms; 0: attached */
+	char		 name[KL_NAME_MAX + 1];	/* "": none */
+};
+
+static size_t
+ev_lbucket(uint64_t lease)
+{
+	return (size_t)((lease * 0x9e3779b97f4a7c15ULL) >> 52) &
+	    (ES_BUCKETS - 1);
+}
+
+static struct erview *
+ev_find(const struct ebe *e, const char *hash)
+{
+	struct erview *v;
+
+	if (e->views == NULL)
+		return NULL;
+	for (v = e->views[es_bucket(hash)]; v != NULL; v = v->hnext)
+		if (memcmp(v->hash, hash, EBE_HASH_HEX) == 0)
+			return v;
+	return NULL;
+}
+
+static struct erview *
+ev_of_lease(const struct ebe *e, uint64_t lease)
+{
+	struct erview *v;
+
+	if (e->views_l == NULL || lease == 0)
+		return NULL;
+	for (v = e->views_l[ev_lbucket(lease)]; v != NULL; v = v->lnext)
+		if (v->lease == lease)
+			return v;
+	return NULL;
+}
+
+static void
+ev_unlink_lease(struct ebe *e, struct erview *v)
+{
+	struct erview **pp = &e->views_l[ev_lbucket(v->lease)];
+
+	while (*pp != v)
+		pp = &(*pp)->lnext;
+	*pp = v->lnext;
+}
+
+static void
+ev_remove(struct ebe *e, struct erview *v)
+{
+	struct erview **pp = &e->views[es_bucket(v->hash)];
+
+	while (*pp != v)
+		pp = &(*pp)->hnext;
+	*pp = v->hnext;
+	ev_unlink_lease(e, v);
+	kl_free(v);
+}
+
+/* Record hash is rec (NULL: deleted). Out of memory, INFO just shows
+ * less. */
+static void
+ev_update(struct ebe *e, const char *hash, const struct erecord *rec)
+{
+	struct erview	*v = ev_find(e, hash);
+	size_t		 b;
+
+	if (rec == NULL) {
+		if (v != NULL)
+			ev_remove(e, v);
+		return;
+	}
+	if (v == NULL) {
+		if ((e->views == NULL && (e->views = kl_calloc(ES_BUCKETS,
+		    sizeof(*e->views))) == NULL) || (e->views_l == NULL &&
+		    (e->views_l = kl_calloc(ES_BUCKETS,
+		    sizeof(*e->views_l))) == NULL) ||
+		    (v = kl_calloc(1, sizeof(*v))) == NULL)
+			return;
+		memcpy(v->hash, hash, EBE_HASH_HEX);
+		b = es_bucket(hash);
+		v->hnext = e->views[b];
+		e->views[b] = v;
+	} else {
+		ev_unlink_lease(e, v);
+	}
+	v->lease = rec->lease;
+	b = ev_lbucket(v->lease);
+	v->lnext = e->views_l[b];
+	e->views_l[b] = v;
+	v->fe = rec->fe;
+	v->detached_at = rec->detached_at;
+	v->name[0] = '\0';
+	if (rec->name != NULL && rec->namelen < sizeof(v->name)) {
+		memcpy(v->name, rec->name, rec->namelen);
+		v->name[rec->namelen] = '\0';
+	}
+}
+
+/* The replica: front end fe's lease has ended. Its sessions are
+ * detached from then on, as far as anyone can tell. */
+static void
+ebe_fe_gone(void *arg, uint64_t fe)
+{
+	struct ebe	*e = arg;
+	uint64_t	 now = es_wall_ms();
+
+	for (size_t b = 0; e->views != NULL && b < ES_BUCKETS; b++)
+		for (struct erview *v = e->views[b]; v != NULL; v = v->hnext)
+			if (v->fe == fe && v->detached_at == 0)
+				v->detached_at = now;
+}
+
+static void
+ev_free_all(struct ebe *e)
+{
+	for (size_t b = 0; e->views != NULL && b < ES_BUCKETS; b++)
+		while (e->views[b] != NULL)
+			ev_remove(e, e->views[b]);
+	kl_free(e->views);
+	kl_free(e->views_l);
+	e->views = e->views_l = NULL;
+}
+
 /* The replica: record hash is put (rec) or deleted (NULL) at rev. */
 static void
 ebe_record(void *arg, const char *hash, const struct erecord *rec,
@@ -2077,6 +2311,7 @@ ebe_record(void *arg, const char *hash, const struct erecord *rec,
 	struct lt_owner	*lo;
 	uint64_t	 lease;
 
+	ev_update(e, hash, rec);
 	if (es == NULL)
 		return;
 	if (es->state == ES_RESUMING) {
@@ -2270,13 +2505,57 @@ ebe_owner_about(const struct backend *be, const struct lt_owner *lo,
 	*chan = 0;
 	if (o == NULL)
 		return;
-	if (o->state == OWN_THEIRS)
-		*name = eowner_name(o);
+	if (o->state == OWN_THEIRS) {
+		const struct erview *v = ev_of_lease(e, o->fe);
+
+		/* a session's NAME as its record has it: a NAME sent after
+		 * its last LOCK too */
+		*name = v != NULL && v->name[0] != '\0' ? v->name :
+		    eowner_name(o);
+	}
 	*frontend = o->fe != 0 ? o->fe : e->lease.fe;
 	if (o->chan != 0) {
 		*client = o->sclient;
 		*chan = o->chan;
 	}
+}
+
+/* Another front end's session's owner: detached for how long, as its
+ * record says (or since its front end's lease ended); -1: attached. */
+static int64_t
+ebe_owner_detached_ms(const struct backend *be, const struct lt_owner *lo)
+{
+	struct ebe		*e = (struct ebe *)(uintptr_t)be;
+	struct eowner		*o = eowner_of(e->rp, lo);
+	const struct erview	*v;
+	uint64_t		 now;
+
+	if (o == NULL || o->state != OWN_THEIRS ||
+	    (v = ev_of_lease(e, o->fe)) == NULL || v->detached_at == 0)
+		return -1;
+	now = es_wall_ms();
+	return now > v->detached_at ? (int64_t)(now - v->detached_at) : 0;
+}
+
+/* Our session's NAME, and whether it is detached here: into its
+ * record, for other front ends. */
+static void
+ebe_session_note(struct backend *be, struct lt_owner *lo, const char *name,
+    bool detached)
+{
+	struct ebe	*e = ebe_of(be);
+	struct eowner	*o = eowner_of(e->rp, lo);
+	struct esession	*es = o != NULL ? o->sess : NULL;
+	uint64_t	 at = detached ? es_wall_ms() : 0;
+
+	if (es == NULL || es->o != o || es->state != ES_OURS)
+		return;
+	if ((at == 0) == (es->detached_at == 0) &&
+	    strcmp(es->name, name != NULL ? name : "") == 0)
+		return;		/* nothing new */
+	es->detached_at = at;
+	es_name_set(es, name);
+	es_record_write(es);
 }
 
 /*
@@ -2357,6 +2636,8 @@ static const struct backend_ops ebe_ops = {
 	.session_channel = ebe_session_channel,
 	.session_close = ebe_session_close,
 	.owner_about = ebe_owner_about,
+	.owner_detached_ms = ebe_owner_detached_ms,
+	.session_note = ebe_session_note,
 	.table = ebe_table,
 	.read_barrier = ebe_read_barrier,
 	.freeze = ebe_freeze,
@@ -2471,6 +2752,7 @@ static const struct replica_hooks ebe_replica_hooks = {
 	.built = ebe_built,
 	.heartbeat = ebe_heartbeat_seen,
 	.record = ebe_record,
+	.fe_gone = ebe_fe_gone,
 	.lease_safe = ebe_lease_safe_cb,
 	.lose = ebe_lose_cb,
 	.fail = ebe_fail_cb,

@@ -26,9 +26,13 @@
  *                    that such a put, landing after them, fails.
  *   P s/H            a session (keylockd-protocol(7), SESSIONS: Across
  *                    front ends): H the hex SHA-256 of its raw ID, the
- *                    value "s1 CLIENT GRACE_MS FE USER" (FE the front end
- *                    it is attached to, 16 hex digits; USER may be
- *                    empty), under the session's own lease L.
+ *                    value "s2 CLIENT GRACE_MS FE DETACHED USER\nNAME"
+ *                    (FE the front end it is attached to, 16 hex
+ *                    digits; DETACHED the wall-clock ms at which its
+ *                    connection there ended, 0 while attached; USER and
+ *                    NAME may be empty, and then so is their separator),
+ *                    under the session's own lease L; "s1 CLIENT
+ *                    GRACE_MS FE USER" from earlier front ends.
  * Everything a front end writes carries its lease, but a session's: its
  * record and its owners' entries (P q/KEY/L-SEQ) carry L, those of its
  * channels too (keylockd-protocol(7), CHANNELS): each channel's owner is
@@ -242,12 +246,16 @@ struct erecord {
 	uint64_t	 grace_ms;
 	uint64_t	 fe;		/* the front end it is attached to */
 	uint64_t	 lease;		/* L, the record's own */
+	uint64_t	 detached_at;	/* wall-clock ms; 0: attached */
 	const char	*user;		/* into the value; NULL: none */
 	size_t		 userlen;
+	const char	*name;		/* into the value; NULL: none */
+	size_t		 namelen;
 };
 
 #define EBE_HASH_HEX	64		/* digits of H */
-#define EBE_RECORD_VERSION "s1"
+#define EBE_RECORD_VERSION "s2"
+#define EBE_RECORD_V1	"s1"		/* read, never written */
 
 /* A live entry of a range: what a rebuild applies. */
 struct erange_kv {
@@ -307,6 +315,9 @@ struct replica_hooks {
 	/* Session record hash is put (rec) or deleted (NULL) at rev. */
 	void	(*record)(void *arg, const char *hash,
 		    const struct erecord *rec, int64_t rev);
+	/* Front end fe's heartbeat is deleted: its lease has ended. May
+	 * be NULL. */
+	void	(*fe_gone)(void *arg, uint64_t fe);
 	/* May a grant be told to a client now (ebe_lease_safe)? */
 	bool	(*lease_safe)(void *arg);
 	void	(*lose)(void *arg, const char *why);	/* everything */

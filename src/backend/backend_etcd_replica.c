@@ -1263,6 +1263,19 @@ apply_heartbeat(struct replica *rp, const struct etcd_event *ev)
 		rp->hooks.heartbeat(rp->hooks.arg, ev->kv.mod_revision);
 }
 
+/* P fe/FE deleted: that front end's lease has ended (the sessions it
+ * had are no longer kept alive by anyone: INFO calls them detached). */
+static void
+apply_fe_gone(struct replica *rp, const struct etcd_event *ev)
+{
+	uint64_t fe;
+
+	if (rp->hooks.fe_gone != NULL &&
+	    ev->kv.keylen == rp->prefixlen + 3 + EBE_ID_HEX &&
+	    hex16(ev->kv.key + rp->prefixlen + 3, &fe))
+		rp->hooks.fe_gone(rp->hooks.arg, fe);
+}
+
 /* P s/H: a session's record, for the backend. */
 static void
 apply_record(struct replica *rp, const struct etcd_event *ev)
@@ -1291,16 +1304,34 @@ apply_record(struct replica *rp, const struct etcd_event *ev)
 	rp->hooks.record(rp->hooks.arg, hash, &rec, kv->mod_revision);
 }
 
-/* "s1 CLIENT GRACE_MS FE USER": USER the rest, may be empty. */
+/* A record's USER or NAME: 1 to KL_NAME_MAX bytes, no blank or control
+ * byte. */
+static bool
+record_word_ok(const char *s, size_t len)
+{
+	if (len == 0 || len > KL_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/* "s2 CLIENT GRACE_MS FE DETACHED USER\nNAME", USER and NAME possibly
+ * empty (with their separators), or "s1 CLIENT GRACE_MS FE USER". */
 const char *
 ebe_record_decode(const char *v, size_t len, struct erecord *rec)
 {
-	size_t	off = sizeof(EBE_RECORD_VERSION) - 1;
-	int64_t	c, g;
+	size_t		 off = sizeof(EBE_RECORD_VERSION) - 1, end;
+	int64_t		 c, g, d = 0;
+	bool		 v1;
+	const char	*nl;
 
 	memset(rec, 0, sizeof(*rec));
-	if (len < off || memcmp(v, EBE_RECORD_VERSION, off) != 0)
+	if (len < off || (memcmp(v, EBE_RECORD_VERSION, off) != 0 &&
+	    memcmp(v, EBE_RECORD_V1, off) != 0))
 		return "not a session record of this version";
+	v1 = memcmp(v, EBE_RECORD_V1, off) == 0;
 	if (!value_num(v, len, &off, false, &c) || c < 1 ||
 	    !value_num(v, len, &off, false, &g) || g < 1)
 		return "bad client id or grace";
@@ -1308,19 +1339,26 @@ ebe_record_decode(const char *v, size_t len, struct erecord *rec)
 	    !hex16(v + off + 1, &rec->fe))
 		return "bad front end";
 	off += 1 + EBE_ID_HEX;
-	if (off < len) {
-		if (v[off] != ' ' || len - off - 1 > KL_NAME_MAX)
+	if (!v1 && !value_num(v, len, &off, false, &d))
+		return "bad detached time";
+	nl = v1 ? NULL : memchr(v + off, '\n', len - off);
+	end = nl != NULL ? (size_t)(nl - v) : len;
+	if (off < end) {
+		if (v[off] != ' ' || !record_word_ok(v + off + 1,
+		    end - off - 1))
 			return "bad user";
-		for (size_t i = off + 1; i < len; i++)
-			if ((unsigned char)v[i] <= 0x20 || v[i] == 0x7f)
-				return "a control byte in the user";
-		if (len - off - 1 > 0) {
-			rec->user = v + off + 1;
-			rec->userlen = len - off - 1;
-		}
+		rec->user = v + off + 1;
+		rec->userlen = end - off - 1;
+	}
+	if (nl != NULL && end + 1 < len) {
+		if (!record_word_ok(v + end + 1, len - end - 1))
+			return "bad name";
+		rec->name = v + end + 1;
+		rec->namelen = len - end - 1;
 	}
 	rec->client = (uint64_t)c;
 	rec->grace_ms = (uint64_t)g;
+	rec->detached_at = (uint64_t)d;
 	return NULL;
 }
 
@@ -1345,6 +1383,8 @@ replica_events(struct replica *rp, const struct etcd_event *ev, size_t n,
 		    memcmp(kv->key + rp->prefixlen, "fe/", 3) == 0) {
 			if (!ev[i].is_delete)
 				apply_heartbeat(rp, &ev[i]);
+			else
+				apply_fe_gone(rp, &ev[i]);
 		} else if (kv->keylen > rp->prefixlen + 2 &&
 		    memcmp(kv->key + rp->prefixlen, "s/", 2) == 0) {
 			apply_record(rp, &ev[i]);

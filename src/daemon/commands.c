@@ -717,6 +717,11 @@ cmd_name(struct commands *cmds, struct conn *c, const struct request *req)
 		conn_close_nomem(c, "a name");
 		return;
 	}
+	/* backend etcd: a session's NAME goes into its record too, for
+	 * other front ends and a RESUME through one of them */
+	if (conn_session(c) != NULL && cmds->be->ops->session_note != NULL)
+		cmds->be->ops->session_note(cmds->be, conn_owner(c),
+		    conn_name(c), false);
 	conn_reply_ok(c, "%s", "");
 }
 
@@ -1087,6 +1092,10 @@ cmd_session_done(struct commands *cmds, struct conn *c,
 		return;
 	}
 	session_resumed(s, r->value, r->grace_ms);
+	/* the session's NAME, for a connection that gave none (keylockd-
+	 * protocol(7), SESSIONS: Identity); no memory: none */
+	if (r->name != NULL && conn_name(c) == NULL)
+		(void)conn_set_name(c, r->name, strlen(r->name));
 	if (conn_adopt_session(c, r->owner, r->chans, r->nchans,
 	    &waiting) == NULL)
 		return;		/* closed: no memory */
@@ -1227,6 +1236,9 @@ cmd_resume(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	o = conn_take_session(c, s, &waiting);
+	/* backend etcd: attached again, here */
+	if (cmds->be->ops->session_note != NULL)
+		cmds->be->ops->session_note(cmds->be, o, conn_name(c), false);
 	if (cmd_resume_reply(cmds, c, o, req->args[0], req->arglens[0],
 	    session_grace(s)))
 		conn_resume_wait(c);

@@ -178,6 +178,10 @@ owner_detached_ms(const struct lt_owner *o, uint64_t now_ms)
 {
 	const struct owner_head	*h = locktable_owner_udata(o);
 
+	/* another front end's session: as its record says (backend etcd) */
+	if (h == NULL && owner_backend != NULL &&
+	    owner_backend->ops->owner_detached_ms != NULL)
+		return owner_backend->ops->owner_detached_ms(owner_backend, o);
 	if (h == NULL || h->detached == NULL)
 		return -1;
 	return now_ms > h->detached->detached_ms ?
@@ -595,6 +599,9 @@ session_detach(struct session *s, struct lt_owner *owner, const char *name,
 	s->wait_deadline_ms = wait_deadline_ms;
 	ss->st->sessions_detached++;
 	session_arm(s, now_ms);
+	/* backend etcd: other front ends see it detached, and its NAME */
+	if (ss->be->ops->session_note != NULL)
+		ss->be->ops->session_note(ss->be, owner, s->name, true);
 	log_info("client %" PRIu64 " (%s) from %s: session detached: %zu "
 	    "keys held, %s, %zu other channels, released in %" PRIu64 " ms "
 	    "unless resumed", s->client, s->name != NULL ? s->name : "-",

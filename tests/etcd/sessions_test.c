@@ -978,6 +978,172 @@ START_TEST(a_sessions_channels_resume_through_another_front_end)
 }
 END_TEST
 
+/* ---- the same answers as backend local (issue 23) ---- */
+
+/* INFO key through o: its one holder (a new reference; fails if none). */
+static json_t *
+ss_holder_of(struct kt_conn *o, const char *key)
+{
+	json_t	*info = kt_info(o, key);
+	json_t	*h = json_array_get(json_object_get(info, "holders"), 0);
+
+	ck_assert_msg(h != NULL, "%s: no holder", key);
+	json_incref(h);
+	json_decref(info);
+	return h;
+}
+
+/* Until INFO key through o shows its holder detached (want) or not; its
+ * detached_ms then (-1: not detached). */
+static json_int_t
+ss_until_detached(struct kt_conn *o, const char *key, bool want,
+    int64_t within_ms, const char *what)
+{
+	uint64_t	deadline = kt_now_ms() + (uint64_t)kt_ms(within_ms);
+	json_int_t	ms;
+
+	for (;;) {
+		json_t *h = ss_holder_of(o, key), *d;
+
+		d = json_object_get(h, "detached_ms");
+		ms = json_is_integer(d) ? json_integer_value(d) : -1;
+		json_decref(h);
+		if ((ms >= 0) == want)
+			return ms;
+		if (kt_now_ms() > deadline)
+			kt_fail("%s: INFO %s still shows its holder %s", what,
+			    key, want ? "attached" : "detached");
+		kt_sleep_ms(20);
+	}
+}
+
+/* Until INFO key through o names its holder name. */
+static void
+ss_until_named(struct kt_conn *o, const char *key, const char *name,
+    const char *what)
+{
+	uint64_t deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
+
+	for (;;) {
+		json_t		*h = ss_holder_of(o, key);
+		const char	*n = json_string_value(json_object_get(h,
+				    "name"));
+		bool		 ok = n != NULL && strcmp(n, name) == 0;
+
+		if (!ok && kt_now_ms() > deadline)
+			kt_fail("%s: INFO %s names its holder %s, not %s",
+			    what, key, n != NULL ? n : "null", name);
+		json_decref(h);
+		if (ok)
+			return;
+		kt_sleep_ms(20);
+	}
+}
+
+/*
+ * INFO through another front end shows a detached session's holds with
+ * "detached_ms" (keylockd-protocol(7), SESSIONS: Seen by operators), as
+ * the session's own front end does: once its connection there ends,
+ * not while attached, and from its front end's end on when that front
+ * end dies with the session attached.
+ */
+START_TEST(info_through_another_front_end_shows_detached_ms)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct ss_sess		 s;
+	json_int_t		 ms, own;
+	uint64_t		 closed_ms, t;
+	char			 why[160];
+	json_t			*r;
+
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	t = kt_lock(s.c, "LOCK d0");
+	ck_assert_int_eq(ss_until_detached(ob, "d0", false, 0, "attached"),
+	    -1);
+	closed_ms = kt_now_ms();
+	kt_conn_close(s.c);
+	own = ss_until_detached(oa, "d0", true, 5000, "its own front end");
+	ms = ss_until_detached(ob, "d0", true, 5000, "another front end");
+	ck_assert_msg(ms <= (json_int_t)(kt_now_ms() - closed_ms) + 50,
+	    "detached_ms %lld through B, %llu ms after the close",
+	    (long long)ms, (unsigned long long)(kt_now_ms() - closed_ms));
+	ck_assert_msg(own >= 0, "A: %lld", (long long)own);
+
+	/* attached again (through A): B says so */
+	s.c = kt_connect_to(a, KT_TCP);
+	kt_send(s.c, "RESUME %s", s.id);
+	kt_recv_within(s.c, kt_ms(10000));
+	r = kt_parse_ok_json(s.c->line, s.c->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME: %s: %s", why, s.c->line);
+	json_decref(r);
+	ss_until_detached(ob, "d0", false, 5000, "resumed");
+
+	/* A dies with it attached: detached from A's lease's end on */
+	ss_kill(a);
+	ss_until_detached(ob, "d0", true, SS_TTL_MS + SS_SLACK_MS + 2000,
+	    "its front end killed");
+	ss_resume_again(&s, b, "d0", t, 0);
+	ss_until_detached(ob, "d0", false, 5000, "resumed through B");
+	kt_req(s.c, "OK 1", "UNLOCK d0");
+	kt_req(s.c, "OK", "QUIT");
+	kt_wait_stat(ob, "keys", 0);
+}
+END_TEST
+
+/*
+ * A session keeps its NAME through another front end (keylockd-
+ * protocol(7), SESSIONS: Identity), also one sent after its last LOCK:
+ * RESUME through B on a connection that gives none names it as A did,
+ * in INFO, CLIENTS and error texts; other front ends' INFO names it so
+ * as well. Then the same from B to A, with B SIGKILLed.
+ */
+START_TEST(resume_through_another_front_end_keeps_the_name)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*opb = kt_connect_to(b, KT_UNIX);
+	struct kt_conn		*opa = kt_connect_to(a, KT_UNIX);
+	struct ss_sess		 s;
+	uint64_t		 t;
+	json_t			*h;
+
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	t = kt_lock(s.c, "LOCK n0");
+	kt_req(s.c, "OK", "NAME renamed-1");	/* after its last LOCK */
+	ss_until_named(ob, "n0", "renamed-1", "B, attached to A");
+	kt_conn_close(s.c);
+	ss_until_detached(ob, "n0", true, 5000, "closed");
+	ss_resume_again(&s, b, "n0", t, 0);
+	h = ss_holder_of(ob, "n0");
+	ck_assert_str_eq(json_string_value(json_object_get(h, "name")),
+	    "renamed-1");
+	ck_assert_int_eq(ss_client_id(opb, "renamed-1"),
+	    kt_jint(h, "client"));
+	json_decref(h);
+	kt_send(ob, "TRYLOCK n0");
+	kt_recv(ob);
+	ck_assert_msg(kt_line_is_err(ob, "LOCKED") && strstr(ob->line,
+	    "(renamed-1)") != NULL, "TRYLOCK n0 through B: %s", ob->line);
+	ss_until_named(oa, "n0", "renamed-1", "A, resumed through B");
+
+	/* and back: a NAME on B, B killed, RESUME through A */
+	kt_req(s.c, "OK", "NAME renamed-2");
+	ss_until_named(oa, "n0", "renamed-2", "A, attached to B");
+	ss_kill(b);
+	ss_resume_again(&s, a, "n0", t, 1);
+	ss_until_named(oa, "n0", "renamed-2", "A, resumed after B's kill");
+	ck_assert_int_gt(ss_client_id(opa, "renamed-2"), 0);
+	kt_req(s.c, "OK 1", "UNLOCK n0");
+	kt_req(s.c, "OK", "QUIT");
+	kt_wait_stat(oa, "keys", 0);
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -995,6 +1161,13 @@ sessions_suite(void)
 	tcase_add_test(tc, a_resume_whose_connection_closes_leaves_the_session);
 	tcase_add_test(tc,
 	    a_sessions_channels_resume_through_another_front_end);
+	suite_add_tcase(s, tc);
+	/* CK_RUN_CASE=as_local: these alone */
+	tc = tcase_create("as_local");
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, info_through_another_front_end_shows_detached_ms);
+	tcase_add_test(tc, resume_through_another_front_end_keeps_the_name);
 	suite_add_tcase(s, tc);
 	return s;
 }

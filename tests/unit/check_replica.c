@@ -1080,6 +1080,59 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 }
 END_TEST
 
+/* A session's record: this version's (detached time, user, NAME), the
+ * one before (no time, no NAME), and what is refused. */
+START_TEST(session_records_decode)
+{
+	static const struct {
+		const char	*v;
+		const char	*user, *name;
+		uint64_t	 detached;
+		bool		 ok;
+	} c[] = {
+		{ "s2 7 10000 00000000000000ab 0", NULL, NULL, 0, true },
+		{ "s2 7 10000 00000000000000ab 1764940000123 alice\nbilling",
+		    "alice", "billing", 1764940000123ULL, true },
+		{ "s2 7 10000 00000000000000ab 5\nbilling", NULL, "billing",
+		    5, true },
+		{ "s2 7 10000 00000000000000ab 0 alice", "alice", NULL, 0,
+		    true },
+		{ "s1 7 10000 00000000000000ab alice", "alice", NULL, 0,
+		    true },
+		{ "s1 7 10000 00000000000000ab", NULL, NULL, 0, true },
+		{ "s2 7 10000 00000000000000ab", NULL, NULL, 0, false },
+		{ "s2 7 10000 00000000000000ab x", NULL, NULL, 0, false },
+		{ "s2 7 10000 00000000000000ab 0 a b", NULL, NULL, 0, false },
+		{ "s2 7 10000 00000000000000ab 0\nbill ing", NULL, NULL, 0,
+		    false },
+		{ "s2 7 10000 00000000000000ab 0\nbill\x01", NULL, NULL, 0,
+		    false },
+		{ "s3 7 10000 00000000000000ab 0", NULL, NULL, 0, false },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct erecord	 rec;
+		const char	*why = ebe_record_decode(c[i].v, strlen(c[i].v),
+				    &rec);
+
+		ck_assert_msg((why == NULL) == c[i].ok, "%zu: %s", i,
+		    why != NULL ? why : "accepted");
+		if (!c[i].ok)
+			continue;
+		ck_assert_uint_eq(rec.client, 7);
+		ck_assert_uint_eq(rec.grace_ms, 10000);
+		ck_assert_uint_eq(rec.fe, 0xab);
+		ck_assert_uint_eq(rec.detached_at, c[i].detached);
+		ck_assert_msg(c[i].user == NULL ? rec.user == NULL :
+		    rec.userlen == strlen(c[i].user) && memcmp(rec.user,
+		    c[i].user, rec.userlen) == 0, "%zu: user", i);
+		ck_assert_msg(c[i].name == NULL ? rec.name == NULL :
+		    rec.namelen == strlen(c[i].name) && memcmp(rec.name,
+		    c[i].name, rec.namelen) == 0, "%zu: name", i);
+	}
+}
+END_TEST
+
 static Suite *
 replica_suite(void)
 {
@@ -1093,6 +1146,7 @@ replica_suite(void)
 	tcase_add_test(tc, a_client_token_is_the_one_every_replica_shows);
 	tcase_add_test(tc, a_rebuilt_replica_agrees_on_grants_and_queues);
 	tcase_add_test(tc, a_session_moves_from_one_replica_to_another);
+	tcase_add_test(tc, session_records_decode);
 	suite_add_tcase(s, tc);
 	return s;
 }
