@@ -112,6 +112,7 @@ struct committer {
 	struct eitemq		 queue;
 	size_t			 queue_ops;	/* etcd operations queued */
 	int			 inflight;
+	bool			 puts_inflight;	/* one of them has puts */
 	struct event		*hold;		/* the held batch goes */
 	uint64_t		 linger_until;	/* us; 0: no wait */
 	size_t			 linger_ops;	/* queue_ops ending it early */
@@ -357,6 +358,28 @@ item_may_go(const struct eitem *it)
 	return r->owner->dels_out <= own;
 }
 
+/*
+ * May it go in the transaction being made? A LOCK's puts go in the order
+ * their requests came, for per-key FIFO among this front end's clients:
+ * none overtakes an earlier one that must wait for its owner's deletes,
+ * and none goes while a transaction with puts is on the wire (two could
+ * commit in either order, and one whose fence moved is sent again after
+ * the other). Deletes go whenever they may. *puts_stop starts as false
+ * for each transaction.
+ */
+static bool
+commit_pick(const struct committer *cm, const struct eitem *it,
+    bool *puts_stop)
+{
+	if (it->kind != ITEM_PUT)
+		return item_may_go(it);
+	if (cm->puts_inflight || *puts_stop)
+		return false;
+	if (!item_may_go(it))
+		*puts_stop = true;
+	return !*puts_stop;
+}
+
 /* One transaction of what the queue has that may go; false if nothing
  * may. */
 static bool
@@ -367,7 +390,7 @@ commit_send(struct committer *cm)
 	struct eitem	*it, *next;
 	size_t		 ops = 0, n = 0;
 	char		 key[512], val[128];
-	bool		 fence = false, hb = false;
+	bool		 fence = false, hb = false, stop = false;
 	int		 keylen;
 
 	TAILQ_FOREACH(it, &cm->queue, entry) {
@@ -375,7 +398,7 @@ commit_send(struct committer *cm)
 
 		if (n > 0 && ops + k > cm->max_ops)
 			break;
-		if (!item_may_go(it))
+		if (!commit_pick(cm, it, &stop))
 			continue;
 		ops += k;
 		n++;
@@ -395,10 +418,11 @@ commit_send(struct committer *cm)
 	ctx->sent_ms = kl_now_ms();
 	ctx->ops = ops;
 	/* the same items as above: nothing they look at changed */
+	stop = false;
 	for (it = TAILQ_FIRST(&cm->queue); it != NULL && ctx->n < n;
 	    it = next) {
 		next = TAILQ_NEXT(it, entry);
-		if (!item_may_go(it))
+		if (!commit_pick(cm, it, &stop))
 			continue;
 		ctx->items[ctx->n++] = it;
 		item_unqueue(cm, it);
@@ -458,6 +482,7 @@ commit_send(struct committer *cm)
 	}
 	cm->count->txns++;
 	cm->inflight++;
+	cm->puts_inflight |= ctx->compare;
 	/* tried again on the next member when one fails: a put twice is a
 	 * rewrite (replicas ignore it) or fails the fence, a delete twice
 	 * nothing */
@@ -665,6 +690,8 @@ commit_txn_cb(void *arg, const struct etcd_result *res)
 		return;
 	}
 	cm->inflight--;
+	if (ctx->compare)
+		cm->puts_inflight = false;
 	if (log_is_debug())
 		log_debug("backend etcd: transaction of %zu operations at "
 		    "revision %" PRId64 ": %s in %" PRIu64 " ms", ctx->ops,
@@ -739,6 +766,7 @@ commit_drop(struct committer *cm)
 		item_release(it);
 	}
 	cm->inflight = 0;
+	cm->puts_inflight = false;
 	cm->linger_until = 0;
 	if (cm->retry != NULL)
 		evtimer_del(cm->retry);
