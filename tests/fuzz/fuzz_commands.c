@@ -18,6 +18,10 @@
  *   +MS                  the clock moves MS milliseconds on
  *   xa .. xd             client a..d hangs up; a new client takes its slot
  *   ha .. hd             client a..d shuts down its writing side
+ *   sa .. sd, ra .. rd   client a..d stops reading its replies, reads again
+ *   *N                   the last send, N more times (N <= 2000)
+ *   [ and ]              steps between them run no turn of the loop, so
+ *                        the server reads them in one batch
  *   anything else        ignored
  *
  * In TEXT, $0..$9 stands for the session ID of the N-th SESSION reply
@@ -103,6 +107,7 @@ struct fc_client {
 	bool		 eof;		/* the server closed it */
 	bool		 wclosed;	/* we shut down our side */
 	bool		 quit;		/* QUIT was answered OK */
+	bool		 stalled;	/* not reading its replies */
 	char		 rx[65536];	/* the reply line being read */
 	size_t		 rxlen;
 	bool		 rxlong;
@@ -131,6 +136,9 @@ static struct fc_timer	 fc_timers[FC_TIMERS];
 static size_t		 fc_ntimers;
 static size_t		 fc_max_line;
 static uint64_t		 fc_nreplies;
+static bool		 fc_hold;	/* inside [ ] */
+static const uint8_t	*fc_last;	/* the last send step */
+static size_t		 fc_lastlen;
 static bool		 fc_trace;	/* FUZZ_COMMANDS_TRACE set: to stderr */
 
 /* ---- the settings ---- */
@@ -663,7 +671,7 @@ fc_drain(struct fc_client *k)
 	ssize_t	n;
 	bool	got = false;
 
-	while (k->fd != -1 && !k->eof) {
+	while (k->fd != -1 && !k->eof && !k->stalled) {
 		if ((n = read(k->fd, buf, sizeof(buf))) == -1) {
 			if (errno == EAGAIN || errno == EINTR)
 				break;
@@ -885,8 +893,14 @@ fc_open(struct fc_client *k)
 	memset(k, 0, sizeof(*k));
 	if ((k->tx = malloc(fc_max_line + 1)) == NULL)
 		abort();
+	int		 small = 4096;
+
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == -1)
 		abort();
+	/* small buffers, as check_conn.c's: a client that stops reading
+	 * soon reaches the server's own bounds on unread output */
+	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	if ((c = conn_new(server_conns(fc_srv), sv[0], "fuzz",
 	    CONN_UNIX)) == NULL)
 		abort();
@@ -950,8 +964,28 @@ fc_step(const uint8_t *p, size_t n)
 		return;
 	if (p[0] >= 'a' && p[0] < 'a' + FC_CONNS) {
 		fc_send_text(&fc_cl[p[0] - 'a'], p + 1, n - 1, true);
+		fc_last = p;
+		fc_lastlen = n;
 	} else if (p[0] >= 'A' && p[0] < 'A' + FC_CONNS) {
 		fc_send_text(&fc_cl[p[0] - 'A'], p + 1, n - 1, false);
+		fc_last = p;
+		fc_lastlen = n;
+	} else if (p[0] == '*') {
+		for (i = 1; i < n && p[i] >= '0' && p[i] <= '9' && ms <= 2000;
+		    i++)
+			ms = ms * 10 + (uint64_t)(p[i] - '0');
+		for (uint64_t r = 0; fc_last != NULL && r < ms && r < 2000;
+		    r++)
+			fc_send_text(&fc_cl[(fc_last[0] | 0x20) - 'a'],
+			    fc_last + 1, fc_lastlen - 1, fc_last[0] >= 'a');
+	} else if (p[0] == '[') {
+		fc_hold = true;
+		return;
+	} else if (p[0] == ']') {
+		fc_hold = false;
+	} else if ((p[0] == 's' || p[0] == 'r') && n > 1 && p[1] >= 'a' &&
+	    p[1] < 'a' + FC_CONNS) {
+		fc_cl[p[1] - 'a'].stalled = p[0] == 's';
 	} else if (p[0] == '+') {
 		for (i = 1; i < n && p[i] >= '0' && p[i] <= '9' &&
 		    ms < FC_MAX_STEP_MS; i++)
@@ -974,7 +1008,8 @@ fc_step(const uint8_t *p, size_t n)
 		k->wclosed = true;
 	} else
 		return;
-	fc_run();
+	if (!fc_hold)
+		fc_run();
 }
 
 int
@@ -996,6 +1031,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	kl_clock_fixed_ms = 1000 * 1000 * 1000;
 	fc_nids = 0;
 	fc_ntimers = 0;
+	fc_hold = false;
+	fc_last = NULL;
 	fc_srv = server_new(cfg);
 	commands_set_upgrade(fc_srv->cmds, fc_no_upgrade, NULL);
 	for (int i = 0; i < FC_CONNS; i++)
@@ -1010,6 +1047,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		p += n + (lf != NULL);
 	}
 
+	for (int i = 0; i < FC_CONNS; i++)
+		fc_cl[i].stalled = false;
 	/* Every wait runs out (a pipeline of LOCKs, one max-timeout
 	 * each): each request of a client still connected has had its
 	 * one reply. */
