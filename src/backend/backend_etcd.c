@@ -1267,6 +1267,8 @@ struct esession {
 	uint64_t		 ka_sent;
 	struct event		*ka;		/* every TTL/4 */
 	struct event		*guard;		/* until - margin */
+	struct event		*retry;		/* OPENING: es_open_try() */
+	uint64_t		 open_until;	/* OPENING: tries end */
 	struct etcd_call	*call;		/* grant, range or txn */
 	struct etcd_call	*ka_call;
 };
@@ -1321,6 +1323,7 @@ es_margin(const struct esession *es)
 
 static void	es_ka_cb(evutil_socket_t, short, void *);
 static void	es_guard_cb(evutil_socket_t, short, void *);
+static void	es_retry_cb(evutil_socket_t, short, void *);
 
 static struct esession *
 es_new(struct ebe *e, const char *hash)
@@ -1334,9 +1337,12 @@ es_new(struct ebe *e, const char *hash)
 	if ((es = kl_calloc(1, sizeof(*es))) == NULL)
 		return NULL;
 	if ((es->ka = evtimer_new(e->base, es_ka_cb, es)) == NULL ||
-	    (es->guard = evtimer_new(e->base, es_guard_cb, es)) == NULL) {
+	    (es->guard = evtimer_new(e->base, es_guard_cb, es)) == NULL ||
+	    (es->retry = evtimer_new(e->base, es_retry_cb, es)) == NULL) {
 		if (es->ka != NULL)
 			event_free(es->ka);
+		if (es->guard != NULL)
+			event_free(es->guard);
 		kl_free(es);
 		return NULL;
 	}
@@ -1365,6 +1371,7 @@ es_free(struct esession *es)
 		etcd_cancel(es->ka_call);
 	event_free(es->ka);
 	event_free(es->guard);
+	event_free(es->retry);
 	if (es->o != NULL && es->o->sess == es)
 		es->o->sess = NULL;
 	if (es->req != NULL && es->req->sess == es)
@@ -1699,11 +1706,13 @@ es_precheck(struct ebe *e, struct eowner *o, const char *hash, enum be_op op,
 	r->op = op;
 	if (!ebe_serving(e, r, op))
 		return NULL;
-	if (o == NULL || o->state != OWN_IDLE || !TAILQ_EMPTY(&o->reqs) ||
-	    o->sess != NULL || o->lease != 0) {
+	/* SESSION takes the connection's holds along (es_open_put());
+	 * RESUME needs a connection with nothing */
+	if (o == NULL || o->state != OWN_IDLE || o->sess != NULL ||
+	    o->lease != 0 || (op == BE_RESUME && !TAILQ_EMPTY(&o->reqs))) {
 		r->err = KL_ERR_SESSION;
 		r->text = op == BE_SESSION ? "through backend etcd, SESSION "
-		    "needs a connection without locks or waits" : "RESUME "
+		    "needs a connection without a wait or a session" : "RESUME "
 		    "needs a connection without a session, locks or waits";
 		return NULL;
 	}
@@ -1810,6 +1819,121 @@ es_record_write(struct esession *es)
 
 /* ---- SESSION ---- */
 
+static void	es_recorded(void *, const struct etcd_result *);
+
+/* A hold SESSION moves under L: put and applied, not let go of. */
+static bool
+es_moves(const struct eentry *x)
+{
+	return x->rep == ENT_HELD && x->w == W_PUT && x->crev > 0;
+}
+
+/*
+ * SESSION's transaction (keylockd-protocol(7), SESSIONS: the session
+ * covers the locks the connection already holds): the record, where
+ * there is none, and every held entry of o's put again under L, each on
+ * the condition that it is still the entry the replica applied (its
+ * create revision): same key, same value, so the same request and
+ * verdict, and the same token, on every replica (a token is the
+ * revision of its grant, which a rewrite does not change). A rewrite of
+ * a put that may still land late (ereq.late) moves our fence too, as
+ * its delete would (backend_etcd_commit.c): a late try of that put
+ * would put the entry back under our lease. 1: sent; 0: not now, a
+ * write of o's held requests is on its way; -1: no memory.
+ */
+static int
+es_open_put(struct esession *es, struct eowner *o)
+{
+	struct ebe	*e = es->e;
+	struct etcd_txn	*t;
+	struct ereq	*r;
+	char		 key[512], val[320];
+	size_t		 klen = es_key(es, key, sizeof(key));
+	size_t		 vlen = es_value(es, e->lease.fe, val, sizeof(val));
+	bool		 fence = false;
+
+	TAILQ_FOREACH(r, &o->reqs, entry)
+		if (r->state == REQ_HELD && r->refs > 0)
+			return 0;
+	if ((t = etcd_txn_new()) == NULL)
+		return -1;
+	if (etcd_txn_compare(t, key, klen, ETCD_CMP_CREATE, ETCD_CMP_EQUAL,
+	    0) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
+	    (int64_t)es->lease) != 0)
+		goto nomem;
+	TAILQ_FOREACH(r, &o->reqs, entry) {
+		for (size_t i = 0; r->state == REQ_HELD && i < r->nent; i++) {
+			struct eentry *x = &r->ent[i];
+
+			if (!es_moves(x))
+				continue;
+			if (r->value == NULL)	/* never: ours wrote it */
+				goto nomem;
+			if (etcd_txn_compare(t, x->ekey, x->ekeylen,
+			    ETCD_CMP_CREATE, ETCD_CMP_EQUAL, x->crev) != 0 ||
+			    etcd_txn_put(t, true, x->ekey, x->ekeylen,
+			    r->value, r->valuelen, (int64_t)es->lease) != 0)
+				goto nomem;
+			fence |= r->late;
+		}
+	}
+	if (fence) {
+		klen = (size_t)snprintf(key, sizeof(key), "%sfe/%016" PRIx64,
+		    e->prefix, e->lease.fe);
+		vlen = (size_t)snprintf(val, sizeof(val), "keylockd session "
+		    "%" PRIu64, es->client);
+		if (etcd_txn_put(t, true, key, klen, val, vlen,
+		    (int64_t)e->lease.fe) != 0)
+			goto nomem;
+	}
+	/* etcd_txn() takes t, sent or not */
+	es->call = etcd_txn(e->etcd, t, ETCD_RETRY, es_recorded, es);
+	return es->call != NULL ? 1 : -1;
+nomem:
+	etcd_txn_free(t);
+	return -1;
+}
+
+/* SESSION's transaction now, or once the writes of o's holds on their
+ * way are answered (until etcd-timeout: then ERR BACKEND). */
+static void
+es_open_try(struct esession *es)
+{
+	struct timeval	 tv;
+	int		 rc;
+
+	if (es->req == NULL) {
+		es_revoke_free(es);
+		return;
+	}
+	if ((rc = es_open_put(es, es->req)) > 0)
+		return;
+	if (rc < 0) {
+		es_fail(es, "out of memory for the session's record", false);
+	} else if (kl_now_ms() >= es->open_until) {
+		es_fail(es, "the connection's last writes to etcd were not "
+		    "answered in time", false);
+	} else {
+		tv_ms(&tv, 10);
+		evtimer_add(es->retry, &tv);
+	}
+}
+
+static void
+es_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct esession	*es = arg;
+	struct ebe	*e = es->e;
+
+	if (es->state == ES_OPENING && es->call == NULL) {
+		if (e->state != EBE_READY)
+			es_fail(es, "the front end is not serving", false);
+		else
+			es_open_try(es);
+	}
+	ebe_end_turn(e);
+}
+
 static void
 es_recorded(void *arg, const struct etcd_result *r)
 {
@@ -1819,10 +1943,17 @@ es_recorded(void *arg, const struct etcd_result *r)
 	struct be_result	 res;
 
 	es->call = NULL;
-	if (r->status != ETCD_OK || !r->succeeded) {
+	if (r->status == ETCD_OK && !r->succeeded && o != NULL &&
+	    o->state == OWN_SESSION && e->state == EBE_READY &&
+	    ++es->tries < ES_TRIES) {
+		/* a held entry's delete (a ttl) came first: again, with
+		 * what is held now */
+		es_open_try(es);
+	} else if (r->status != ETCD_OK || !r->succeeded) {
 		es_fail(es, r->status != ETCD_OK ? (r->message != NULL ?
 		    r->message : etcd_status_name(r->status)) :
-		    "the record is there already", false);
+		    "the record is there already, or the connection's locks "
+		    "kept changing", false);
 	} else if (o == NULL || o->state != OWN_SESSION ||
 	    e->state != EBE_READY) {
 		es_revoke_free(es);	/* nobody to tell: it ends */
@@ -1860,10 +1991,12 @@ es_granted(void *arg, const struct etcd_result *r)
 	es->lease = (uint64_t)r->lease_id;
 	es->ttl_s = r->ttl;
 	es->until = es->ka_sent + (uint64_t)r->ttl * 1000;
-	if (es->req == NULL || e->state != EBE_READY)
+	if (es->req == NULL || e->state != EBE_READY) {
 		es_revoke_free(es);
-	else if (es_record_put(es, ETCD_CMP_CREATE, 0, es_recorded) != 0)
-		es_fail(es, "out of memory for the session's record", false);
+	} else {
+		es->open_until = kl_now_ms() + (uint64_t)e->timeout_ms;
+		es_open_try(es);
+	}
 	ebe_end_turn(e);
 }
 

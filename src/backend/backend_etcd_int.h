@@ -37,7 +37,11 @@
  * record and its owners' entries (P q/KEY/L-SEQ) carry L, those of its
  * channels too (keylockd-protocol(7), CHANNELS): each channel's owner is
  * (L, X), X a client id of its own (EBE_CHAN_CLIENT), and its entries'
- * value names its channel and the session's client.
+ * value names its channel and the session's client. A SESSION after the
+ * connection's LOCKs puts the record and its held entries again (same
+ * keys, same values) under L, in one transaction: an owner is named by
+ * the lease its entries carry (FE until then, L from then on), and an
+ * entry's key keeps naming its request (FE-SEQ).
  */
 #ifndef ETCD_BACKEND_H
 #define ETCD_BACKEND_H
@@ -166,6 +170,8 @@ struct eentry {
 					 * counts in (backend_etcd.c); 0:
 					 * none */
 	struct event	*ttl;		/* ours: its expiry */
+	int64_t		 crev;		/* the replica's: its put's
+					 * revision (0: not applied) */
 	struct eentry	*hnext;		/* replica's entries, by ekey */
 	struct eentry	*knext;		/* replica's held, by owner, lkey */
 };
@@ -264,6 +270,7 @@ struct erange_kv {
 	char	*value;
 	size_t	 valuelen;
 	int64_t	 create_revision;
+	int64_t	 lease;		/* the lease it carries now */
 	uint64_t fe, seq;
 };
 

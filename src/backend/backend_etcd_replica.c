@@ -1106,6 +1106,41 @@ live_keys(const struct replica *rp, const char **keys, size_t *keylens,
 	return kept;
 }
 
+/*
+ * A live entry put again (version > 1): a SESSION after its connection's
+ * LOCKs moved it under the session's lease L (keys, values and verdicts
+ * unchanged: tokens too). Another front end's owner is named by L from
+ * then on, so that RESUME through any front end finds these holds with
+ * the session's; ours was renamed when the SESSION was answered.
+ */
+static void
+apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
+{
+	struct ereq	*r;
+	struct eowner	*o;
+	uint64_t	 fe, seq;
+
+	if (kv->lease <= 0 || !ekey_parse(rp, kv->key, kv->keylen, &fe,
+	    &seq) || (r = ereq_find(rp, fe, seq)) == NULL)
+		return;
+	o = r->owner;
+	if (o->state != OWN_THEIRS || o->fe != fe ||
+	    (uint64_t)kv->lease == fe)
+		return;
+	if (eowner_get(rp, (uint64_t)kv->lease, o->client, false) != NULL) {
+		log_warnx("backend etcd: client %" PRIu64 " of front end %016"
+		    PRIx64 " moved under lease %016" PRIx64 ", which has an "
+		    "owner of that id already: left as it was", o->client, fe,
+		    (uint64_t)kv->lease);
+		return;
+	}
+	ehash_remove(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext));
+	o->fe = (uint64_t)kv->lease;
+	ehash_insert(&rp->by_id, o, owner_id_hash(rp, o),
+	    offsetof(struct eowner, hnext), owner_id_hash, rp);
+}
+
 /* A put; while rebuilding, live holds the range's entries of its
  * request (NULL from the watch, which brings all of them at once). */
 static void
@@ -1120,8 +1155,10 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 	struct echan		 ch;
 	uint64_t		 fe, seq, client;
 
-	if (kv->version != 1)
-		return;		/* a rewrite */
+	if (kv->version != 1) {
+		apply_rewrite(rp, kv);
+		return;
+	}
 	if (!ekey_parse(rp, kv->key, kv->keylen, &fe, &seq)) {
 		entry_skip(rp, kv, "not an entry's key");
 		return;
@@ -1140,7 +1177,10 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 		if (live != NULL && (a.nkeys = live_keys(rp, keys, keylens,
 		    a.nkeys, live, nlive)) == 0)
 			return;
-		if ((o = eowner_get(rp, fe, client, true)) == NULL ||
+		/* the owner: named by the lease the entry carries (a
+		 * session's L, for entries put again under it) */
+		if ((o = eowner_get(rp, kv->lease > 0 ? (uint64_t)kv->lease :
+		    fe, client, true)) == NULL ||
 		    (r = ereq_new(rp, o, fe, seq, &a)) == NULL ||
 		    (o->state == OWN_THEIRS && eowner_name_set(o, kv->value,
 		    kv->valuelen) != 0)) {
@@ -1166,6 +1206,7 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 	    x->rep != ENT_ABSENT)
 		return;
 	x->rep = r->state == REQ_HELD ? ENT_HELD : ENT_LIVE;
+	x->crev = kv->create_revision;
 	r->nlive++;
 	if (r->state == REQ_PUTTING)
 		req_decide(rp, r);
@@ -1650,6 +1691,7 @@ replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
 		kv.valuelen = kvs[i].valuelen;
 		kv.version = 1;
 		kv.create_revision = kv.mod_revision = kvs[i].create_revision;
+		kv.lease = kvs[i].lease;
 		rp->rev = rev;
 		apply_put(rp, &kv, &kvs[first], end - first);
 	}
@@ -1771,6 +1813,7 @@ range_cb(void *arg, const struct etcd_result *res)
 		d->keylen = kv->keylen;
 		d->valuelen = kv->valuelen;
 		d->create_revision = kv->create_revision;
+		d->lease = kv->lease;
 		g->n++;
 	}
 	if (res->more && res->nkvs > 0) {

@@ -968,15 +968,12 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 		return;
 	}
 	/* backend etcd writes a session's entries, every channel's, under
-	 * a lease of its own from the start (keylockd-protocol(7),
-	 * SESSIONS: Across front ends) */
-	if (cmds->be->ops->session_open != NULL &&
-	    (locktable_owner_nholds(conn_owner(c)) > 0 ||
-	    locktable_owner_is_waiting(conn_owner(c)) ||
-	    conn_nchannels(c) > 0)) {
+	 * a lease of its own (keylockd-protocol(7), SESSIONS: Across front
+	 * ends): channel 0's held ones it puts again under it, not yet
+	 * other channels' */
+	if (cmds->be->ops->session_open != NULL && conn_nchannels(c) > 0) {
 		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, "
-		    "SESSION comes before the connection's first LOCK and "
-		    "while no channel is in use");
+		    "SESSION comes while no channel is in use");
 		return;
 	}
 	if (grace > (uint64_t)cfg->session_grace_max) {

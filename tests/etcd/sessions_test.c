@@ -1144,6 +1144,102 @@ START_TEST(resume_through_another_front_end_keeps_the_name)
 }
 END_TEST
 
+/* INFO key through o: its holder's token (fails if none). */
+static uint64_t
+ss_holder_token(struct kt_conn *o, const char *key)
+{
+	json_t		*h = ss_holder_of(o, key);
+	uint64_t	 t = (uint64_t)kt_jint(h, "token");
+
+	json_decref(h);
+	return t;
+}
+
+/* RESUME's grant of key (in r, for messages line): its token, or 0. */
+static uint64_t
+ss_resumed_token(json_t *r, const char *key, const char *line)
+{
+	json_t	*e;
+	size_t	 i;
+
+	json_array_foreach(json_object_get(r, "held"), i, e)
+		if (strcmp(ss_first_key(e), key) == 0)
+			return (uint64_t)kt_jint(e, "token");
+	kt_fail("RESUME lost %s: %s", key, line);
+	return 0;
+}
+
+/*
+ * SESSION covers the locks the connection already holds (keylockd-
+ * protocol(7), SESSIONS), through backend etcd too: after LOCKs (one of
+ * two keys), a refused TRYLOCK and a released LOCK, SESSION is OK, and
+ * every front end reports each grant with the token its client received,
+ * before and after; A is SIGKILLed, RESUME through B gives back every
+ * grant, before the SESSION and after it, with its token, and they stay
+ * held past A's own lease.
+ */
+START_TEST(session_after_locks_covers_them)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP), *c, *n;
+	uint64_t		 t0, t12, t3;
+	char			 why[160], id[80];
+	json_t			*r;
+
+	kt_lock(p, "LOCK m9");
+	c = kt_connect_to(a, KT_TCP);
+	kt_req(c, "OK", "NAME late-0");
+	t0 = kt_lock(c, "LOCK m0");
+	kt_req_err(c, "LOCKED", "TRYLOCK m9");
+	t12 = kt_lock(c, "LOCK m1 m2");
+	kt_lock(c, "LOCK m4");
+	kt_req(c, "OK 1", "UNLOCK m4");
+	kt_send(c, "SESSION grace=%" PRId64, ss_grace(SS_GRACE_MS));
+	kt_recv(c);
+	ck_assert_msg(strncmp(c->line, "OK ", 3) == 0, "SESSION after "
+	    "LOCKs: %s", c->line);
+	snprintf(id, sizeof(id), "%s", c->line + 3);
+	t3 = kt_lock(c, "LOCK m3");
+	for (int i = 0; i < 2; i++) {
+		struct kt_conn *o = i == 0 ? oa : ob;
+
+		ck_assert_uint_eq(ss_holder_token(o, "m0"), t0);
+		ck_assert_uint_eq(ss_holder_token(o, "m1"), t12);
+		ck_assert_uint_eq(ss_holder_token(o, "m2"), t12);
+		ck_assert_uint_eq(ss_holder_token(o, "m3"), t3);
+	}
+
+	ss_kill(a);
+	n = kt_connect_to(b, KT_TCP);
+	kt_send(n, "RESUME %s", id);
+	kt_recv_within(n, kt_ms(10000));
+	r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through B: %s: %s", why, n->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "held")) == 3,
+	    "RESUME lists %zu grants, not 3: %s",
+	    json_array_size(json_object_get(r, "held")), n->line);
+	ck_assert_uint_eq(ss_resumed_token(r, "m0", n->line), t0);
+	ck_assert_uint_eq(ss_resumed_token(r, "m1", n->line), t12);
+	ck_assert_uint_eq(ss_resumed_token(r, "m3", n->line), t3);
+	json_decref(r);
+
+	/* held past A's own lease, which the entries carried before */
+	kt_sleep_ms((uint64_t)(SS_TTL_MS + kt_ms(SS_SLACK_MS)));
+	kt_req_err(ob, "LOCKED", "TRYLOCK m0");
+	kt_req_err(ob, "LOCKED", "TRYLOCK m2");
+	ck_assert_uint_eq(ss_holder_token(ob, "m0"), t0);
+	ck_assert_uint_eq(ss_holder_token(ob, "m1"), t12);
+	kt_req(n, "OK 2", "UNLOCK m1 m2");
+	kt_req(n, "OK 2", "UNLOCKALL");
+	kt_req(n, "OK", "QUIT");
+	kt_req(p, "OK 1", "UNLOCK m9");
+	kt_wait_stat(ob, "keys", 0);
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -1168,6 +1264,7 @@ sessions_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, info_through_another_front_end_shows_detached_ms);
 	tcase_add_test(tc, resume_through_another_front_end_keeps_the_name);
+	tcase_add_test(tc, session_after_locks_covers_them);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1080,6 +1080,105 @@ START_TEST(a_session_moves_from_one_replica_to_another)
 }
 END_TEST
 
+/*
+ * SESSION after LOCKs (keylockd-protocol(7), SESSIONS: the session
+ * covers the locks the connection already holds): the record and the
+ * held entry put again under the session's lease L in one transaction
+ * (same key, same value). On every replica the owner is then named by L,
+ * the token stays the one the client received, and a RESUME through B
+ * finds the grant under the session.
+ */
+START_TEST(a_session_after_a_lock_keeps_its_token)
+{
+	static int		 conn_a, conn_b;	/* the daemon's */
+	struct world		*w = calloc(1, sizeof(*w));
+	struct rep		*a, *b;
+	struct lt_owner		*lo, *req, *lo_b;
+	struct eowner		*o;
+	struct ereq		*q;
+	struct lt_acquire	 acq;
+	struct be_result	 r, got;
+	const char		*keys[1] = { "k0" };
+	size_t			 keylens[1] = { 2 };
+	uint64_t		 t0;
+	struct etcd_event	*ev;
+
+	ck_assert_ptr_nonnull(w);
+	w->rng = 13;
+	w->rev = 100;
+	w->r[0] = a = rep_new(FE_A);
+	w->r[1] = b = rep_new(FE_B);
+	ck_assert_ptr_nonnull(lo = a->be->ops->owner_new(a->be, 7, &conn_a));
+	memset(&acq, 0, sizeof(acq));
+	acq.keys = keys;
+	acq.keylens = keylens;
+	acq.nkeys = 1;
+	acq.mode = LT_EXCLUSIVE;
+	acq.limit = 1;
+	acq.max_waiters = -1;
+	ck_assert_int_eq(a->be->ops->acquire(a->be, lo, &acq, kl_now_ms(),
+	    &r), BE_PENDING);
+	ck_assert_ptr_nonnull(q = eowner_of(a->rp, lo)->open);
+	ck_assert_uint_eq(q->fe, FE_A);
+	w->rev++;
+	w_put(w, q->ent[0].ekey, q->ent[0].ekeylen, q->value, q->valuelen,
+	    q->fe, q->seq);
+	w_apply(w, 1);
+	ck_assert_uint_eq(replies_of(a, lo, &got), 1);
+	ck_assert_int_eq(got.err, KL_OK);
+	t0 = got.value;
+	ck_assert_uint_eq(token_of(b, FE_A, 7, "k0"), t0);
+	a->ngot = 0;
+
+	/* SESSION: the record and the entry again, under L, at one
+	 * revision; A's own owner is renamed when it is answered */
+	ebe_assume_session(a->e, lo, SESS_HASH, SESS_L, 5000, ++w->rev);
+	w_record(w, 7, FE_A);
+	ev = &w->ev[w->nev++];
+	memset(ev, 0, sizeof(*ev));
+	ev->kv.key = w->kv[0].key;
+	ev->kv.keylen = strlen(w->kv[0].key);
+	ev->kv.value = w->kv[0].value;
+	ev->kv.valuelen = strlen(w->kv[0].value);
+	ev->kv.version = 2;
+	ev->kv.create_revision = w->kv[0].crev;
+	ev->kv.mod_revision = w->rev;
+	ev->kv.lease = SESS_L;
+	w_apply(w, 2);
+	ck_assert_uint_eq(a->ngot, 0);
+	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k0"), t0);
+	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
+	ck_assert_ptr_null(eowner_get(b->rp, FE_A, 7, false));
+	ck_assert_ptr_nonnull(o = eowner_get(b->rp, SESS_L, 7, false));
+	ck_assert_int_eq(o->state, OWN_THEIRS);
+
+	/* RESUME through B: the grant, with its token */
+	ck_assert_ptr_nonnull(req = b->be->ops->owner_new(b->be, 50,
+	    &conn_b));
+	ebe_assume_resume(b->e, req, SESS_HASH, SESS_L, 7, 5000, w->rev);
+	w->rev++;
+	w_record(w, 7, FE_B);
+	w_apply(w, 3);
+	ck_assert_uint_eq(a->nmoved, 1);
+	ck_assert_uint_eq(b->ngot, 1);
+	r = b->got[0].r;
+	ck_assert_int_eq(r.op, BE_RESUME);
+	ck_assert_int_eq(r.err, KL_OK);
+	ck_assert_ptr_nonnull(lo_b = r.owner);
+	ck_assert_ptr_nonnull(o = eowner_of(b->rp, lo_b));
+	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k0", 2));
+	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
+	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k0"), t0);
+	locktable_owner_set_udata(lo_b, &conn_b);
+	b->be->ops->owner_free(b->be, req, kl_now_ms());
+	b->be->ops->owner_free(b->be, lo_b, kl_now_ms());
+	rep_free(a);
+	rep_free(b);
+	free(w->log);
+	free(w);
+}
+END_TEST
+
 /* A session's record: this version's (detached time, user, NAME), the
  * one before (no time, no NAME), and what is refused. */
 START_TEST(session_records_decode)
@@ -1147,6 +1246,7 @@ replica_suite(void)
 	tcase_add_test(tc, a_rebuilt_replica_agrees_on_grants_and_queues);
 	tcase_add_test(tc, a_session_moves_from_one_replica_to_another);
 	tcase_add_test(tc, session_records_decode);
+	tcase_add_test(tc, a_session_after_a_lock_keeps_its_token);
 	suite_add_tcase(s, tc);
 	return s;
 }
