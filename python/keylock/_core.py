@@ -1369,11 +1369,7 @@ class Core:
             lines.append(f"RESUME {resume}")
         else:
             if self.session_ms is not None:
-                # which backend: through backend etcd a session's locks
-                # are taken on channel 0 only (keylockd-protocol(7),
-                # SESSIONS, Across front ends)
                 lines.append(f"SESSION grace={self.session_ms}")
-                lines.append("STATS")
             lines.append("PING")
         return [Pending(link.conn.loop.create_future(), line, OTHER)
                 for line in lines]
@@ -1393,20 +1389,11 @@ class Core:
             ping1 = Pending(conn.loop.create_future(), "PING", PING)
             link.write(ping1, 1)
             link.probe = ping1
-        session_chan0 = False
         for pending in pendings:
             reply = await pending.fut
             if reply is None:
                 raise ConnectionFailed(conn.reason)
             value = parse_reply(reply)
-            if pending.request == "STATS":
-                try:
-                    stats = json.loads(value)
-                except ValueError as e:
-                    raise ProtocolError(f"STATS answered {reply!r:.60}") \
-                        from e
-                session_chan0 = isinstance(stats, dict) and \
-                    stats.get("backend") == "etcd"
             if pending.request.startswith("SESSION "):
                 if not value:
                     raise ProtocolError(f"SESSION answered {reply!r:.60}")
@@ -1417,7 +1404,7 @@ class Core:
             reply = await ping1.fut
             if reply is None:
                 raise ConnectionFailed(conn.reason)
-            conn.mux = reply == "OK PONG" and not session_chan0
+            conn.mux = reply == "OK PONG"
 
     # Locks
 

@@ -189,12 +189,13 @@ def test_two_front_ends_one_cut_off(tmp_path: pathlib.Path,
            f"the lock through fe2 in {took * 1000:.1f} ms")
 
 
-def test_a_session_through_backend_etcd_takes_its_locks_on_channel_0(
+def test_a_session_through_backend_etcd_runs_its_owners_on_channels(
         tmp_path: pathlib.Path, daemons: List[Daemon]) -> None:
-    """Through backend etcd a session's locks are taken on channel 0 only
-    (keylockd-protocol(7), SESSIONS, Across front ends): with session=,
-    the client asks STATS which backend it speaks to and then runs its
-    owners as connections of their own, even where channels are on."""
+    """A session through backend etcd covers every channel of its
+    connection (keylockd-protocol(7), SESSIONS, Across front ends, and
+    CHANNELS), as through backend local: with session= and channels on,
+    the client runs its owners as channels of the session's connection,
+    and every front end shows their holds on their channels."""
     cluster = Cluster(tmp_path, 1)
     try:
         fe = front_end(tmp_path, "fe", cluster.endpoints, int(10 * SLOW))
@@ -203,13 +204,18 @@ def test_a_session_through_backend_etcd_takes_its_locks_on_channel_0(
         async def main() -> None:
             locks = keylock.aio.KeyedLock(fe.addr, session=5,
                                           channels=True)
+            seen: List[int] = []
 
             async def nested(k: str) -> None:
                 async with locks.lock(k):
                     async with locks.lock(k + "2"):
-                        assert fe.info(k)["holders"]
+                        holders = fe.info(k)["holders"]
+                        assert holders
+                        seen.append(holders[0].get("channel", 0))
+                        seen.append(fe.stats()["channels"])
             await asyncio.gather(nested("a"), nested("b"))
-            assert fe.stats()["channels"] == 0
+            assert fe.stats()["sessions"] == 1
+            assert max(seen) > 0, f"no channel in use: {seen}"
             await locks.aclose()
         asyncio.run(main())
         sync = keylock.KeyedLock(fe.addr, session=5)
