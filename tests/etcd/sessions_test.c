@@ -980,17 +980,28 @@ END_TEST
 
 /* ---- the same answers as backend local (issue 23) ---- */
 
-/* INFO key through o: its one holder (a new reference; fails if none). */
+/* INFO key through o: its one holder (a new reference), once there is
+ * one (another front end's grant shows once its replica applies it). */
 static json_t *
-ss_holder_of(struct kt_conn *o, const char *key)
+ss_holder_of(struct kt_conn *o, const char *key, const char *what)
 {
-	json_t	*info = kt_info(o, key);
-	json_t	*h = json_array_get(json_object_get(info, "holders"), 0);
+	uint64_t deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
 
-	ck_assert_msg(h != NULL, "%s: no holder", key);
-	json_incref(h);
-	json_decref(info);
-	return h;
+	for (;;) {
+		json_t	*info = kt_info(o, key);
+		json_t	*h = json_array_get(json_object_get(info, "holders"),
+			    0);
+
+		if (h != NULL) {
+			json_incref(h);
+			json_decref(info);
+			return h;
+		}
+		json_decref(info);
+		if (kt_now_ms() > deadline)
+			kt_fail("%s: %s: no holder: %s", what, key, o->line);
+		kt_sleep_ms(20);
+	}
 }
 
 /* Until INFO key through o shows its holder detached (want) or not; its
@@ -1003,7 +1014,7 @@ ss_until_detached(struct kt_conn *o, const char *key, bool want,
 	json_int_t	ms;
 
 	for (;;) {
-		json_t *h = ss_holder_of(o, key), *d;
+		json_t *h = ss_holder_of(o, key, what), *d;
 
 		d = json_object_get(h, "detached_ms");
 		ms = json_is_integer(d) ? json_integer_value(d) : -1;
@@ -1025,7 +1036,7 @@ ss_until_named(struct kt_conn *o, const char *key, const char *name,
 	uint64_t deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
 
 	for (;;) {
-		json_t		*h = ss_holder_of(o, key);
+		json_t		*h = ss_holder_of(o, key, what);
 		const char	*n = json_string_value(json_object_get(h,
 				    "name"));
 		bool		 ok = n != NULL && strcmp(n, name) == 0;
@@ -1119,7 +1130,7 @@ START_TEST(resume_through_another_front_end_keeps_the_name)
 	kt_conn_close(s.c);
 	ss_until_detached(ob, "n0", true, 5000, "closed");
 	ss_resume_again(&s, b, "n0", t, 0);
-	h = ss_holder_of(ob, "n0");
+	h = ss_holder_of(ob, "n0", "resumed through B");
 	ck_assert_str_eq(json_string_value(json_object_get(h, "name")),
 	    "renamed-1");
 	ck_assert_int_eq(ss_client_id(opb, "renamed-1"),
@@ -1148,7 +1159,7 @@ END_TEST
 static uint64_t
 ss_holder_token(struct kt_conn *o, const char *key)
 {
-	json_t		*h = ss_holder_of(o, key);
+	json_t		*h = ss_holder_of(o, key, "token");
 	uint64_t	 t = (uint64_t)kt_jint(h, "token");
 
 	json_decref(h);
