@@ -17,8 +17,9 @@
 [ -z "${KEYLOCKD_SKIP_ETCD_INTEGRATION:-}" ] ||
     skip "KEYLOCKD_SKIP_ETCD_INTEGRATION is set"
 
-SUITES="protocol_commands_test protocol_errors_test protocol_framing_test
-protocol_waits_test protocol_server_test concurrency_test"
+SUITES=${SUITES:-"protocol_commands_test protocol_errors_test
+protocol_framing_test protocol_waits_test protocol_server_test
+protocol_channels_test concurrency_test"}
 
 # suite:tcase:test  why (keylockd(8), BACKEND ETCD)
 DIFFERENCES='
