@@ -762,16 +762,50 @@ cmd_auth_who(struct commands *cmds, struct conn *c, const struct request *req)
 	return client ? users_client_secret : NULL;
 }
 
+/*
+ * Whether AUTH as u would change who c's session, locks or waits belong
+ * to: a user name other than the session's (or, without a session, the
+ * connection's) while c has a session, holds, waits or has channels in
+ * use. The secrets of version 1 are no user (name NULL), as for RESUME;
+ * a connection that a reload left unauthenticated, without a session,
+ * is no one yet (keylockd-protocol(7), AUTH).
+ */
+static bool
+cmd_auth_moves(struct conn *c, const struct user *u)
+{
+	const struct lt_owner	*o = conn_owner(c);
+	const char		*was, *now = user_name(u);
+
+	if (conn_session(c) != NULL)
+		was = session_user(conn_session(c));
+	else if (locktable_owner_nholds(o) > 0 ||
+	    locktable_owner_is_waiting(o) || conn_nchannels(c) > 0) {
+		if (conn_user(c) == users_revoked)
+			return false;
+		was = conn_user(c) != NULL ? user_name(conn_user(c)) : NULL;
+	} else
+		return false;
+	return was == NULL ? now != NULL : now == NULL || strcmp(was, now) != 0;
+}
+
 /* The operator's secret also counts as AUTH for every other command
  * (keylockd-protocol(7), Operator commands). A user's AUTH replaces the
- * connection's identity, and with it the keys it may use. */
+ * connection's identity, and with it the keys it may use; not while its
+ * session, locks or waits would pass to another user. */
 static void
 cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 {
 	const struct user	*u;
 	uint64_t		 now;
 
-	if ((u = cmd_auth_who(cmds, c, req)) != NULL) {
+	if ((u = cmd_auth_who(cmds, c, req)) != NULL &&
+	    cmd_auth_moves(c, u)) {
+		conn_reply_err(c, KL_ERR_SESSION, "this connection has a "
+		    "session, locks or waits of another user: AUTH as "
+		    "another user on a new connection");
+		return;
+	}
+	if (u != NULL) {
 		conn_set_user(c, u);
 		conn_set_auth(c, true, user_is_operator(u));
 		if (user_name(u) != NULL)

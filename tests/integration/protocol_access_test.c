@@ -294,6 +294,71 @@ START_TEST(a_session_is_its_users_alone)
 }
 END_TEST
 
+/* AUTH as another user does not carry a session, a hold, a wait or a
+ * channel over to that user; the same user again is allowed. */
+START_TEST(auth_as_another_user_keeps_what_a_connection_has)
+{
+	struct pa_env	 e;
+	struct kt_conn	*a, *b;
+	char		 id[80];
+	json_t		*r;
+
+	pa_start(&e, true, NULL);
+	a = pa_as("alice", "alice-Secret-1", KT_TCP);
+	kt_send(a, "SESSION grace=60000");
+	kt_expect_prefix(a, "OK ");
+	snprintf(id, sizeof(id), "%s", a->line + 3);
+	kt_req(a, "OK", "AUTH alice alice-Secret-1");	/* the same user */
+	kt_lock(a, "LOCK a:1");
+	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");
+	kt_req_err(a, "SESSION", "AUTH v1-Shared");	/* no user either */
+	kt_req_err(a, "AUTH", "AUTH bob wrong");	/* AUTH first */
+	/* still alice's: bob's keys are not hers, hers are */
+	kt_req_err(a, "NOPERM", "LOCK b:1 timeout=0");
+	kt_send(a, "@2 LOCK a:2");
+	kt_expect_prefix(a, "@2 OK ");
+	kt_conn_close(a);
+	a = pa_as("alice", "alice-Secret-1", KT_TCP);
+	kt_send(a, "RESUME %s", id);
+	r = kt_expect_json(a);
+	ck_assert_uint_eq(json_array_size(json_object_get(r, "held")), 1);
+	ck_assert_uint_eq(json_array_size(json_object_get(r, "channels")), 1);
+	json_decref(r);
+	kt_req(a, "OK 1", "UNLOCK a:1");
+	kt_send(a, "@2 UNLOCK a:2");
+	kt_expect_prefix(a, "@2 OK 1");
+	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* a session */
+	kt_req(a, "OK", "QUIT");
+	kt_conn_close(a);
+
+	/* Without a session: a hold, a wait, a channel in use */
+	a = pa_as("alice", "alice-Secret-1", KT_TCP);
+	b = pa_as("bob", "bob-Secret-1", KT_TCP);
+	kt_lock(b, "LOCK both");
+	kt_send(a, "@3 LOCK both timeout=60000");
+	json_decref(kt_wait_queue(b, "both", 1, 1));
+	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* waits */
+	kt_req(b, "OK 1", "UNLOCK both");
+	kt_expect_prefix(a, "@3 OK ");
+	kt_send(a, "@3 UNLOCKALL");
+	kt_expect_prefix(a, "@3 OK 1");
+	kt_lock(a, "LOCK both");
+	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* holds */
+	kt_req(a, "OK 1", "UNLOCKALL");
+	kt_send(a, "@5 LOCK a:5");
+	kt_expect_prefix(a, "@5 OK ");
+	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* a channel */
+	kt_send(a, "@5 UNLOCKALL");
+	kt_expect_prefix(a, "@5 OK 1");
+	/* holding and waiting for nothing: any user */
+	kt_req(a, "OK", "AUTH bob bob-Secret-1");
+	kt_lock(a, "LOCK b:1");
+	kt_req(a, "OK", "AUTH bob bob-Secret-1");
+	kt_req(a, "OK 1", "UNLOCK b:1");
+	kt_req(a, "OK", "AUTH v1-Shared");
+}
+END_TEST
+
 START_TEST(auth_says_the_same_for_a_wrong_user_or_secret)
 {
 	struct pa_env	 e;
@@ -312,9 +377,11 @@ START_TEST(auth_says_the_same_for_a_wrong_user_or_secret)
 	kt_expect_eof(c, kt_ms(KT_REPLY_MS));
 	ck_assert_int_ge(kt_stat(pa_as("carol", "carol-Secret-1", KT_TCP),
 	    "auth_failures"), 3);
-	/* A later AUTH replaces who the connection is. */
+	/* A later AUTH replaces who the connection is (once it holds
+	 * nothing: see auth_as_another_user_keeps_what_a_connection_has). */
 	c = pa_as("alice", "alice-Secret-1", KT_TCP);
 	kt_lock(c, "LOCK a:1");
+	kt_req(c, "OK 1", "UNLOCK a:1");
 	kt_req(c, "OK", "AUTH bob bob-Secret-1");
 	kt_req_err(c, "NOPERM", "LOCK a:2");
 	kt_lock(c, "LOCK b:2");
@@ -561,6 +628,8 @@ protocol_access_suite(void)
 		tcase_add_test(tc, a_tenant_cannot_touch_another_tenants_keys);
 		tcase_add_test(tc, stats_shows_a_user_only_its_own_keys);
 		tcase_add_test(tc, a_session_is_its_users_alone);
+		tcase_add_test(tc,
+		    auth_as_another_user_keeps_what_a_connection_has);
 		tcase_add_test(tc,
 		    auth_says_the_same_for_a_wrong_user_or_secret);
 		tcase_add_test(tc, unix_operators_go_by_uid);
