@@ -133,7 +133,7 @@ static const struct setting settings[] = {
 	{ "auth-file", "FILE", SET_STRING, OFF(auth_file), 0, 0,
 	    "file holding the AUTH secret", true },
 	{ "admin-auth-file", "FILE", SET_STRING, OFF(admin_auth_file), 0, 0,
-	    "file holding the operator's AUTH secret (CLIENTS, KILL)", true },
+	    "file holding the operator's AUTH secret (CLIENTS, KILL, UPGRADE)", true },
 	{ "user", "SPEC", SET_USER, OFF(users), 0, 0, "a user: \"NAME "
 	    "secret-file=FILE keys=PATTERN... [operator=yes] [tls-cn=CN]\" "
 	    "(repeatable)", true },
