@@ -114,8 +114,8 @@ static const struct setting settings[] = {
 	{ "max-waiters", "N|none", SET_INT_NONE, OFF(max_waiters), 0,
 	    KL_LIMIT_MAX, "waiters per key, whatever max_waiters= says", true },
 	{ "max-table-bytes", "BYTES|none", SET_INT_NONE, OFF(max_table_bytes),
-	    65536, (int64_t)1 << 50, "lock table memory past which a LOCK "
-	    "that needs more is refused", true },
+	    65536, (int64_t)1 << 50, "lock table memory at or past which "
+	    "every LOCK and TRYLOCK is refused", true },
 	{ "tcp-keepalive-idle", "S", SET_INT, OFF(keepalive_idle), 0, 32767,
 	    "s before probing an idle peer (0: off)", true },
 	{ "tcp-keepalive-interval", "S", SET_INT, OFF(keepalive_interval), 1,

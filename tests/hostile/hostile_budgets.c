@@ -266,6 +266,9 @@ START_TEST(max_table_bytes_refuses_lock_while_the_table_is_full)
 	ck_assert_msg(strstr(line, "max-table-bytes") != NULL, "%s", line);
 	ck_assert(kt_stat(b, "table_bytes") >= 65536);
 	kt_req_err(b, "LIMIT", "TRYLOCK other");	/* for everyone */
+	/* a key that needs no more memory too: LIMIT, not LOCKED */
+	kt_req_err(b, "LIMIT", "TRYLOCK tb:000001");
+	kt_req_err(b, "LIMIT", "LOCK tb:000001 timeout=10");
 	kt_req(a, "OK 1", "UNLOCK tb:000000");	/* releases still work */
 	kt_send(a, "UNLOCKALL");
 	kt_expect_prefix(a, "OK ");
