@@ -91,21 +91,40 @@ server_upgrade_possible(const struct server *srv, uint64_t requester,
 	return conns_state_check(srv->conns, requester, why, whylen);
 }
 
+/*
+ * keylockd(8), LIVE UPGRADE: an upgrade refused before it starts (one is
+ * already under way, the server is stopping, backend etcd, a TLS
+ * requester) is logged as refused and not counted; one that started and
+ * failed (from the new binary's --check-config on) is logged as failed
+ * and counted in upgrade_failures. The same for UPGRADE and SIGUSR2.
+ */
+static bool
+server_upgrade_refused(const char *why)
+{
+	log_warnx("upgrade refused: %s; this process (pid %d) carries on",
+	    why, (int)getpid());
+	return false;
+}
+
 static bool
 server_upgrade_start(struct server *srv, uint64_t requester, char *why,
     size_t whylen)
 {
 	if (srv->upgrading) {
 		snprintf(why, whylen, "an upgrade is already under way");
-		return false;
+		return server_upgrade_refused(why);
 	}
 	if (!server_upgrade_possible(srv, requester, why, whylen))
-		return false;
+		return server_upgrade_refused(why);
 	upgrade_set_timeout((uint64_t)srv->cfg->upgrade_timeout);
 	srv->upgrade_check = upgrade_check_start(srv->base, srv->cfg->argv,
 	    server_heap_hint(srv), server_upgrade_checked, srv, why, whylen);
-	if (srv->upgrade_check == NULL)
+	if (srv->upgrade_check == NULL) {
+		srv->stats.upgrade_failures++;
+		log_warnx("upgrade failed: %s; this process (pid %d) carries "
+		    "on", why, (int)getpid());
 		return false;
+	}
 	srv->upgrading = true;
 	srv->upgrade_requester = requester;
 	log_info("upgrade: %s --check-config", upgrade_path());
@@ -138,10 +157,7 @@ server_upgrade_signal_cb(evutil_socket_t sig, short what, void *arg)
 	char		 why[KL_UPGRADE_WHY_MAX];
 
 	log_info("SIGUSR2: live upgrade to %s", upgrade_path());
-	if (!server_upgrade_start(srv, 0, why, sizeof(why))) {
-		srv->stats.upgrade_failures++;
-		log_warnx("upgrade refused: %s", why);
-	}
+	(void)server_upgrade_start(srv, 0, why, sizeof(why));
 	server_end_turn(srv);
 }
 
@@ -156,7 +172,7 @@ server_upgrade_request(void *arg, struct conn *c, char *why, size_t whylen)
 		snprintf(why, whylen, "TLS connections are closed by a live "
 		    "upgrade, so this one could not hear the reply: ask over "
 		    "the unix socket or plain TCP, or send SIGUSR2");
-		return false;
+		return server_upgrade_refused(why);
 	}
 	return server_upgrade_start(srv, conn_id(c), why, whylen);
 }

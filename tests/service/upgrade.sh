@@ -142,6 +142,34 @@ reload_with "upgrade-timeout 1500"
 expect_grep "reload: upgrade-timeout changed from 10000 to 1500" \
     "$TMP/daemon.log" "the reload"
 upgrade_fails "a binary that hangs" "was not ready within 1500 ms"
+
+# While that one hangs, a second SIGUSR2 and an UPGRADE are refused alike:
+# logged as refused, ERR UPGRADE to the UPGRADE, neither counted; the one
+# under way fails and is counted once.
+refusals() {
+	grep -c 'upgrade refused: an upgrade is already under way' \
+	    "$TMP/daemon.log"
+}
+_before=$(json_int "$(stats)" upgrade_failures)
+_r=$(refusals)
+_f=$(grep -c 'upgrade failed: ' "$TMP/daemon.log")
+_c=$(grep -c 'upgrade: .* --check-config' "$TMP/daemon.log")
+kill -USR2 "$DPID"
+wait_for "[ \$(grep -c 'upgrade: .* --check-config' '$TMP/daemon.log') -gt $_c ]" \
+    10 || fail "the first SIGUSR2 did not start an upgrade"
+kill -USR2 "$DPID"
+printf 'UPGRADE\nQUIT\n' | nc -U "$TMP/sock" >"$TMP/out"
+expect_grep '^ERR UPGRADE an upgrade is already under way' "$TMP/out" \
+    "UPGRADE while one is under way"
+wait_for "[ \$(refusals) -ge $((_r + 2)) ]" 10 ||
+    fail "refusals logged: $(($(refusals) - _r)), want 2"
+wait_for "[ \$(grep -c 'upgrade failed: ' '$TMP/daemon.log') -gt $_f ]" 30 ||
+    fail "the upgrade under way did not end"
+expect_eq "$((_r + 2))" "$(refusals)" "refusals logged"
+expect_eq "$((_before + 1))" "$(json_int "$(stats)" upgrade_failures)" \
+    "upgrade_failures after two refusals and one failure"
+holder_ping "refusals"
+pass "an upgrade under way: SIGUSR2 and UPGRADE refused alike, not counted"
 reload_with ""
 
 # One that says it waits, and crashes once the old process froze and sent
