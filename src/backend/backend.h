@@ -209,6 +209,13 @@ struct backend_ops {
 	 * session-lock-delay until session_end. */
 	void		 (*session_close)(struct backend *, struct lt_owner *);
 	/*
+	 * o's holds admit nobody, whatever the mode or limit, until they end
+	 * (a session's lock-delay; locktable_owner_seal()). NULL where the
+	 * table is not the daemon's alone (backend etcd: other front ends'
+	 * replicas decide their grants; keylockd-protocol(7) says so).
+	 */
+	void		 (*seal)(struct backend *, struct lt_owner *o);
+	/*
 	 * Who o is, for an owner the table has with no udata: another front
 	 * end's client (backend etcd): *name its NAME as its last LOCK
 	 * carried it (NULL: none), *frontend the front end that wrote it

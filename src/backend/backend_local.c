@@ -86,6 +86,13 @@ bl_owner_idle(const struct backend *be, const struct lt_owner *o)
 	    !locktable_owner_is_waiting(o);
 }
 
+static void
+bl_seal(struct backend *be, struct lt_owner *o)
+{
+	(void)be;
+	locktable_owner_seal(o);
+}
+
 static enum be_status
 bl_acquire(struct backend *be, struct lt_owner *o, const struct lt_acquire *a,
     uint64_t now_ms, struct be_result *r)
@@ -249,6 +256,7 @@ static const struct backend_ops bl_ops = {
 	.owner_new = bl_owner_new,
 	.owner_free = bl_owner_free,
 	.owner_idle = bl_owner_idle,
+	.seal = bl_seal,
 	.acquire = bl_acquire,
 	.release = bl_release,
 	.release_owner = bl_release_owner,

@@ -211,6 +211,23 @@ locktable_owner_is_waiting(const struct lt_owner *o)
 	return o->wait != NULL;
 }
 
+size_t
+locktable_owner_seal(struct lt_owner *o)
+{
+	struct lt_hold	*h;
+	size_t		 n = 0;
+
+	for (h = o->holds; h != NULL; h = h->onext) {
+		if (h->sealed)
+			continue;
+		h->sealed = 1;
+		if (!h->inkey)
+			lt_hold_key(h)->x->nsealed++;
+		n++;
+	}
+	return n;
+}
+
 static uint64_t *
 why_counter(struct locktable *lt, enum lt_why why)
 {
@@ -305,6 +322,7 @@ lt_blocker_fill(const struct lt_key *k, enum lt_mode mode, uint64_t now_ms,
 	why->waiter = NULL;
 	why->waited_ms = 0;
 	if (first != NULL && !lt_key_admits(k, mode)) {
+		first = lt_key_sealed_hold(k, first);
 		why->holder = first->owner;
 		why->held_ms = lt_ms_since(now_ms, first->granted_ms);
 	} else if (k->x != NULL && k->x->qhead != NULL) {
@@ -338,8 +356,12 @@ hold_end(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
 		else
 			k->x->holders_tail = xh->kprev;
 	}
-	if (k->x != NULL)
+	if (k->x != NULL) {
 		k->x->nholders--;
+		if (h->sealed && !h->inkey)
+			k->x->nsealed--;
+	}
+	h->sealed = 0;
 	lt_owner_unlink(o, h);
 	if (h->heap_idx != LT_NO_TTL)
 		lt_heap_remove(lt, h);

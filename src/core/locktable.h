@@ -160,6 +160,14 @@ void		*locktable_owner_udata(const struct lt_owner *o);
 void		 locktable_owner_set_udata(struct lt_owner *o, void *udata);
 size_t		 locktable_owner_nholds(const struct lt_owner *o);
 bool		 locktable_owner_is_waiting(const struct lt_owner *o);
+/*
+ * Seals every hold of o: while a sealed hold lasts its key admits nobody,
+ * whatever the mode or limit (waiters keep waiting, TRYLOCK is LOCKED,
+ * the blocker named is the sealed holder). A session's lock-delay
+ * (keylockd-protocol(7), SESSIONS: Grace). The holds end as any do.
+ * Returns how many were sealed now.
+ */
+size_t		 locktable_owner_seal(struct lt_owner *o);
 /* The keys of o's queued request in request order (duplicates once) to
  * fn until it returns false, and when the request arrived. false if o is
  * not waiting. */

@@ -422,6 +422,7 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	h->mode = (uint8_t)mode;
 	h->mark = 0;
 	h->inkey = 1;
+	h->sealed = 0;
 	lt_bytes_copy(k->key, p->key, p->len);
 	k->key[p->len] = '\0';
 	if (o->holds != NULL)

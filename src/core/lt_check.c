@@ -27,7 +27,7 @@ check_holders(const struct lt_key *k, uint64_t *tally)
 {
 	const struct lt_hold	*h, *first = lt_key_first(k);
 	const struct lt_xhold	*xprev = NULL;
-	uint32_t		 n = 0, limit = lt_key_limit(k);
+	uint32_t		 n = 0, nsealed = 0, limit = lt_key_limit(k);
 
 	if (k->owned && !k->own.inkey)
 		return "key's own hold not marked as its own";
@@ -49,7 +49,12 @@ check_holders(const struct lt_key *k, uint64_t *tally)
 		if (h->owner == NULL || h->mark)
 			return "holder without owner, or marked";
 		tally[3] += h->heap_idx != LT_NO_TTL;
+		nsealed += h->sealed && !h->inkey;
 	}
+	if (k->x != NULL && k->x->nsealed != nsealed)
+		return "key's count of sealed holds wrong";
+	if (k->x == NULL && nsealed != 0)
+		return "sealed extra holder without an extension";
 	if (n != lt_key_nholders(k) ||
 	    (k->x != NULL && k->x->holders_tail != xprev))
 		return "key nholders or holder tail wrong";

@@ -73,6 +73,8 @@ struct lt_hold {
 	uint8_t		 mode;		/* enum lt_mode */
 	uint8_t		 mark;		/* refresh: already counted */
 	uint8_t		 inkey;		/* it is lt_key.own */
+	uint8_t		 sealed;	/* its key admits nobody while it
+					 * lasts (locktable_owner_seal) */
 };
 
 /* A hold beyond a key's own: another holder, or a queued request's. */
@@ -116,6 +118,8 @@ struct lt_kx {
 	uint32_t	 nholders;	/* own included */
 	uint32_t	 nwaiters;
 	uint32_t	 max_waiters;
+	uint32_t	 nsealed;	/* sealed holds among holders (own
+					 * not counted: its own flag says) */
 	uint8_t		 dirty;		/* on lt->dirty, to be settled */
 };
 
@@ -318,11 +322,28 @@ lt_key_admits(const struct lt_key *k, enum lt_mode mode)
 {
 	const struct lt_hold	*first;
 
+	if ((k->owned && k->own.sealed) || (k->x != NULL && k->x->nsealed > 0))
+		return false;	/* a sealed hold: nobody is admitted */
 	if (lt_key_limit(k) > 1)
 		return k->x->nholders < k->x->limit;
 	first = lt_key_first(k);
 	return first == NULL ||
 	    !lt_modes_conflict(mode, (enum lt_mode)first->mode);
+}
+
+/* The hold that refuses everybody on k, if one does (a sealed one);
+ * else first. */
+static inline const struct lt_hold *
+lt_key_sealed_hold(const struct lt_key *k, const struct lt_hold *first)
+{
+	const struct lt_xhold *xh;
+
+	if ((k->owned && k->own.sealed) || k->x == NULL || k->x->nsealed == 0)
+		return k->owned && k->own.sealed ? &k->own : first;
+	for (xh = k->x->holders; xh != NULL; xh = xh->knext)
+		if (xh->h.sealed)
+			return &xh->h;
+	return first;
 }
 
 /* A hash's bucket: its top bits, which are the well-mixed ones. */
@@ -704,6 +725,7 @@ lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
 	h->mode = (uint8_t)g->mode;
 	h->mark = 0;
 	h->inkey = h == &k->own;
+	h->sealed = 0;
 	if (h->inkey) {
 		k->owned = 1;
 	} else {

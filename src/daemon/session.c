@@ -281,9 +281,10 @@ session_free(struct session *s)
 	struct sessions	*ss = s->ss;
 
 	sessions_unlink(ss, s);
-	if (!s->resuming)
+	/* one in its lock-delay has ended: not counted (session_delay()) */
+	if (!s->resuming && s->state != SESSION_DELAY)
 		ss->st->sessions--;
-	if (s->state != SESSION_ATTACHED)
+	if (s->state == SESSION_DETACHED)
 		ss->st->sessions_detached--;
 	if (s->timer != NULL)
 		event_free(s->timer);
@@ -765,6 +766,25 @@ session_moved(struct session *s)
 }
 
 /*
+ * s has ended and its keys stay for its lock-delay: they admit nobody
+ * else meanwhile, shared or semaphore requests included (where the
+ * backend can: backend etcd cannot, keylockd-protocol(7) says so). It is
+ * no session any more: STATS and CLIENTS do not count it, RESUME is
+ * GONE; KILL of its client id ends the delay at once.
+ */
+static void
+session_seal(struct session *s)
+{
+	struct backend *be = s->ss->be;
+
+	if (be->ops->seal == NULL)
+		return;
+	be->ops->seal(be, s->h.owner);
+	for (size_t i = 0; i < s->nchans; i++)
+		be->ops->seal(be, s->chans[i]->h.owner);
+}
+
+/*
  * The grace ran out: release as a closed connection does, or, with
  * session-lock-delay, withdraw the wait now and hold the keys for the
  * delay first (keylockd-protocol(7), SESSIONS: Grace).
@@ -795,9 +815,12 @@ session_expire(struct session *s, uint64_t now_ms)
 		    LT_WHY_TIMEOUT, now_ms, &r);
 		s->chans[i]->wait_deadline_ms = 0;
 	}
+	ss->st->sessions--;
+	ss->st->sessions_detached--;
 	s->state = SESSION_DELAY;
 	s->expires_ms = now_ms + delay;
 	s->wait_deadline_ms = 0;
+	session_seal(s);
 	session_arm(s, now_ms);
 }
 
@@ -909,8 +932,8 @@ sessions_walk_detached(struct sessions *ss,
 	struct session	*s;
 
 	TAILQ_FOREACH(s, &ss->all, entry) {
-		if (s->state == SESSION_ATTACHED)
-			continue;
+		if (s->state != SESSION_DETACHED)
+			continue;	/* attached, or ended (lock-delay) */
 		if (!fn(arg, s, s->h.owner, now_ms - s->detached_ms, s->peer))
 			return;
 	}
@@ -1020,14 +1043,14 @@ sessions_state_session(void *arg, const struct ks_session *ks,
 		s->h.owner = owner;
 		s->h.detached = s;
 		locktable_owner_set_udata(owner, &s->h);
-		ss->st->sessions_detached++;
+		ss->st->sessions_detached += s->state == SESSION_DETACHED;
 	}
 	i = session_bucket(ss, s->raw);
 	s->hnext = ss->buckets[i];
 	ss->buckets[i] = s;
 	TAILQ_INSERT_TAIL(&ss->all, s, entry);
 	ss->n++;
-	ss->st->sessions++;
+	ss->st->sessions += s->state != SESSION_DELAY;
 	in->last = s;
 	return true;
 }
@@ -1066,9 +1089,12 @@ sessions_state_read(struct sessions *ss, struct ks_reader *r,
 			if (t != s && memcmp(t->raw, s->raw,
 			    sizeof(s->raw)) == 0)
 				return ks_fail(r, "two sessions of one ID");
-	TAILQ_FOREACH(s, &ss->all, entry)
+	TAILQ_FOREACH(s, &ss->all, entry) {
+		if (s->state == SESSION_DELAY)
+			session_seal(s);	/* its channels are kept now */
 		if (s->state != SESSION_ATTACHED)
 			session_arm(s, now_ms);
+	}
 	return true;
 }
 

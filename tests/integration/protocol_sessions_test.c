@@ -279,6 +279,74 @@ START_TEST(lock_delay_keeps_the_keys_after_expiry)
 }
 END_TEST
 
+/* "the keys it held stay unavailable to everyone": shared and semaphore
+ * requests too; the ended session is no session (STATS, CLIENTS), and
+ * KILL of its client id ends the delay. */
+START_TEST(lock_delay_admits_nobody_and_is_no_session)
+{
+	struct kt_conn	*a, *b, *c, *op = NULL;
+	uint64_t	 t0;
+	const char	*line;
+	json_int_t	 ida;
+	char		 id[80];
+
+	kt_start("--session-lock-delay", "700");
+	a = kt_connect();
+	b = kt_connect();
+	c = kt_connect();
+	ps_session(a, "SESSION grace=100", id, sizeof(id));
+	kt_lock(a, "LOCK ld:sh mode=shared");
+	kt_send(a, "@3 LOCK ld:sem limit=3");
+	kt_expect_prefix(a, "@3 OK ");
+	kt_lock(c, "LOCK ld:sem limit=3");	/* a slot of three is left */
+	kt_conn_close(a);
+	t0 = kt_now_ms();
+	kt_wait_stat(b, "sessions_expired", 1);
+	ck_assert_int_eq(kt_stat(b, "sessions"), 0);
+	ck_assert_int_eq(kt_stat(b, "sessions_detached"), 0);
+	line = kt_req_err(b, "LOCKED", "TRYLOCK ld:sh mode=shared");
+	ck_assert_msg(strstr(line, "session-lock-delay") != NULL,
+	    "the refusal names the delay: %s", line);
+	line = kt_req_err(b, "LOCKED", "TRYLOCK ld:sem limit=3");
+	ck_assert_msg(strstr(line, "session-lock-delay") != NULL,
+	    "the refusal names the delay, not b's own slot: %s", line);
+	if (kt_have_unix()) {
+		json_t	*cl;
+		char	*text;
+
+		op = kt_connect_unix();
+		kt_send(op, "CLIENTS");
+		cl = kt_expect_json(op);
+		text = json_dumps(cl, JSON_COMPACT);
+		ck_assert_msg(text != NULL && strstr(text, "detached_ms") ==
+		    NULL, "an ended session is listed by CLIENTS: %s", text);
+		free(text);
+		json_decref(cl);
+	}
+	/* a shared waiter is granted once the delay is over */
+	kt_lock(b, "LOCK ld:sh mode=shared timeout=5000");
+	ck_assert_msg(kt_now_ms() - t0 >= 750, "granted %llu ms after the "
+	    "close: grace 100 + delay 700", (unsigned long long)(kt_now_ms() -
+	    t0));
+	kt_req(b, "OK 1", "UNLOCK ld:sh");
+	kt_req(c, "OK 1", "UNLOCK ld:sem");
+	kt_wait_stat(b, "keys", 0);
+	if (op == NULL)
+		return;
+	/* KILL of the ended session's client id ends its delay at once */
+	a = kt_connect();
+	ps_session(a, "SESSION grace=100", id, sizeof(id));
+	kt_lock(a, "LOCK ld:k mode=shared");
+	ida = pu_holder_id(op, "ld:k");
+	kt_conn_close(a);
+	kt_wait_stat(b, "sessions_expired", 2);
+	kt_req_err(b, "LOCKED", "TRYLOCK ld:k mode=shared");
+	kt_req(op, "OK 1", "KILL %lld", (long long)ida);
+	kt_lock(b, "TRYLOCK ld:k mode=shared");
+	kt_req(op, "OK 0", "KILL %lld", (long long)ida);
+}
+END_TEST
+
 START_TEST(resume_takes_over_a_live_connection_and_its_wait)
 {
 	struct kt_conn	*a = kt_connect(), *b = kt_connect(), *n;
@@ -598,6 +666,7 @@ protocol_sessions_suite(void)
 	tc = kt_tcase(s, "settings", KT_PRIVATE, 60, kt_setup_none);
 	if (tc != NULL) {
 		tcase_add_test(tc, lock_delay_keeps_the_keys_after_expiry);
+		tcase_add_test(tc, lock_delay_admits_nobody_and_is_no_session);
 		tcase_add_test(tc, detached_sessions_keep_their_slots);
 		tcase_add_test(tc, resume_needs_auth_first);
 	}

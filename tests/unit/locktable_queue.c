@@ -143,6 +143,41 @@ START_TEST(shared_request_joins_shared_holders_at_once)
 }
 END_TEST
 
+/* A sealed hold (a session's lock-delay) admits nobody: shared and
+ * semaphore requests wait or are LOCKED naming the sealed holder, and
+ * are admitted once the sealed holds end. */
+START_TEST(a_sealed_hold_admits_nobody_until_it_ends)
+{
+	ck_assert_int_eq(cl_lock_shared(1, "a", 0), GRANTED);
+	ck_assert_int_eq(cl_lock_shared(2, "a", 1), GRANTED);
+	ck_assert_int_eq(cl_lock_limit(1, "s", 3, 2), GRANTED);
+	ck_assert_int_eq(cl_lock_limit(3, "s", 3, 3), GRANTED);
+	ck_assert_uint_eq(locktable_owner_seal(cl_ow[1]), 2);
+	ck_assert_uint_eq(locktable_owner_seal(cl_ow[1]), 0);
+	CHECK_TABLE();
+	ck_assert_int_eq(cl_acq(4, "a", REQ(.mode = LT_SHARED, .try = true), 4),
+	    KL_ERR_LOCKED);
+	ck_assert_ptr_eq(cl_res_why.holder, cl_ow[1]);
+	ck_assert_int_eq(cl_acq(4, "s", REQ(.limit = 3, .try = true), 5),
+	    KL_ERR_LOCKED);
+	ck_assert_ptr_eq(cl_res_why.holder, cl_ow[1]);
+	ck_assert_int_eq(cl_lock_shared(4, "a", 6), QUEUED);
+	ck_assert_int_eq(cl_lock_limit(5, "s", 3, 7), QUEUED);
+	CHECK_TABLE();
+	/* another holder's release admits nobody while the seal lasts */
+	ck_assert_int_eq(cl_unlock(2, "a", 8), KL_OK);
+	ck_assert_int_eq(cl_unlock(3, "s", 9), KL_OK);
+	EXPECT_GRANTS("");
+	CHECK_TABLE();
+	ck_assert_uint_eq(cl_release_owner(1, LT_WHY_EXPIRED, 10), 2);
+	EXPECT_GRANTS("4 5");
+	CHECK_TABLE();
+	/* the seal went with its holds: a new holder is a plain one */
+	ck_assert_int_eq(cl_lock_shared(1, "a", 11), GRANTED);
+	EXPECT_KEY("a", "4s 1s |");
+}
+END_TEST
+
 START_TEST(shared_behind_waiting_writer_queues)
 {
 	ck_assert_int_eq(cl_lock_shared(1, "a", 0), GRANTED);
@@ -402,4 +437,5 @@ cl_add_queue(Suite *s)
 	tcase_add_test(tc, multikey_opposite_orders_do_not_deadlock);
 	tcase_add_test(tc, duplicate_keys_count_once);
 	tcase_add_test(tc, multikey_keys_can_be_released_one_by_one);
+	tcase_add_test(tc, a_sealed_hold_admits_nobody_until_it_ends);
 }
