@@ -14,7 +14,9 @@
 #include <stdbool.h>
 
 /* The HTTP listener's fixed bounds (keylockd(8), THE HTTP LISTENER). */
-#define METRICS_MAX_HEADERS	8192	/* request line and headers */
+/* request line and header lines, their line ends not counted (evhttp's
+ * measure; keylockd(8), The HTTP listener) */
+#define METRICS_MAX_HEADERS	8192
 #define METRICS_TIMEOUT_S	10	/* idle, reading or writing */
 
 struct server;

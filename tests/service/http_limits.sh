@@ -62,6 +62,48 @@ expect_eq 413 "$(code -X GET -H 'Content-Length: 1000000000' "$URL/healthz")" \
 expect_eq 200 "$(code "$URL/healthz")" "a request after the refusals"
 pass "headers over 8192 bytes: 400; any body: 413, unread"
 
+# The bounds to the byte (keylockd(8)): 8192 bytes of request line and
+# header lines, line ends not counted, CRLF or LF; an empty body, chunked
+# or Content-Length: 0, is no body; one chunk of data is 413.
+cat >"$TMP/exact.py" <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+def status(data):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(data)
+    r = b""
+    while b"\r\n" not in r:
+        b = s.recv(256)
+        if not b:
+            break
+        r += b
+    s.close()
+    return r.split(b"\r\n")[0].split(b" ")[1].decode() if r else "000"
+def head(n, eol):
+    lines = [b"GET /healthz HTTP/1.1", b"Host: 127.0.0.1",
+        b"Connection: close"]
+    pad = n - sum(len(l) for l in lines) - len(b"X-Pad: ")
+    lines.append(b"X-Pad: " + b"a" * pad)
+    return eol.join(lines) + eol + eol
+for eol, name in ((b"\r\n", "crlf"), (b"\n", "lf")):
+    for n in (8192, 8193):
+        d = head(n, eol)
+        print(name, n, len(d), status(d))
+te = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+print("chunked-empty", status(te + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"))
+print("chunked-data", status(te + b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n"))
+print("length-0", status(te + b"Content-Length: 0\r\n\r\n"))
+print("length-1", status(te + b"Content-Length: 1\r\n\r\nx"))
+PY
+python3 "$TMP/exact.py" "$MPORT" >"$TMP/exact.out" 2>&1 ||
+    fail "exact.py: $(cat "$TMP/exact.out")"
+for want in "crlf 8192 8202 200" "crlf 8193 8203 400" "lf 8192 8197 200" \
+    "lf 8193 8198 400" "chunked-empty 200" "chunked-data 413" \
+    "length-0 200" "length-1 413"; do
+	expect_grep "^$want\$" "$TMP/exact.out" "$want"
+done
+pass "8192 bytes of lines without their ends: 200, 8193: 400; an empty body is none"
+
 # Host: addresses, localhost, the configured names; anything else 403.
 for h in "127.0.0.1:$MPORT" "127.0.0.1" "[::1]:$MPORT" "localhost:$MPORT" \
     "LocalHost" "localhost." "mon.example:$MPORT" "MON.Example" \
