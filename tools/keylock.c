@@ -142,8 +142,9 @@ parse_options(struct cli *cli, int argc, char **argv)
 			break;
 		case 'w':
 			if ((cli->wait_ms = cli_parse_seconds(optarg)) < 0)
-				cli_usage_error("-w %s: want seconds, such as "
-				    "5 or 0.5", optarg);
+				cli_usage_error("-w %s: want 0 to %.0f "
+				    "seconds, such as 5 or 0.5", optarg,
+				    CLI_SECONDS_MAX);
 			break;
 		case 'E':
 			if ((n = cli_parse_number(optarg, 0, 255)) < 0)
@@ -160,8 +161,9 @@ parse_options(struct cli *cli, int argc, char **argv)
 			break;
 		case OPT_TTL:
 			if ((n = cli_parse_seconds(optarg)) < CLI_TTL_MIN_MS)
-				cli_usage_error("--ttl %s: want at least %.1f "
-				    "seconds", optarg, CLI_TTL_MIN_MS / 1000.0);
+				cli_usage_error("--ttl %s: want %.1f to %.0f "
+				    "seconds", optarg, CLI_TTL_MIN_MS / 1000.0,
+				    CLI_SECONDS_MAX);
 			cli->lock.ttl_ms = (uint64_t)n;
 			break;
 		case OPT_MAX_WAITERS:
@@ -196,12 +198,13 @@ parse_options(struct cli *cli, int argc, char **argv)
 		case OPT_CONNECT_TIMEOUT:
 			if ((cli->connect_ms = cli_parse_seconds(optarg)) <= 0)
 				cli_usage_error("--connect-timeout %s: want "
-				    "seconds above 0", optarg);
+				    "seconds above 0, at most %.0f", optarg,
+				    CLI_SECONDS_MAX);
 			break;
 		case OPT_GRACE:
 			if ((cli->grace_ms = cli_parse_seconds(optarg)) < 0)
-				cli_usage_error("--grace %s: want seconds",
-				    optarg);
+				cli_usage_error("--grace %s: want 0 to %.0f "
+				    "seconds", optarg, CLI_SECONDS_MAX);
 			break;
 		case OPT_SESSION:
 			/* milliseconds, as the protocol's grace= and
@@ -508,12 +511,15 @@ usage(void)
 "  -s, --shared             shared (reader) lock\n"
 "  -x, -e, --exclusive      exclusive (writer) lock, the default\n"
 "  -n, --nonblock           fail at once if a key is not free\n"
-"  -w, --wait SECONDS       wait at most SECONDS (fractions allowed)\n"
+"  -w, --wait, --timeout SECONDS\n"
+"                           wait at most SECONDS (fractions allowed;\n"
+"                           at most 1000000000)\n"
 "  -E, --conflict-exit-code CODE\n"
 "                           exit code when not acquired (default 1)\n"
 "  -N, --limit N            the key is a semaphore of N holders\n"
 "      --ttl SECONDS        lease: refreshed while the command runs,\n"
 "                           lost if keylock stops refreshing it\n"
+"                           (0.1 to 1000000000)\n"
 "      --max-waiters N      fail at once if N requests already wait\n"
 "      --name LABEL         name shown in INFO (default keylock:HOST:PID)\n"
 "  -S, --server SERVER[,SERVER...]\n"
@@ -538,7 +544,8 @@ usage(void)
 "\n"
 "Exit status: the command's; 1 (or -E) not acquired; 64 usage;\n"
 "65 refused by the server; 66 auth or TLS file unusable; 69 server\n"
-"unavailable; 75 lock lost while the command ran; 76 protocol error;\n"
+"unavailable; 71 system error (fork, out of memory); 75 lock lost\n"
+"while the command ran; 76 protocol error;\n"
 "77 AUTH or TLS refused; 126/127 command not runnable/not found.\n"
 "See keylock(1).\n");
 }

@@ -48,6 +48,7 @@ static int	show_fail(const struct cli *, struct keylock *,
 static int	show_json_flag(int, char **, int);
 static void	show_summary(json_t *);
 static void	show_detached(json_t *);
+static void	show_client(json_t *);
 static void	show_sessions(json_t *);
 static void	show_hist(const char *, json_t *, json_t *);
 static void	show_percentile(json_t *, json_t *, double, char *, size_t);
@@ -116,8 +117,10 @@ show_info(const struct cli *cli, int argc, char **argv)
 		const char	*name = json_string_value(json_object_get(o,
 				    "name"));
 
-		printf("  client %lld (%s), token %lld, %s, held %lld ms",
-		    show_int(o, "client"), name != NULL ? name : "-",
+		printf("  client ");
+		show_client(o);
+		printf(" (%s), token %lld, %s, held %lld ms",
+		    name != NULL ? name : "-",
 		    show_int(o, "token"), show_str(o, "mode"),
 		    show_int(o, "held_ms"));
 		if (json_object_get(o, "expires_in_ms") != NULL)
@@ -132,8 +135,10 @@ show_info(const struct cli *cli, int argc, char **argv)
 		const char	*name = json_string_value(json_object_get(o,
 				    "name"));
 
-		printf("  client %lld (%s), %s, waited %lld ms",
-		    show_int(o, "client"), name != NULL ? name : "-",
+		printf("  client ");
+		show_client(o);
+		printf(" (%s), %s, waited %lld ms",
+		    name != NULL ? name : "-",
 		    show_str(o, "mode"),
 		    show_int(o, "waited_ms"));
 		show_detached(o);
@@ -279,6 +284,16 @@ show_json_flag(int argc, char **argv, int nwords)
 		return 1;
 	cli_usage_error("usage: keylock %s%s [--json]", argv[0],
 	    nwords > 1 ? " KEY" : "");
+}
+
+/* A holder's or waiter's client id, and its channel if INFO names one
+ * (keylockd-protocol(7), CHANNELS: "client 14/7", as in error texts). */
+static void
+show_client(json_t *o)
+{
+	printf("%lld", show_int(o, "client"));
+	if (json_is_integer(json_object_get(o, "channel")))
+		printf("/%lld", show_int(o, "channel"));
 }
 
 /* A session whose connection dropped: its locks wait for a RESUME. */

@@ -36,6 +36,23 @@ for args in "" "k" "-- k" "k --" "-c" "-x" "--bogus k -- true" \
 done
 pass "usage errors exit 64"
 
+# The bounds of -w and --ttl, said as bounds; --timeout is -w.
+"$KEYLOCK" -w 1000000001 k -- true 2>"$TMP/err"
+expect_status 64 $? "-w past 1e9 s"
+expect_grep "want 0 to 1000000000 seconds" "$TMP/err" "-w's bound"
+"$KEYLOCK" --timeout 1000000001 k -- true 2>"$TMP/err"
+expect_status 64 $? "--timeout past 1e9 s"
+expect_grep "want 0 to 1000000000 seconds" "$TMP/err" "--timeout's bound"
+"$KEYLOCK" --ttl 1000000001 k -- true 2>"$TMP/err"
+expect_status 64 $? "--ttl past 1e9 s"
+expect_grep "want 0.1 to 1000000000 seconds" "$TMP/err" "--ttl's bound"
+"$KEYLOCK" --ttl 0.05 k -- true 2>"$TMP/err"
+expect_status 64 $? "--ttl under 0.1 s"
+expect_grep "want 0.1 to 1000000000 seconds" "$TMP/err" "--ttl's floor"
+"$KEYLOCK" --timeout 1000000000 k -- true
+expect_status 0 $? "--timeout 1000000000"
+pass "-w, --timeout and --ttl name their bounds"
+
 "$KEYLOCK" -S "$TMP/no-such-socket" k -- true 2>"$TMP/err"
 expect_status 69 $? "no server"
 expect_grep "connect $TMP/no-such-socket" "$TMP/err" "no server message"
