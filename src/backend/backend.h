@@ -180,7 +180,9 @@ struct backend_ops {
 	 * Across front ends); NULL where a session is the daemon's alone
 	 * (backend local). hash is the hex SHA-256 of the session's raw ID
 	 * (64 digits): the ID itself never leaves the daemon. session_open
-	 * makes o, which holds and waits for nothing, a session's owner
+	 * makes o, which waits for nothing, a session's owner, with what it
+	 * holds, and the owners of the connection's other channels, chans
+	 * (by number; the backend keeps no pointer to them), its channels'
 	 * (BE_SESSION); session_resume finds the session hash names, checks
 	 * it is user's (NULL: none), takes it over from the front end it is
 	 * attached to and hands back its owner (BE_RESUME: KL_ERR_GONE when
@@ -189,6 +191,7 @@ struct backend_ops {
 	 * o's owner_free; its holds go at once.
 	 */
 	enum be_status	 (*session_open)(struct backend *, struct lt_owner *,
+			    const struct be_chan *chans, size_t nchans,
 			    const char *hash, uint64_t grace_ms,
 			    const char *user, struct be_result *);
 	enum be_status	 (*session_resume)(struct backend *,

@@ -1269,8 +1269,18 @@ struct esession {
 	struct event		*guard;		/* until - margin */
 	struct event		*retry;		/* OPENING: es_open_try() */
 	uint64_t		 open_until;	/* OPENING: tries end */
+	struct es_chan		*chans;		/* OPENING: the connection's
+						 * other channels */
+	size_t			 nchans;
 	struct etcd_call	*call;		/* grant, range or txn */
 	struct etcd_call	*ka_call;
+};
+
+/* A channel of a SESSION's connection: its number and its owner's id
+ * (ours: found as (0, id) while it is not the session's). */
+struct es_chan {
+	uint32_t	 n;
+	uint64_t	 client;
 };
 
 #define ES_BUCKETS	4096		/* by the first 3 digits of H */
@@ -1372,6 +1382,7 @@ es_free(struct esession *es)
 	event_free(es->ka);
 	event_free(es->guard);
 	event_free(es->retry);
+	kl_free(es->chans);
 	if (es->o != NULL && es->o->sess == es)
 		es->o->sess = NULL;
 	if (es->req != NULL && es->req->sess == es)
@@ -1821,25 +1832,108 @@ es_record_write(struct esession *es)
 
 static void	es_recorded(void *, const struct etcd_result *);
 
-/* A hold SESSION moves under L: put and applied, not let go of. */
+/* An entry SESSION moves under L: put and applied, not let go of. */
 static bool
 es_moves(const struct eentry *x)
 {
-	return x->rep == ENT_HELD && x->w == W_PUT && x->crev > 0;
+	return (x->rep == ENT_HELD || x->rep == ENT_LIVE) && x->w == W_PUT &&
+	    x->crev > 0;
+}
+
+/* Our channel c of the connection opening es, not the session's yet;
+ * NULL: gone. */
+static struct eowner *
+es_chan_owner(struct esession *es, const struct es_chan *c)
+{
+	struct eowner *ch = eowner_get(es->e->rp, 0, c->client, false);
+
+	return ch != NULL && ch->state != OWN_THEIRS &&
+	    ch->state != OWN_GONE && ch->lease == 0 ? ch : NULL;
+}
+
+/* r's held or queued entries, again under L in t, with r's value, and
+ * " @chan:client" in it when chan is not 0 (a channel's). 0: done (or
+ * nothing to move); -1: no memory. */
+static int
+es_put_again(struct esession *es, struct etcd_txn *t, struct ereq *r,
+    uint32_t chan, bool *fence)
+{
+	const char	*v = r->value, *nl;
+	char		*w = NULL;
+	size_t		 vlen = r->valuelen, moved = 0;
+	int		 rc = -1;
+
+	if (r->state != REQ_HELD && r->state != REQ_WAITING)
+		return 0;
+	for (size_t i = 0; i < r->nent; i++)
+		moved += es_moves(&r->ent[i]);
+	if (moved == 0)
+		return 0;
+	if (v == NULL)		/* never: ours wrote it */
+		return -1;
+	if (chan != 0) {
+		char	 tag[48];
+		size_t	 tl = (size_t)snprintf(tag, sizeof(tag), " @%" PRIu32
+			    ":%" PRIu64, chan, es->client);
+		size_t	 at;
+
+		nl = memchr(v, '\n', vlen);
+		at = nl != NULL ? (size_t)(nl - v) : vlen;
+		if ((w = kl_malloc(vlen + tl)) == NULL)
+			return -1;
+		memcpy(w, v, at);
+		memcpy(w + at, tag, tl);
+		memcpy(w + at + tl, v + at, vlen - at);
+		v = w;
+		vlen += tl;
+	}
+	for (size_t i = 0; i < r->nent; i++) {
+		struct eentry *x = &r->ent[i];
+
+		if (!es_moves(x))
+			continue;
+		if (etcd_txn_compare(t, x->ekey, x->ekeylen, ETCD_CMP_CREATE,
+		    ETCD_CMP_EQUAL, x->crev) != 0 || etcd_txn_put(t, true,
+		    x->ekey, x->ekeylen, v, vlen, (int64_t)es->lease) != 0)
+			goto out;
+	}
+	*fence |= r->late;
+	rc = 0;
+out:
+	kl_free(w);
+	return rc;
+}
+
+/* May o's requests be put again now: none of them has a write on its
+ * way (a try of a put landing after the rewrite would undo it)? */
+static bool
+es_settled(const struct eowner *o)
+{
+	const struct ereq *r;
+
+	if (o->open != NULL && o->open->state == REQ_PUTTING)
+		return false;
+	TAILQ_FOREACH(r, &o->reqs, entry)
+		if ((r->state == REQ_HELD || r->state == REQ_WAITING) &&
+		    r->refs > 0)
+			return false;
+	return true;
 }
 
 /*
  * SESSION's transaction (keylockd-protocol(7), SESSIONS: the session
- * covers the locks the connection already holds): the record, where
- * there is none, and every held entry of o's put again under L, each on
- * the condition that it is still the entry the replica applied (its
- * create revision): same key, same value, so the same request and
+ * covers every lock the connection holds or waits for, already): the
+ * record, where there is none, and every held entry of o's, and every
+ * held or queued entry of the connection's other channels, put again
+ * under L, each on the condition that it is still the entry the replica
+ * applied (its create revision): same key, same value (a channel's with
+ * its channel and the session's client added), so the same request and
  * verdict, and the same token, on every replica (a token is the
  * revision of its grant, which a rewrite does not change). A rewrite of
- * a put that may still land late (ereq.late) moves our fence too, as
- * its delete would (backend_etcd_commit.c): a late try of that put
- * would put the entry back under our lease. 1: sent; 0: not now, a
- * write of o's held requests is on its way; -1: no memory.
+ * a put that may still land late (ereq.late) moves our fence too, as its
+ * delete would (backend_etcd_commit.c): a late try of that put would put
+ * the entry back under our lease. 1: sent; 0: not now, a write of these
+ * requests is on its way; -1: no memory.
  */
 static int
 es_open_put(struct esession *es, struct eowner *o)
@@ -1847,13 +1941,17 @@ es_open_put(struct esession *es, struct eowner *o)
 	struct ebe	*e = es->e;
 	struct etcd_txn	*t;
 	struct ereq	*r;
+	struct eowner	*ch;
 	char		 key[512], val[320];
 	size_t		 klen = es_key(es, key, sizeof(key));
 	size_t		 vlen = es_value(es, e->lease.fe, val, sizeof(val));
 	bool		 fence = false;
 
-	TAILQ_FOREACH(r, &o->reqs, entry)
-		if (r->state == REQ_HELD && r->refs > 0)
+	if (!es_settled(o))
+		return 0;
+	for (size_t i = 0; i < es->nchans; i++)
+		if ((ch = es_chan_owner(es, &es->chans[i])) != NULL &&
+		    !es_settled(ch))
 			return 0;
 	if ((t = etcd_txn_new()) == NULL)
 		return -1;
@@ -1861,21 +1959,17 @@ es_open_put(struct esession *es, struct eowner *o)
 	    0) != 0 || etcd_txn_put(t, true, key, klen, val, vlen,
 	    (int64_t)es->lease) != 0)
 		goto nomem;
-	TAILQ_FOREACH(r, &o->reqs, entry) {
-		for (size_t i = 0; r->state == REQ_HELD && i < r->nent; i++) {
-			struct eentry *x = &r->ent[i];
-
-			if (!es_moves(x))
-				continue;
-			if (r->value == NULL)	/* never: ours wrote it */
+	TAILQ_FOREACH(r, &o->reqs, entry)
+		if (r->state == REQ_HELD &&
+		    es_put_again(es, t, r, 0, &fence) != 0)
+			goto nomem;
+	for (size_t i = 0; i < es->nchans; i++) {
+		if ((ch = es_chan_owner(es, &es->chans[i])) == NULL)
+			continue;
+		TAILQ_FOREACH(r, &ch->reqs, entry)
+			if (es_put_again(es, t, r, es->chans[i].n,
+			    &fence) != 0)
 				goto nomem;
-			if (etcd_txn_compare(t, x->ekey, x->ekeylen,
-			    ETCD_CMP_CREATE, ETCD_CMP_EQUAL, x->crev) != 0 ||
-			    etcd_txn_put(t, true, x->ekey, x->ekeylen,
-			    r->value, r->valuelen, (int64_t)es->lease) != 0)
-				goto nomem;
-			fence |= r->late;
-		}
 	}
 	if (fence) {
 		klen = (size_t)snprintf(key, sizeof(key), "%sfe/%016" PRIx64,
@@ -1964,6 +2058,18 @@ es_recorded(void *arg, const struct etcd_result *r)
 		es->o = o;
 		o->sess = es;
 		eowner_set_lease(e->rp, o, es->lease);
+		/* the channels, whose entries the transaction moved: named
+		 * (L, their id) and their channel from now on */
+		for (size_t i = 0; i < es->nchans; i++) {
+			struct eowner *ch = es_chan_owner(es, &es->chans[i]);
+
+			if (ch != NULL)
+				eowner_set_channel(e->rp, ch, es->lease,
+				    ch->client, es->chans[i].n, es->client);
+		}
+		kl_free(es->chans);
+		es->chans = NULL;
+		es->nchans = 0;
 		es_ka_start(es);
 		log_info("backend etcd: client %" PRIu64 ": session under lease "
 		    "%016" PRIx64 " (%" PRId64 " s)", es->client, es->lease,
@@ -2001,7 +2107,8 @@ es_granted(void *arg, const struct etcd_result *r)
 }
 
 static enum be_status
-ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
+ebe_session_open(struct backend *be, struct lt_owner *lo,
+    const struct be_chan *chans, size_t nchans, const char *hash,
     uint64_t grace_ms, const char *user, struct be_result *r)
 {
 	struct ebe	*e = ebe_of(be);
@@ -2010,6 +2117,17 @@ ebe_session_open(struct backend *be, struct lt_owner *lo, const char *hash,
 
 	if ((es = es_precheck(e, o, hash, BE_SESSION, r)) == NULL)
 		return BE_DONE;
+	if (nchans > 0 && (es->chans = kl_calloc(nchans,
+	    sizeof(*es->chans))) == NULL) {
+		es_free(es);
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
+	for (size_t i = 0; i < nchans; i++) {
+		es->chans[es->nchans].n = chans[i].n;
+		es->chans[es->nchans++].client =
+		    locktable_owner_id(chans[i].owner);
+	}
 	es->state = ES_OPENING;
 	es->client = o->client;
 	es->grace_ms = grace_ms;

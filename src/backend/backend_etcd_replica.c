@@ -1108,17 +1108,23 @@ live_keys(const struct replica *rp, const char **keys, size_t *keylens,
 
 /*
  * A live entry put again (version > 1): a SESSION after its connection's
- * LOCKs moved it under the session's lease L (keys, values and verdicts
- * unchanged: tokens too). Another front end's owner is named by L from
- * then on, so that RESUME through any front end finds these holds with
- * the session's; ours was renamed when the SESSION was answered.
+ * LOCKs moved it under the session's lease L (keys, verdicts and values
+ * unchanged, but a channel's, which names its channel now: tokens
+ * unchanged too). Another front end's owner is named by L from then on,
+ * and a channel's by its channel, so that RESUME through any front end
+ * finds these holds and waits with the session's; ours was renamed when
+ * the SESSION was answered.
  */
 static void
 apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 {
-	struct ereq	*r;
-	struct eowner	*o;
-	uint64_t	 fe, seq;
+	const char		*keys[KL_KEYS_HARD_MAX];
+	size_t			 keylens[KL_KEYS_HARD_MAX];
+	struct lt_acquire	 a;
+	struct echan		 ch;
+	struct ereq		*r;
+	struct eowner		*o;
+	uint64_t		 fe, seq, client;
 
 	if (kv->lease <= 0 || !ekey_parse(rp, kv->key, kv->keylen, &fe,
 	    &seq) || (r = ereq_find(rp, fe, seq)) == NULL)
@@ -1139,6 +1145,11 @@ apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 	o->fe = (uint64_t)kv->lease;
 	ehash_insert(&rp->by_id, o, owner_id_hash(rp, o),
 	    offsetof(struct eowner, hnext), owner_id_hash, rp);
+	/* a channel of the session's connection: its value names it now */
+	if (o->chan == 0 && ebe_entry_decode(kv->key, kv->keylen,
+	    rp->prefixlen, kv->value, kv->valuelen, &client, &ch, &a, keys,
+	    keylens, KL_KEYS_HARD_MAX) == NULL && ch.chan != 0)
+		eowner_chan_set(rp, o, ch.chan, ch.sclient);
 }
 
 /* A put; while rebuilding, live holds the range's entries of its

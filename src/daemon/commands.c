@@ -1001,15 +1001,6 @@ cmd_session(struct commands *cmds, struct conn *c, const struct request *req)
 		    "has a session");
 		return;
 	}
-	/* backend etcd writes a session's entries, every channel's, under
-	 * a lease of its own (keylockd-protocol(7), SESSIONS: Across front
-	 * ends): channel 0's held ones it puts again under it, not yet
-	 * other channels' */
-	if (cmds->be->ops->session_open != NULL && conn_nchannels(c) > 0) {
-		conn_reply_err(c, KL_ERR_SESSION, "through backend etcd, "
-		    "SESSION comes while no channel is in use");
-		return;
-	}
 	if (grace > (uint64_t)cfg->session_grace_max) {
 		conn_reply_err(c, KL_ERR_LIMIT, "grace is over "
 		    "session-grace-max %" PRId64, cfg->session_grace_max);
@@ -1060,17 +1051,50 @@ cmd_session_refused(struct conn *c, struct session *s,
 		    "the backend cannot be reached");
 }
 
-/* backend etcd: the session's lease and record. true: pending, or
- * answered with an error. */
+/* The channels of a connection but 0, for SESSION through backend etcd. */
+struct cmd_be_chans {
+	struct be_chan	*list;
+	size_t		 n, cap;
+};
+
+static bool
+cmd_be_chans_add(void *arg, struct conn *ch)
+{
+	struct cmd_be_chans *bc = arg;
+
+	if (conn_channel(ch) != 0 && bc->n < bc->cap) {
+		bc->list[bc->n].n = conn_channel(ch);
+		bc->list[bc->n++].owner = conn_owner(ch);
+	}
+	return true;
+}
+
+/* backend etcd: the session's lease and record, its holds and its
+ * channels' holds and waits under it. true: pending, or answered with an
+ * error. */
 static bool
 cmd_session_backend(struct commands *cmds, struct conn *c, struct session *s,
     uint64_t grace)
 {
 	struct backend		*be = cmds->be;
 	struct be_result	 r;
+	struct cmd_be_chans	 bc;
+	enum be_status		 st;
 	char			 hash[SESSION_HASH_HEX + 1], err[256];
 
+	memset(&bc, 0, sizeof(bc));
+	bc.cap = conn_nchannels(c);
+	if (bc.cap > 0 && (bc.list = kl_calloc(bc.cap,
+	    sizeof(*bc.list))) == NULL) {
+		memset(&r, 0, sizeof(r));
+		r.op = BE_SESSION;
+		r.err = KL_ERR_NOMEM;
+		cmd_session_refused(c, s, &r);
+		return true;
+	}
+	conn_channels_walk(c, cmd_be_chans_add, &bc);
 	if (!session_hash(s, hash, err, sizeof(err))) {
+		kl_free(bc.list);
 		memset(&r, 0, sizeof(r));
 		r.op = BE_SESSION;
 		r.err = KL_ERR_BACKEND;
@@ -1078,8 +1102,10 @@ cmd_session_backend(struct commands *cmds, struct conn *c, struct session *s,
 		cmd_session_refused(c, s, &r);
 		return true;
 	}
-	if (be->ops->session_open(be, conn_owner(c), hash, grace,
-	    session_user(s), &r) == BE_PENDING) {
+	st = be->ops->session_open(be, conn_owner(c), bc.list, bc.n, hash,
+	    grace, session_user(s), &r);
+	kl_free(bc.list);
+	if (st == BE_PENDING) {
 		conn_pend(c, false, -1, 0);
 		return true;
 	}

@@ -1181,13 +1181,14 @@ ss_resumed_token(json_t *r, const char *key, const char *line)
 }
 
 /*
- * SESSION covers the locks the connection already holds (keylockd-
- * protocol(7), SESSIONS), through backend etcd too: after LOCKs (one of
- * two keys), a refused TRYLOCK and a released LOCK, SESSION is OK, and
- * every front end reports each grant with the token its client received,
- * before and after; A is SIGKILLed, RESUME through B gives back every
- * grant, before the SESSION and after it, with its token, and they stay
- * held past A's own lease.
+ * SESSION covers the locks the connection already holds or waits for
+ * (keylockd-protocol(7), SESSIONS), through backend etcd too: after LOCKs
+ * (one of two keys), a refused TRYLOCK and a released LOCK, with channel
+ * 1 holding and channel 2 waiting, SESSION is OK, and every front end
+ * reports each grant with the token its client received, before and
+ * after; A is SIGKILLed, RESUME through B gives back every grant, before
+ * the SESSION and after it, with its token, and both channels, and they
+ * stay held past A's own lease; channel 2's wait is granted on B.
  */
 START_TEST(session_after_locks_covers_them)
 {
@@ -1196,7 +1197,7 @@ START_TEST(session_after_locks_covers_them)
 	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
 	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
 	struct kt_conn		*p = kt_connect_to(b, KT_TCP), *c, *n;
-	uint64_t		 t0, t12, t3;
+	uint64_t		 t0, t12, t3, t5, t9;
 	char			 why[160], id[80];
 	json_t			*r;
 
@@ -1208,6 +1209,9 @@ START_TEST(session_after_locks_covers_them)
 	t12 = kt_lock(c, "LOCK m1 m2");
 	kt_lock(c, "LOCK m4");
 	kt_req(c, "OK 1", "UNLOCK m4");
+	t5 = ss_chan_lock(c, 1, "m5");
+	kt_send(c, "@2 LOCK m9 timeout=%" PRId64, kt_ms(60000));
+	ss_chan_queued(oa, "m9", 2);
 	kt_send(c, "SESSION grace=%" PRId64, ss_grace(SS_GRACE_MS));
 	kt_recv(c);
 	ck_assert_msg(strncmp(c->line, "OK ", 3) == 0, "SESSION after "
@@ -1221,6 +1225,7 @@ START_TEST(session_after_locks_covers_them)
 		ck_assert_uint_eq(ss_holder_token(o, "m1"), t12);
 		ck_assert_uint_eq(ss_holder_token(o, "m2"), t12);
 		ck_assert_uint_eq(ss_holder_token(o, "m3"), t3);
+		ck_assert_uint_eq(ss_holder_token(o, "m5"), t5);
 	}
 
 	ss_kill(a);
@@ -1235,6 +1240,8 @@ START_TEST(session_after_locks_covers_them)
 	ck_assert_uint_eq(ss_resumed_token(r, "m0", n->line), t0);
 	ck_assert_uint_eq(ss_resumed_token(r, "m1", n->line), t12);
 	ck_assert_uint_eq(ss_resumed_token(r, "m3", n->line), t3);
+	ss_chan_check(r, 1, "m5", t5, NULL, n->line);
+	ss_chan_check(r, 2, NULL, 0, "m9", n->line);
 	json_decref(r);
 
 	/* held past A's own lease, which the entries carried before */
@@ -1243,10 +1250,16 @@ START_TEST(session_after_locks_covers_them)
 	kt_req_err(ob, "LOCKED", "TRYLOCK m2");
 	ck_assert_uint_eq(ss_holder_token(ob, "m0"), t0);
 	ck_assert_uint_eq(ss_holder_token(ob, "m1"), t12);
+	ck_assert_uint_eq(ss_holder_token(ob, "m5"), t5);
+	kt_req(p, "OK 1", "UNLOCK m9");
+	kt_recv_within(n, kt_ms(20000));
+	t9 = ss_chan_token(n, 2, "channel 2's wait for m9");
+	ck_assert_uint_gt(t9, t5);
 	kt_req(n, "OK 2", "UNLOCK m1 m2");
 	kt_req(n, "OK 2", "UNLOCKALL");
+	kt_req(n, "@1 OK 1", "@1 UNLOCK m5");
+	kt_req(n, "@2 OK 1", "@2 UNLOCK m9");
 	kt_req(n, "OK", "QUIT");
-	kt_req(p, "OK 1", "UNLOCK m9");
 	kt_wait_stat(ob, "keys", 0);
 }
 END_TEST
