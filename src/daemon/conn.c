@@ -1052,9 +1052,20 @@ conn_exec(struct conn *c, const char *line, size_t len)
 		commands_execute(cs->cmds, c, req);
 }
 
+/* A complete line answered without conn_exec() (an @ that names no
+ * channel, TOOLONG, a channel over max-channels) admits the connection
+ * as conn_exec() does: keylockd.conf(5), auth-timeout. */
+static void
+conn_admit_line(struct conn *r)
+{
+	if (!r->admitted && !commands_need_auth(r->cs->cmds))
+		conn_admit(r);
+}
+
 static void
 conn_reply_toolong(struct conn *c)
 {
+	conn_admit_line(c->root);
 	conn_reply_err(c, KL_ERR_TOOLONG, "request line over %" PRId64
 	    " bytes", c->cs->cfg->max_line);
 }
@@ -1286,11 +1297,13 @@ conn_line_channel(struct conn *r, const char *line, size_t len,
 		/* The token is echoed only when short and printable. */
 		for (size_t k = i; echo && k < j; k++)
 			echo = line[k] > ' ' && line[k] < 0x7f;
-		if (answer)
+		if (answer) {
+			conn_admit_line(r);
 			conn_reply_err(r, KL_ERR_SYNTAX, "%.*s%sis not a "
 			    "channel: @1 to @%" PRIu32 ", then a blank",
 			    echo ? (int)(j - i) : 0, line + i, echo ? " " :
 			    "the @ word ", UINT32_MAX);
+		}
 		return -1;
 	}
 	/* The request starts at its command word, so that the parser's
@@ -1326,6 +1339,7 @@ conn_chan_limit(struct conn *r, uint32_t n, const char *line, size_t len)
 			    KL_ERR_TOOLONG;
 
 	r->cs->st->errors++;
+	conn_admit_line(r);
 	if (line == NULL)
 		k = snprintf(text, sizeof(text), "@%" PRIu32 " ERR TOOLONG "
 		    "request line over %" PRId64 " bytes\n", n,

@@ -385,6 +385,48 @@ START_TEST(half_closed_client_gets_replies_to_complete_lines)
 }
 END_TEST
 
+/*
+ * keylockd.conf(5), auth-timeout: with no secret, any complete line
+ * admits a connection, whatever its reply: an @ that names no channel,
+ * a line over max-line, a channel over max-channels (fuzz_commands
+ * found the first closed as "no complete line").
+ */
+START_TEST(any_answered_line_admits_without_a_secret)
+{
+	struct client	*a, *b, *c, *d;
+	char		*big;
+	size_t		 len;
+	uint64_t	 end;
+
+	cc_restart_server("--auth-timeout", "300", "--max-channels", "0",
+	    NULL);
+	a = cc_client_new();
+	b = cc_client_new();
+	c = cc_client_new();
+	d = cc_client_new();
+	big = cc_repeat("x", (size_t)cc_cfg.max_line + 10, &len);
+	cc_send_str(a, "@x\n");
+	cc_send_bytes(b, big, len);
+	cc_send_str(b, "\n");
+	cc_send_str(c, "@1 PING\n");
+	EXPECT_PREFIX(a, "ERR SYNTAX ");
+	EXPECT_PREFIX(b, "ERR TOOLONG ");
+	EXPECT_PREFIX(c, "@1 ERR LIMIT ");
+	cc_expect_eof(d);	/* silent: closed at 300 ms */
+	end = cc_now_ms() + 50;
+	while (cc_now_ms() < end) {
+		cc_pump();
+		cc_nap(NULL, 5);
+	}
+	cc_send_str(a, "PING\n");
+	cc_send_str(b, "PING\n");
+	cc_send_str(c, "PING\n");
+	EXPECT_LINE(a, "OK PONG");
+	EXPECT_LINE(b, "OK PONG");
+	EXPECT_LINE(c, "OK PONG");
+}
+END_TEST
+
 void
 cc_add_framing(Suite *s)
 {
@@ -415,4 +457,5 @@ cc_add_framing(Suite *s)
 	tcase_add_test(tc, configured_max_line_is_the_bound);
 	tcase_add_test(tc, binary_garbage_only_gets_err_replies);
 	tcase_add_test(tc, half_closed_client_gets_replies_to_complete_lines);
+	tcase_add_test(tc, any_answered_line_admits_without_a_secret);
 }
