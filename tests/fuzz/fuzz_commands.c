@@ -109,6 +109,11 @@ struct fc_client {
 	bool		 wclosed;	/* we shut down our side */
 	bool		 quit;		/* QUIT was answered OK */
 	bool		 stalled;	/* not reading its replies */
+	bool		 was_stalled;	/* or was, or sent a batch unread */
+	bool		 told;		/* an ERR said the server closes it */
+	bool		 admitted;	/* AUTH OK, or any reply where none is
+					 * needed */
+	uint64_t	 opened_ms;
 	char		 rx[65536];	/* the reply line being read */
 	size_t		 rxlen;
 	bool		 rxlong;
@@ -138,6 +143,8 @@ static size_t		 fc_ntimers;
 static size_t		 fc_max_line;
 static uint64_t		 fc_nreplies;
 static bool		 fc_hold;	/* inside [ ] */
+static bool		 fc_kills;	/* a KILL or RESUME was sent */
+static const struct config *fc_cur;
 static const uint8_t	*fc_last;	/* the last send step */
 static size_t		 fc_lastlen;
 static bool		 fc_trace;	/* FUZZ_COMMANDS_TRACE set: to stderr */
@@ -240,8 +247,8 @@ fc_init(void)
 
 		fc_load(&fc_cfg[2], x, (int)(sizeof(x) / sizeof(x[0])));
 	}
-	log_set_level(LOG_LEVEL_ERROR);
 	fc_trace = getenv("FUZZ_COMMANDS_TRACE") != NULL;
+	log_set_level(fc_trace ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR);
 	fc_ready = true;
 }
 
@@ -570,6 +577,8 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 	ch = fc_chan(k, (uint32_t)chn, false);
 	if (ch == NULL || ch->head == ch->tail)
 		fc_fail(k, line, len, "a reply to no request");
+	if (!commands_need_auth(fc_srv->cmds))
+		k->admitted = true;
 	echo = (ch->q[ch->head] & FK_ECHO) != 0;
 	kind = (enum fc_kind)(ch->q[ch->head++] & ~FK_ECHO & 0xffu);
 	fc_nreplies++;
@@ -587,6 +596,8 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 		if (e - 4 == 9 && memcmp(l + 4, "CANCELLED", 9) == 0)
 			ch->cancelled++;
 		fc_text_sane(k, line, len, echo);
+		if (memmem(l, n, "closing the connection", 22) != NULL)
+			k->told = true;	/* the third wrong AUTH */
 		if (kind == FK_TOOLONG && (e - 4 != 7 ||
 		    memcmp(l + 4, "TOOLONG", 7) != 0))
 			fc_fail(k, line, len, "not ERR TOOLONG");
@@ -641,6 +652,7 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 	case FK_QUIT:
 		if (n != 2)
 			fc_fail(k, line, len, "not a bare OK");
+		k->admitted = true;	/* AUTH, NAME: past AUTH */
 		if (kind == FK_QUIT)
 			k->quit = true;
 		break;
@@ -667,6 +679,26 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 	}
 }
 
+/*
+ * The server closed k: only for a reason (keylockd-protocol(7),
+ * keylockd.conf(5)): QUIT, our own end closed, KILL or a RESUME that
+ * moved a session, auth-timeout before AUTH or a first line,
+ * idle-timeout, replies left unread (write-timeout, max-output, 16 KiB
+ * before AUTH).
+ */
+static void
+fc_eof(const struct fc_client *k)
+{
+	const struct config	*cfg = fc_cur;
+
+	if (k->quit || k->told || k->wclosed || fc_kills || k->was_stalled ||
+	    cfg->idle_timeout != 0 || (!k->admitted && cfg->auth_timeout !=
+	    0 && kl_clock_fixed_ms - k->opened_ms >=
+	    (uint64_t)cfg->auth_timeout))
+		return;
+	fc_fail(k, "", 0, "the server closed the connection for no reason");
+}
+
 /* Reads what the server sent k. */
 static bool
 fc_drain(struct fc_client *k)
@@ -685,6 +717,7 @@ fc_drain(struct fc_client *k)
 		}
 		if (n == 0) {
 			k->eof = true;
+			fc_eof(k);
 			break;
 		}
 		got = true;
@@ -823,6 +856,9 @@ fc_line(struct fc_client *k, const char *line, size_t len)
 		;
 	if (i == len)
 		return;		/* blank: no reply */
+	if (fc_kind_of(line + off, len - off) == FK_BIT ||
+	    fc_kind_of(line + off, len - off) == FK_RESUME)
+		fc_kills = true;
 	fc_expect(k, (uint32_t)n, fc_kind_of(line + off, len - off) |
 	    (memmem(line, len, "(null)", 6) != NULL ? FK_ECHO : 0), false);
 }
@@ -912,6 +948,7 @@ fc_open(struct fc_client *k)
 		abort();
 	k->id = conn_id(c);
 	k->fd = sv[1];
+	k->opened_ms = kl_clock_fixed_ms;
 }
 
 static void
@@ -968,6 +1005,9 @@ fc_step(const uint8_t *p, size_t n)
 
 	if (n == 0)
 		return;
+	if (fc_hold && ((p[0] | 0x20) >= 'a' && (p[0] | 0x20) < 'a' +
+	    FC_CONNS))
+		fc_cl[(p[0] | 0x20) - 'a'].was_stalled = true;
 	if (p[0] >= 'a' && p[0] < 'a' + FC_CONNS) {
 		fc_send_text(&fc_cl[p[0] - 'a'], p + 1, n - 1, true);
 		fc_last = p;
@@ -977,6 +1017,9 @@ fc_step(const uint8_t *p, size_t n)
 		fc_last = p;
 		fc_lastlen = n;
 	} else if (p[0] == '*') {
+		/* a burst of replies the client has yet to read */
+		if (fc_last != NULL)
+			fc_cl[(fc_last[0] | 0x20) - 'a'].was_stalled = true;
 		for (i = 1; i < n && p[i] >= '0' && p[i] <= '9' && ms <= 2000;
 		    i++)
 			ms = ms * 10 + (uint64_t)(p[i] - '0');
@@ -992,6 +1035,7 @@ fc_step(const uint8_t *p, size_t n)
 	} else if ((p[0] == 's' || p[0] == 'r') && n > 1 && p[1] >= 'a' &&
 	    p[1] < 'a' + FC_CONNS) {
 		fc_cl[p[1] - 'a'].stalled = p[0] == 's';
+		fc_cl[p[1] - 'a'].was_stalled = true;
 	} else if (p[0] == '+') {
 		for (i = 1; i < n && p[i] >= '0' && p[i] <= '9' &&
 		    ms < FC_MAX_STEP_MS; i++)
@@ -1039,6 +1083,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fc_ntimers = 0;
 	fc_hold = false;
 	fc_last = NULL;
+	fc_kills = false;
+	fc_cur = cfg;
 	fc_srv = server_new(cfg);
 	commands_set_upgrade(fc_srv->cmds, fc_no_upgrade, NULL);
 	for (int i = 0; i < FC_CONNS; i++)
