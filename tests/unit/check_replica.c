@@ -1090,18 +1090,20 @@ END_TEST
  */
 START_TEST(a_session_after_a_lock_keeps_its_token)
 {
-	static int		 conn_a, conn_b;	/* the daemon's */
+	static int		 conn_a, conn_b, conn_ch;	/* the daemon's */
 	struct world		*w = calloc(1, sizeof(*w));
 	struct rep		*a, *b;
-	struct lt_owner		*lo, *req, *lo_b;
+	struct lt_owner		*lo, *req, *lo_b, *ch;
 	struct eowner		*o;
 	struct ereq		*q;
 	struct lt_acquire	 acq;
 	struct be_result	 r, got;
 	const char		*keys[1] = { "k0" };
 	size_t			 keylens[1] = { 2 };
-	uint64_t		 t0;
+	uint64_t		 t0, t1;
 	struct etcd_event	*ev;
+	char			 chval[160];
+	const char		*nl;
 
 	ck_assert_ptr_nonnull(w);
 	w->rng = 13;
@@ -1128,12 +1130,40 @@ START_TEST(a_session_after_a_lock_keeps_its_token)
 	ck_assert_int_eq(got.err, KL_OK);
 	t0 = got.value;
 	ck_assert_uint_eq(token_of(b, FE_A, 7, "k0"), t0);
+	/* channel 3 of the same connection (its owner id 8) holds k1 */
+	ck_assert_ptr_nonnull(ch = a->be->ops->owner_new(a->be, 8, &conn_ch));
+	keys[0] = "k1";
+	ck_assert_int_eq(a->be->ops->acquire(a->be, ch, &acq, kl_now_ms(),
+	    &r), BE_PENDING);
+	ck_assert_ptr_nonnull(q = eowner_of(a->rp, ch)->open);
+	w->rev++;
+	w_put(w, q->ent[0].ekey, q->ent[0].ekeylen, q->value, q->valuelen,
+	    q->fe, q->seq);
+	w_apply(w, 1);
+	ck_assert_uint_eq(replies_of(a, ch, &got), 1);
+	t1 = got.value;
 	a->ngot = 0;
 
-	/* SESSION: the record and the entry again, under L, at one
-	 * revision; A's own owner is renamed when it is answered */
+	/* SESSION: the record and the entries again, under L, at one
+	 * revision, the channel's naming it; A's own owners are renamed
+	 * when it is answered */
 	ebe_assume_session(a->e, lo, SESS_HASH, SESS_L, 5000, ++w->rev);
+	eowner_set_channel(a->rp, eowner_of(a->rp, ch), SESS_L, 8, 3, 7);
 	w_record(w, 7, FE_A);
+	nl = strchr(w->kv[1].value, '\n');
+	ck_assert_ptr_nonnull(nl);
+	snprintf(chval, sizeof(chval), "%.*s @3:7%s",
+	    (int)(nl - w->kv[1].value), w->kv[1].value, nl);
+	ev = &w->ev[w->nev++];
+	memset(ev, 0, sizeof(*ev));
+	ev->kv.key = w->kv[1].key;
+	ev->kv.keylen = strlen(w->kv[1].key);
+	ev->kv.value = chval;
+	ev->kv.valuelen = strlen(chval);
+	ev->kv.version = 2;
+	ev->kv.create_revision = w->kv[1].crev;
+	ev->kv.mod_revision = w->rev;
+	ev->kv.lease = SESS_L;
 	ev = &w->ev[w->nev++];
 	memset(ev, 0, sizeof(*ev));
 	ev->kv.key = w->kv[0].key;
@@ -1151,6 +1181,13 @@ START_TEST(a_session_after_a_lock_keeps_its_token)
 	ck_assert_ptr_null(eowner_get(b->rp, FE_A, 7, false));
 	ck_assert_ptr_nonnull(o = eowner_get(b->rp, SESS_L, 7, false));
 	ck_assert_int_eq(o->state, OWN_THEIRS);
+	/* the channel: named (L, 8), channel 3 of client 7, its token */
+	ck_assert_ptr_null(eowner_get(b->rp, FE_A, 8, false));
+	ck_assert_ptr_nonnull(o = eowner_get(b->rp, SESS_L, 8, false));
+	ck_assert_uint_eq(o->chan, 3);
+	ck_assert_uint_eq(o->sclient, 7);
+	ck_assert_uint_eq(token_of(b, SESS_L, 8, "k1"), t1);
+	ck_assert_uint_eq(token_of(a, SESS_L, 8, "k1"), t1);
 
 	/* RESUME through B: the grant, with its token */
 	ck_assert_ptr_nonnull(req = b->be->ops->owner_new(b->be, 50,
@@ -1169,9 +1206,15 @@ START_TEST(a_session_after_a_lock_keeps_its_token)
 	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k0", 2));
 	ck_assert_uint_eq(token_of(b, SESS_L, 7, "k0"), t0);
 	ck_assert_uint_eq(token_of(a, SESS_L, 7, "k0"), t0);
+	ck_assert_uint_eq(r.nchans, 1);
+	ck_assert_uint_eq(r.chans[0].n, 3);
+	ck_assert_ptr_nonnull(o = eowner_of(b->rp, r.chans[0].owner));
+	ck_assert_ptr_nonnull(eentry_held(b->rp, o, "k1", 2));
+	ck_assert_uint_eq(token_of(b, SESS_L, 8, "k1"), t1);
 	locktable_owner_set_udata(lo_b, &conn_b);
 	b->be->ops->owner_free(b->be, req, kl_now_ms());
 	b->be->ops->owner_free(b->be, lo_b, kl_now_ms());
+	b->be->ops->owner_free(b->be, r.chans[0].owner, kl_now_ms());
 	rep_free(a);
 	rep_free(b);
 	free(w->log);
