@@ -39,6 +39,7 @@
 #include "server.h"
 #include "session.h"
 #include "stats.h"
+#include "token.h"
 #include "server_impl.h"
 #include "tls.h"
 #include "upgrade.h"
@@ -743,6 +744,11 @@ server_new(struct config *cfg)
 	hooks.moved = server_be_moved;
 	hooks.name = server_be_name;
 	hooks.released = server_be_released;
+	/* keylockd(8), --state-dir: one server per state directory (backend
+	 * local, whose fencing-token mark it holds) */
+	if (strcmp(cfg->backend, "local") == 0 &&
+	    token_lock_dir(cfg->state_dir, err, sizeof(err)) == -1)
+		fatalx("%s", err);
 	if ((srv->be = backend_new(cfg, srv->base, &hooks, err,
 	    sizeof(err))) == NULL ||
 	    (srv->cmds = commands_new(cfg, &srv->stats, srv->be, err,

@@ -42,6 +42,7 @@
 #include "server_impl.h"
 #include "session.h"
 #include "stats.h"
+#include "token.h"
 #include "upgrade.h"
 #include "util.h"
 
@@ -142,6 +143,7 @@ server_upgrade_failed(struct server *srv, const char *why)
 	srv->upgrade_check = NULL;
 	upgrade_state_discard();
 	srv->stats.upgrade_failures++;
+	token_lock_note_pid();	/* the new process may have named itself */
 	log_warnx("upgrade failed: %s; this process (pid %d) carries on",
 	    why, (int)getpid());
 	if (srv->upgrade_requester != 0 &&
@@ -592,6 +594,7 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		upgrade_in_fail(in, "%s", err);
 	/* Ready: from GO on, the sockets are this process's. */
 	upgrade_in_ready(in);
+	token_lock_note_pid();
 	now = kl_clock_read_ms();
 	srv->stats.upgrades = upgrades + 1;
 	srv->stats.upgrade_pause_ms = now - freeze_ms;

@@ -10,6 +10,7 @@
  * a failed write is noticed while that block still serves the grants
  * already queued; until a write succeeds token_ready() refuses new ones.
  */
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <errno.h>
@@ -108,6 +109,115 @@ token_join(const char *dir, const char *name)
 	if ((p = kl_malloc(n)) != NULL)
 		snprintf(p, n, "%s/%s", dir, name);
 	return p;
+}
+
+/* This process's lock of its state directory (token_lock_dir). */
+static int	token_lockfd = -1;
+
+int
+token_lock_fd(void)
+{
+	return token_lockfd;
+}
+
+/* The descriptor a live upgrade's old process passed down, if it is a
+ * lock of path that this process now holds too (the same open file
+ * description); else -1, and it is closed. */
+static int
+token_lock_inherited(const char *path)
+{
+	const char	*s = getenv(KL_STATE_LOCK_ENV);
+	struct stat	 a, b;
+	char		*end;
+	long		 fd;
+
+	if (s == NULL)
+		return -1;
+	errno = 0;
+	fd = strtol(s, &end, 10);
+	unsetenv(KL_STATE_LOCK_ENV);
+	if (errno != 0 || *end != '\0' || end == s || fd < 3 || fd > 65535 ||
+	    fstat((int)fd, &a) == -1)
+		return -1;
+	if (stat(path, &b) == -1 || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino || flock((int)fd, LOCK_EX | LOCK_NB) == -1 ||
+	    fcntl((int)fd, F_SETFD, FD_CLOEXEC) == -1) {
+		close((int)fd);
+		return -1;
+	}
+	return (int)fd;
+}
+
+void
+token_lock_note_pid(void)
+{
+	char	buf[32];
+	int	n;
+
+	if (token_lockfd == -1)
+		return;
+	n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (ftruncate(token_lockfd, 0) == 0)
+		(void)!pwrite(token_lockfd, buf, (size_t)n, 0);
+}
+
+int
+token_lock_dir(const char *dir, char *errbuf, size_t errlen)
+{
+	char	*path;
+	char	 buf[32];
+	ssize_t	 n;
+	int	 fd;
+	bool	 inherited;
+
+	if (mkdir(dir, 0750) == -1 && errno != EEXIST) {
+		snprintf(errbuf, errlen, "state dir %s: %s", dir,
+		    strerror(errno));
+		return -1;
+	}
+	if ((path = token_join(dir, KL_STATE_LOCK_FILE)) == NULL) {
+		snprintf(errbuf, errlen, "out of memory");
+		return -1;
+	}
+	if (!(inherited = (fd = token_lock_inherited(path)) != -1)) {
+		if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC,
+		    0640)) == -1) {
+			snprintf(errbuf, errlen, "state dir %s: cannot open "
+			    "its lock file %s: %s", dir, path,
+			    strerror(errno));
+			kl_free(path);
+			return -1;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) == -1) {
+			int	e = errno;
+
+			n = pread(fd, buf, sizeof(buf) - 1, 0);
+			buf[n > 0 ? n : 0] = '\0';
+			buf[strcspn(buf, "\n")] = '\0';
+			if (e == EWOULDBLOCK)
+				snprintf(errbuf, errlen, "state dir %s is in "
+				    "use by another keylockd%s%s (it holds "
+				    "the lock of %s): two servers on one "
+				    "state directory would hand out the same "
+				    "fencing tokens", dir,
+				    buf[0] != '\0' ? ", pid " : "", buf,
+				    path);
+			else
+				snprintf(errbuf, errlen, "state dir %s: cannot "
+				    "lock %s: %s", dir, path, strerror(e));
+			close(fd);
+			kl_free(path);
+			return -1;
+		}
+	}
+	kl_free(path);
+	if (token_lockfd != -1 && token_lockfd != fd)
+		close(token_lockfd);
+	token_lockfd = fd;
+	/* a live upgrade's new process: once it has taken over */
+	if (!inherited)
+		token_lock_note_pid();
+	return 0;
 }
 
 struct token *

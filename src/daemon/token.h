@@ -24,6 +24,24 @@ struct token;
 /* Opens (creating if needed) dir/token and makes the first two blocks
  * durable. Returns NULL with a message in errbuf on failure. */
 struct token	*token_open(const char *dir, char *errbuf, size_t errlen);
+
+/*
+ * The state directory is one process's (keylockd(8), --state-dir): an
+ * exclusive flock(2) on KL_STATE_LOCK_FILE in it, taken at start and held
+ * until the process ends. A live upgrade's new process inherits the old
+ * one's locked descriptor (its number in KL_STATE_LOCK_ENV), so the lock
+ * is never free between the two. -1 and errbuf when another process holds
+ * it or it cannot be taken. token_lock_fd(): the locked descriptor, -1
+ * if none.
+ */
+#define KL_STATE_LOCK_FILE	"lock"
+#define KL_STATE_LOCK_ENV	"KEYLOCKD_STATE_LOCK"	/* "FD" */
+int		 token_lock_dir(const char *dir, char *errbuf, size_t errlen);
+int		 token_lock_fd(void);
+/* The lock file names this process (for another's error message): at
+ * start, and in a live upgrade by the new process once it took over and
+ * by the old one again when the upgrade failed. */
+void		 token_lock_note_pid(void);
 uint64_t	 token_peek(const struct token *t);	/* next handed out */
 void		 token_close(struct token *t);
 /*

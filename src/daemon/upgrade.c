@@ -43,6 +43,7 @@
 #include "kl.h"
 #include "kstate.h"
 #include "log.h"
+#include "token.h"
 #include "upgrade.h"
 #include "util.h"
 
@@ -229,22 +230,33 @@ upgrade_reap(pid_t pid, uint64_t ms)
 	}
 }
 
-/* environ without KL_UPGRADE_ENV, with var (KL_UPGRADE_ENV=...). */
-static char **
-upgrade_envp(char *var)
+/* Whether env is NAME=... */
+static bool
+upgrade_env_is(const char *env, const char *name)
 {
-	size_t	  n = 0, j = 0, len = strlen(KL_UPGRADE_ENV);
+	size_t	len = strlen(name);
+
+	return strncmp(env, name, len) == 0 && env[len] == '=';
+}
+
+/* environ without KL_UPGRADE_ENV and KL_STATE_LOCK_ENV, with var
+ * (KL_UPGRADE_ENV=...) and lock (KL_STATE_LOCK_ENV=..., or NULL). */
+static char **
+upgrade_envp(char *var, char *lock)
+{
+	size_t	  n = 0, j = 0;
 	char	**e;
 
 	while (environ[n] != NULL)
 		n++;
-	if ((e = kl_calloc(n + 2, sizeof(*e))) == NULL)
+	if ((e = kl_calloc(n + 3, sizeof(*e))) == NULL)
 		return NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], KL_UPGRADE_ENV, len) != 0 ||
-		    environ[i][len] != '=')
+		if (!upgrade_env_is(environ[i], KL_UPGRADE_ENV) &&
+		    !upgrade_env_is(environ[i], KL_STATE_LOCK_ENV))
 			e[j++] = environ[i];
-	e[j] = var;
+	e[j++] = var;
+	e[j] = lock;
 	return e;
 }
 
@@ -253,7 +265,8 @@ upgrade_envp(char *var)
 static volatile int	upgrade_spawn_err;
 
 /*
- * The new process, with close-on-exec cleared on chan in it only: a
+ * The new process, with close-on-exec cleared on chan and on lock (the
+ * state directory's, token_lock_fd(), or -1) in it only: a
  * vfork(2) child (no page tables copied, nothing left copy-on-write)
  * makes one fcntl and execs. As posix_spawn(3) does, every signal is
  * blocked across the vfork and the child puts each caught one back to its
@@ -261,7 +274,7 @@ static volatile int	upgrade_spawn_err;
  * runs in the child. 0 or an errno.
  */
 static int
-upgrade_spawn(pid_t *pid, int chan, char **argv, char **envp)
+upgrade_spawn(pid_t *pid, int chan, int lock, char **argv, char **envp)
 {
 	struct sigaction	sa;
 	sigset_t		all, old;
@@ -280,7 +293,8 @@ upgrade_spawn(pid_t *pid, int chan, char **argv, char **envp)
 			sa.sa_handler = SIG_DFL;
 			(void)sigaction(sig, &sa, NULL);
 		}
-		if (fcntl(chan, F_SETFD, 0) == -1)
+		if (fcntl(chan, F_SETFD, 0) == -1 ||
+		    (lock != -1 && fcntl(lock, F_SETFD, 0) == -1))
 			goto fail;
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execve(upgrade_exe, argv, envp);
@@ -378,9 +392,9 @@ upgrade_check_fail(struct upgrade_check *uc, const char *why)
 static void
 upgrade_check_next(struct upgrade_check *uc)
 {
-	char	  var[80], why[UPGRADE_LINE_MAX + 320];
+	char	  var[80], lock[64], why[UPGRADE_LINE_MAX + 320];
 	char	**v = NULL, **e = NULL;
-	int	  chan[2], rc;
+	int	  chan[2], rc, lockfd = token_lock_fd();
 
 	event_free(uc->ev);
 	uc->ev = NULL;
@@ -398,8 +412,10 @@ upgrade_check_next(struct upgrade_check *uc)
 	}
 	snprintf(var, sizeof(var), "%s=%d,%zu", KL_UPGRADE_ENV, chan[1],
 	    uc->heap_hint);
+	/* the state directory's lock passes on, held all along */
+	snprintf(lock, sizeof(lock), "%s=%d", KL_STATE_LOCK_ENV, lockfd);
 	if ((v = upgrade_argv(uc->argv, NULL)) == NULL ||
-	    (e = upgrade_envp(var)) == NULL) {
+	    (e = upgrade_envp(var, lockfd != -1 ? lock : NULL)) == NULL) {
 		kl_free(v);
 		close(chan[0]);
 		close(chan[1]);
@@ -407,7 +423,7 @@ upgrade_check_next(struct upgrade_check *uc)
 		return;
 	}
 	upgrade_mark("spawning");
-	rc = upgrade_spawn(&uc->pid, chan[1], v, e);
+	rc = upgrade_spawn(&uc->pid, chan[1], lockfd, v, e);
 	kl_free(v);
 	kl_free(e);
 	close(chan[1]);

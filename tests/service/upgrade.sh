@@ -96,6 +96,19 @@ reload_with() {
 	ask_tcp PING QUIT >/dev/null	# answered: the reload is over
 }
 
+# second_refused WHO: another keylockd on the same state directory exits
+# non-zero, naming it and the pid that holds it (keylockd(8), --state-dir).
+second_refused() {
+	"$REAL" --config /dev/null --port 0 --unix '' --state-dir "$TMP" \
+	    >"$TMP/second.out" 2>&1
+	_rc=$?
+	[ "$_rc" -ne 0 ] || fail "$1: a second keylockd on $TMP ran"
+	expect_grep "state dir $TMP is in use by another keylockd, pid $2 " \
+	    "$TMP/second.out" "$1: the second keylockd's error"
+	pass "$1: a second keylockd on the state directory exits $_rc"
+}
+second_refused "before any upgrade" "$DPID"
+
 # A lock held across every failure below, on a connection that stays.
 session_open holder 3 127.0.0.1 "$PORT"
 session_send holder "NAME holder"
@@ -205,6 +218,7 @@ for v in next prev; do
 	upgrade_fails "a binary of state version $n" \
 	    "state version $KS, this binary reads version $n only"
 done
+second_refused "after the failed upgrades" "$DPID"
 
 # The good binary takes over everything: the holder (with a ttl lock too
 # and half a line sent), a waiter queued behind it, the counters.
@@ -237,6 +251,8 @@ NEWPID=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$TMP/out")
 kill -0 "$NEWPID" || fail "the new process $NEWPID is not running"
 expect_eq "$NEWPID" "$(json_int "$(stats)" pid)" "STATS pid"
 pass "UPGRADE: pid $NEWPID took over from $OLD: $(cat "$TMP/out")"
+# the new process holds the state directory's lock, passed on unbroken
+second_refused "after UPGRADE" "$NEWPID"
 
 # The same lock table, seen through INFO (the times aside, which run on).
 ask_tcp "INFO kept" QUIT | sed -n 1p >"$TMP/info1"
