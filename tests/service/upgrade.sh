@@ -12,6 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 need nc
 need python3
+need timeout
 REAL=$KEYLOCKD
 BIN=$TMP/bin
 NEWPID=
@@ -96,13 +97,15 @@ reload_with() {
 	ask_tcp PING QUIT >/dev/null	# answered: the reload is over
 }
 
-# second_refused WHO: another keylockd on the same state directory exits
-# non-zero, naming it and the pid that holds it (keylockd(8), --state-dir).
+# second_refused WHAT PID: another keylockd on the same state directory
+# exits 1, naming it and PID, which holds it (keylockd(8), FILES).
+# (bounded: one that started anyway would serve until killed)
 second_refused() {
-	"$REAL" --config /dev/null --port 0 --unix '' --state-dir "$TMP" \
-	    >"$TMP/second.out" 2>&1
+	timeout -s KILL "$READY_S" "$REAL" --config /dev/null --port 0 \
+	    --unix '' --state-dir "$TMP" >"$TMP/second.out" 2>&1
 	_rc=$?
-	[ "$_rc" -ne 0 ] || fail "$1: a second keylockd on $TMP ran"
+	[ "$_rc" -eq 1 ] ||
+	    fail "$1: a second keylockd on $TMP: status $_rc, want 1"
 	expect_grep "state dir $TMP is in use by another keylockd, pid $2 " \
 	    "$TMP/second.out" "$1: the second keylockd's error"
 	pass "$1: a second keylockd on the state directory exits $_rc"
