@@ -132,6 +132,7 @@ struct ebe {
 	struct erview		**views;	/* every session's record, by
 						 * the first digits of H */
 	struct erview		**views_l;	/* ... and by its lease */
+	struct etcd_call	*views_call;	/* their range (ev_load) */
 };
 
 static void	ebe_step(struct ebe *e);
@@ -139,6 +140,7 @@ static void	es_drop_all(struct ebe *e, const char *why);
 static void	ebe_session_end(struct backend *be, struct lt_owner *lo);
 static void	es_free_all(struct ebe *e);
 static void	ev_free_all(struct ebe *e);
+static void	ev_load(struct ebe *e);
 static void	ebe_recover_in(struct ebe *e, int ms);
 static void	ebe_fail(struct ebe *e, const char *fmt, ...)
 		    __attribute__((format(printf, 2, 3)));
@@ -736,6 +738,8 @@ ebe_built(void *arg, int64_t rev)
 	if (etcd_watch_start(e->etcd, e->prefix, strlen(e->prefix), rev + 1,
 	    &ebe_watch_cbs, e) != 0)
 		ebe_fail(e, "out of memory for the watch");
+	else
+		ev_load(e);	/* the sessions' records, for INFO */
 }
 
 /* ---- the seam's operations ---- */
@@ -2428,6 +2432,7 @@ struct erview {
 	uint64_t	 lease;
 	uint64_t	 fe;		/* the front end its record names */
 	uint64_t	 detached_at;	/* wall-clock ms; 0: attached */
+	int64_t		 mod_rev;	/* of the record it shows */
 	char		 name[KL_NAME_MAX + 1];	/* "": none */
 };
 
@@ -2489,7 +2494,8 @@ ev_remove(struct ebe *e, struct erview *v)
 /* Record hash is rec (NULL: deleted). Out of memory, INFO just shows
  * less. */
 static void
-ev_update(struct ebe *e, const char *hash, const struct erecord *rec)
+ev_update(struct ebe *e, const char *hash, const struct erecord *rec,
+    int64_t rev)
 {
 	struct erview	*v = ev_find(e, hash);
 	size_t		 b;
@@ -2518,6 +2524,7 @@ ev_update(struct ebe *e, const char *hash, const struct erecord *rec)
 	v->lnext = e->views_l[b];
 	e->views_l[b] = v;
 	v->fe = rec->fe;
+	v->mod_rev = rev;
 	v->detached_at = rec->detached_at;
 	v->name[0] = '\0';
 	if (rec->name != NULL && rec->namelen < sizeof(v->name)) {
@@ -2541,8 +2548,72 @@ ebe_fe_gone(void *arg, uint64_t fe)
 }
 
 static void
+ev_loaded(void *arg, const struct etcd_result *r)
+{
+	struct ebe	*e = arg;
+	size_t		 plen = strlen(e->prefix) + 2;
+	char		 hash[EBE_HASH_HEX + 1];
+	struct erecord	 rec;
+
+	e->views_call = NULL;
+	if (r->status != ETCD_OK) {
+		log_info("backend etcd: the sessions' records were not read "
+		    "(%s): INFO shows other front ends' sessions from their "
+		    "next change", r->message != NULL ? r->message :
+		    etcd_status_name(r->status));
+		ebe_end_turn(e);
+		return;
+	}
+	for (size_t i = 0; i < r->nkvs; i++) {
+		const struct etcd_kv	*kv = &r->kvs[i];
+		const struct erview	*v;
+
+		if (kv->keylen != plen + EBE_HASH_HEX ||
+		    ebe_record_decode(kv->value, kv->valuelen, &rec) != NULL)
+			continue;
+		memcpy(hash, kv->key + plen, EBE_HASH_HEX);
+		hash[EBE_HASH_HEX] = '\0';
+		/* the watch may have brought a newer one first */
+		if ((v = ev_find(e, hash)) != NULL &&
+		    v->mod_rev >= kv->mod_revision)
+			continue;
+		rec.lease = (uint64_t)kv->lease;
+		ev_update(e, hash, &rec, kv->mod_revision);
+	}
+	ebe_end_turn(e);
+}
+
+/*
+ * Every session's record, once the table is built (at start-up, or
+ * again): the watch brings their changes from then on, but not what was
+ * written before. A record deleted while this range is on its way may be
+ * shown again, of a lease no owner has: it costs its memory, nothing in
+ * INFO.
+ */
+static void
+ev_load(struct ebe *e)
+{
+	char			key[512], end[512];
+	size_t			klen = (size_t)snprintf(key, sizeof(key),
+				    "%ss/", e->prefix);
+	struct etcd_range	rg;
+
+	if (e->views_call != NULL)
+		etcd_cancel(e->views_call);
+	memset(&rg, 0, sizeof(rg));
+	rg.key = key;
+	rg.keylen = klen;
+	rg.end = end;
+	rg.endlen = etcd_prefix_end(key, klen, end);
+	e->views_call = etcd_range(e->etcd, &rg, ETCD_RETRY, ev_loaded, e);
+}
+
+static void
 ev_free_all(struct ebe *e)
 {
+	if (e->views_call != NULL)
+		etcd_cancel(e->views_call);
+	e->views_call = NULL;
 	for (size_t b = 0; e->views != NULL && b < ES_BUCKETS; b++)
 		while (e->views[b] != NULL)
 			ev_remove(e, e->views[b]);
@@ -2562,7 +2633,7 @@ ebe_record(void *arg, const char *hash, const struct erecord *rec,
 	struct lt_owner	*lo;
 	uint64_t	 lease;
 
-	ev_update(e, hash, rec);
+	ev_update(e, hash, rec, rev);
 	if (es == NULL)
 		return;
 	if (es->state == ES_RESUMING) {

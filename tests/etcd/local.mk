@@ -77,7 +77,8 @@ TESTS += tests/etcd/leader_test
 # end after a SIGKILL, left alone to expire, two RESUMEs at once.
 check_PROGRAMS += tests/etcd/sessions_test
 tests_etcd_sessions_test_SOURCES = tests/etcd/sessions_test.c
-tests_etcd_sessions_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS)
-tests_etcd_sessions_test_LDADD = $(ETEST_LDADD) $(CHECK_LIBS) \
-	$(JANSSON_LIBS) -lpthread
+tests_etcd_sessions_test_CFLAGS = $(KLTEST_CFLAGS) $(CHECK_MAIN_CFLAGS) \
+	$(LIBEVENT_CFLAGS)
+tests_etcd_sessions_test_LDADD = $(ETEST_LDADD) $(KEYLOCKD_LIBS) \
+	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
 TESTS += tests/etcd/sessions_test
