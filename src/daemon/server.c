@@ -819,6 +819,7 @@ server_free(struct server *srv)
 	commands_free(srv->cmds);
 	owner_set_backend(NULL);
 	backend_free(srv->be);
+	token_lock_release();
 	event_base_free(srv->base);
 	kl_free(srv);
 }

@@ -42,6 +42,9 @@ int		 token_lock_fd(void);
  * start, and in a live upgrade by the new process once it took over and
  * by the old one again when the upgrade failed. */
 void		 token_lock_note_pid(void);
+/* Closes the lock (server_free()); a live upgrade's new process that
+ * inherited it keeps it. */
+void		 token_lock_release(void);
 uint64_t	 token_peek(const struct token *t);	/* next handed out */
 void		 token_close(struct token *t);
 /*
