@@ -52,8 +52,10 @@ while not os.path.exists(sys.argv[2]):
 PY
 python3 "$TMP/chan.py" "$KEYLOCK_SERVER" "$TMP/chan.done" >"$TMP/chan.out" &
 BGPIDS="$BGPIDS $!"
-wait_for "grep -q '@7 OK' '$TMP/chan.out'" 5 || fail "no channel 7 grant"
-wait_for "\"\$KEYLOCK\" info kc | grep -q '^waiters: 1'" 5 ||
+# (python's start on a loaded host: the readiness bound, not a reply's)
+wait_for "grep -q '@7 OK' '$TMP/chan.out'" "$READY_S" ||
+    fail "no channel 7 grant: $(cat "$TMP/chan.out")"
+wait_for "\"\$KEYLOCK\" info kc | grep -q '^waiters: 1'" "$READY_S" ||
     fail "no waiter on channel 9"
 "$KEYLOCK" info kc >"$TMP/out"
 expect_grep "^  client [0-9]*/7 (chans), token [0-9]*, exclusive, held" \
