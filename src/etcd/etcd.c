@@ -457,6 +457,18 @@ call_finish(struct etcd_call *c, struct etcd_result *r)
 	call_free(c);
 }
 
+/* Why a try ended, for a call that times out never sent (truncated). */
+static void
+etcd_note_fail(struct etcd *e, const char *msg)
+{
+	size_t n = strlen(msg);
+
+	if (n >= sizeof(e->last_fail))
+		n = sizeof(e->last_fail) - 1;
+	memmove(e->last_fail, msg, n);
+	e->last_fail[n] = '\0';
+}
+
 static void
 call_fail(struct etcd_call *c, enum etcd_status st, const char *msg)
 {
@@ -465,6 +477,8 @@ call_fail(struct etcd_call *c, enum etcd_status st, const char *msg)
 	memset(&r, 0, sizeof(r));
 	r.status = st;
 	r.message = msg;
+	if (msg != NULL && msg != c->e->last_fail)
+		etcd_note_fail(c->e, msg);
 	call_finish(c, &r);
 }
 
@@ -871,6 +885,11 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 		/* tried, and tried again: what ended the last try */
 		snprintf(msg, sizeof(msg), "no reply within %d ms (%s)",
 		    e->o.timeout_ms, c->fail_msg);
+	} else if (e->last_fail[0] != '\0') {
+		/* never sent: queued behind calls whose tries failed (the
+		 * authentication's, say), for the reason the last one did */
+		snprintf(msg, sizeof(msg), "no connection free within %d ms "
+		    "(the last try: %s)", e->o.timeout_ms, e->last_fail);
 	} else {
 		snprintf(msg, sizeof(msg), "no connection free within %d ms",
 		    e->o.timeout_ms);
@@ -929,6 +948,7 @@ call_retry(struct etcd_call *c, bool unsent, const char *why)
 	if (why != c->fail_msg)
 		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s: %s",
 		    e->eps[c->ep].url, why);
+	etcd_note_fail(e, c->fail_msg);
 	if (unsent) {
 		if (++c->refused >= e->neps)
 			return false;

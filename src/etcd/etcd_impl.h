@@ -158,6 +158,8 @@ struct etcd {
 	struct etcd_member	 mem[ETCD_ENDPOINTS_MAX];
 	int			 neps;
 	int			 cur;		/* endpoint calls go to */
+	char			 last_fail[256];	/* why the last try of
+						 * any call ended */
 	struct etcd_conn	*conns;
 	struct etcd_callq	 queue;
 	size_t			 nqueue;

@@ -99,9 +99,10 @@ session_send() {
 	    fail "session $1: cannot send $2"
 }
 
-# session_expect NAME N EXTENDED_REGEX WHAT: reply line N must match.
+# session_expect NAME N EXTENDED_REGEX WHAT [SECONDS]: reply line N must
+# match, within SECONDS (REPLY_S).
 session_expect() {
-	wait_for "[ \$(wc -l <'$TMP/$1.out') -ge $2 ]" "$REPLY_S" ||
+	wait_for "[ \$(wc -l <'$TMP/$1.out') -ge $2 ]" "${5:-$REPLY_S}" ||
 	    fail "$4: no reply $2 on session $1: $(cat "$TMP/$1.out")"
 	_line=$(sed -n "$2p" "$TMP/$1.out")
 	printf '%s\n' "$_line" | grep -Eq -- "$3" ||
