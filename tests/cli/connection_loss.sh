@@ -9,7 +9,7 @@ daemon_start
     touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+wait_ran "$TMP/running" 5 "the command never ran"
 t0=$(now_ms)
 daemon_kill
 wait_exit "$kpid" 10
@@ -46,7 +46,7 @@ rm -f "$TMP/running" "$TMP/got"
     touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+wait_ran "$TMP/running" 5 "the command never ran"
 "$KEYLOCK" k -- touch "$TMP/ran" 2>"$TMP/err2" &
 wpid=$!
 BGPIDS="$BGPIDS $wpid"
@@ -72,7 +72,7 @@ if [ "$(uname -s)" = Linux ]; then
 	"$KEYLOCK" k -c "trap 'echo TERM >\"$TMP/got\"; exit 0' TERM
 	    touch '$TMP/running'; while :; do sleep 0.02; done" &
 	kpid=$!
-	wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+	wait_ran "$TMP/running" 5 "the command never ran"
 	kill -KILL "$kpid"
 	wait "$kpid" 2>/dev/null
 	wait_for "[ -s '$TMP/got' ]" 3 ||

@@ -102,7 +102,7 @@ TWO=127.0.0.1:$D2PORT
     touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+wait_ran "$TMP/running" 5 "the command never ran"
 daemon_kill
 wait_exit "$kpid" 10
 expect_status 75 $? "keylock -S ONE,TWO after ONE died"

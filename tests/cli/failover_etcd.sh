@@ -34,7 +34,7 @@ unset KEYLOCK_SERVER
     touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 10 || fail "the holder never ran"
+wait_ran "$TMP/running" 10 "the holder never ran"
 "$KEYLOCK" -S "$FE2" -n job -- true 2>/dev/null
 expect_status 1 $? "the lock through fe2 while fe1's client holds it"
 [ "$(stat_of grants "$FE1")" -eq 1 ] || fail "the holder is not on fe1"

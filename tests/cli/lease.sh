@@ -16,7 +16,7 @@ pass "--ttl 0.3 is refreshed for a 1 s command"
     touch '$TMP/running'; while :; do sleep 0.02; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+wait_ran "$TMP/running" 5 "the command never ran"
 kill -STOP "$kpid"
 wait_for "\"\$KEYLOCK\" -n k -- true" 5 ||
     fail "the lease of a stopped keylock did not run out"

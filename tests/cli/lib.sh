@@ -36,6 +36,15 @@ wait_exit() {
 	wait "$1"
 }
 
+# wait_ran FILE SECONDS WHAT: a command started in the background makes
+# FILE once it runs; a hang guard as wait_exit's (SECONDS times 3 times
+# KEYLOCKD_TEST_SLOW), since how soon it runs is not what is checked: an
+# ASan keylock at load 16 once took more than 5 s to start its command.
+wait_ran() {
+	wait_for "[ -e '$1' ]" $(($2 * 3 * ${KEYLOCKD_TEST_SLOW:-1})) ||
+	    fail "$3"
+}
+
 # bounded SECONDS COMMAND...: runs COMMAND with a deadline, as wait_exit.
 bounded() {
 	_secs=$1
@@ -67,7 +76,7 @@ hold() {
 	    while [ ! -e '$TMP/release.$_key' ]; do sleep 0.02; done" &
 	eval "HOLDPID_$(echo "$_key" | tr -c 'A-Za-z0-9\n' _)=$!"
 	BGPIDS="$BGPIDS $!"
-	wait_for "[ -e '$TMP/held.$_key' ]" 5 || fail "hold $_key: no lock"
+	wait_ran "$TMP/held.$_key" 5 "hold $_key: no lock"
 }
 
 # release KEY: ends the holder's command and checks that it exited 0.

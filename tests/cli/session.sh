@@ -72,7 +72,7 @@ rm -f "$TMP/got" "$TMP/running"
     touch '$TMP/running'; while :; do sleep 0.01; done" 2>"$TMP/err" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 10 || fail "the command never ran"
+wait_ran "$TMP/running" 10 "the command never ran"
 sleep 0.8
 proxy_ctl down
 t0=$(sed -n 's/^OK \([0-9][0-9]*\)$/\1/p' "$TMP/proxy.reply")

@@ -32,7 +32,7 @@ run_signalled() {
 	    touch '$TMP/running'; while :; do sleep 0.02; done" &
 	kpid=$!
 	BGPIDS="$BGPIDS $kpid"
-	wait_for "[ -e '$TMP/running' ]" 5 || fail "$sig: the command never ran"
+	wait_ran "$TMP/running" 5 "$sig: the command never ran"
 	kill -s "$sig" "$kpid"
 	wait_exit "$kpid" 10
 	expect_status 3 $? "$sig forwarded, command exits 3"
@@ -56,7 +56,7 @@ rm -f "$TMP/running"
 $DFL "$KEYLOCK" k -c "touch '$TMP/running'; exec sleep 30" &
 kpid=$!
 BGPIDS="$BGPIDS $kpid"
-wait_for "[ -e '$TMP/running' ]" 5 || fail "the command never ran"
+wait_ran "$TMP/running" 5 "the command never ran"
 t0=$(now_ms)
 kill -TERM "$kpid"
 wait_exit "$kpid" 10
