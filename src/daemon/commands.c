@@ -763,35 +763,27 @@ cmd_auth_who(struct commands *cmds, struct conn *c, const struct request *req)
 }
 
 /*
- * Whether AUTH as u would change who c's session, locks or waits belong
- * to: a user name other than the session's (or, without a session, the
- * connection's) while c has a session, holds, waits or has channels in
- * use. The secrets of version 1 are no user (name NULL), as for RESUME;
- * a connection that a reload left unauthenticated, without a session,
- * is no one yet (keylockd-protocol(7), AUTH).
+ * Whether AUTH as u would hand c's session to another user: a user name
+ * other than the session's. The secrets of version 1 are no user (name
+ * NULL), as for RESUME. Without a session an AUTH replaces the
+ * connection's identity whatever it holds or waits for (PROTOCOL.md,
+ * AUTH: OK or ERR AUTH; keylockd-protocol(7), AUTH).
  */
 static bool
 cmd_auth_moves(struct conn *c, const struct user *u)
 {
-	const struct lt_owner	*o = conn_owner(c);
-	const char		*was, *now = user_name(u);
+	const char	*was, *now = user_name(u);
 
-	if (conn_session(c) != NULL)
-		was = session_user(conn_session(c));
-	else if (locktable_owner_nholds(o) > 0 ||
-	    locktable_owner_is_waiting(o) || conn_nchannels(c) > 0) {
-		if (conn_user(c) == users_revoked)
-			return false;
-		was = conn_user(c) != NULL ? user_name(conn_user(c)) : NULL;
-	} else
+	if (conn_session(c) == NULL)
 		return false;
+	was = session_user(conn_session(c));
 	return was == NULL ? now != NULL : now == NULL || strcmp(was, now) != 0;
 }
 
 /* The operator's secret also counts as AUTH for every other command
  * (keylockd-protocol(7), Operator commands). A user's AUTH replaces the
  * connection's identity, and with it the keys it may use; not while its
- * session, locks or waits would pass to another user. */
+ * session would pass to another user. */
 static void
 cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 {
@@ -801,8 +793,8 @@ cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 	if ((u = cmd_auth_who(cmds, c, req)) != NULL &&
 	    cmd_auth_moves(c, u)) {
 		conn_reply_err(c, KL_ERR_SESSION, "this connection has a "
-		    "session, locks or waits of another user: AUTH as "
-		    "another user on a new connection");
+		    "session of another user: AUTH as another user on a "
+		    "connection without one");
 		return;
 	}
 	if (u != NULL) {

@@ -294,8 +294,9 @@ START_TEST(a_session_is_its_users_alone)
 }
 END_TEST
 
-/* AUTH as another user does not carry a session, a hold, a wait or a
- * channel over to that user; the same user again is allowed. */
+/* AUTH as another user does not carry a session over to that user; the
+ * same user again is allowed; without a session AUTH replaces who the
+ * connection is. */
 START_TEST(auth_as_another_user_keeps_what_a_connection_has)
 {
 	struct pa_env	 e;
@@ -331,29 +332,25 @@ START_TEST(auth_as_another_user_keeps_what_a_connection_has)
 	kt_req(a, "OK", "QUIT");
 	kt_conn_close(a);
 
-	/* Without a session: a hold, a wait, a channel in use */
+	/* Without a session an AUTH replaces who the connection is, what
+	 * it holds or waits for staying with the connection (PROTOCOL.md:
+	 * AUTH answers OK or ERR AUTH) */
 	a = pa_as("alice", "alice-Secret-1", KT_TCP);
 	b = pa_as("bob", "bob-Secret-1", KT_TCP);
 	kt_lock(b, "LOCK both");
 	kt_send(a, "@3 LOCK both timeout=60000");
 	json_decref(kt_wait_queue(b, "both", 1, 1));
-	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* waits */
+	kt_lock(a, "LOCK a:1");
+	kt_req(a, "OK", "AUTH bob bob-Secret-1");	/* holds and waits */
+	kt_req_err(a, "NOPERM", "UNLOCK a:1");		/* bob's keys now */
 	kt_req(b, "OK 1", "UNLOCK both");
 	kt_expect_prefix(a, "@3 OK ");
-	kt_send(a, "@3 UNLOCKALL");
+	kt_send(a, "@3 UNLOCK both");
 	kt_expect_prefix(a, "@3 OK 1");
-	kt_lock(a, "LOCK both");
-	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* holds */
-	kt_req(a, "OK 1", "UNLOCKALL");
-	kt_send(a, "@5 LOCK a:5");
-	kt_expect_prefix(a, "@5 OK ");
-	kt_req_err(a, "SESSION", "AUTH bob bob-Secret-1");	/* a channel */
-	kt_send(a, "@5 UNLOCKALL");
-	kt_expect_prefix(a, "@5 OK 1");
-	/* holding and waiting for nothing: any user */
+	kt_req(a, "OK", "AUTH alice alice-Secret-1");
+	kt_req(a, "OK 1", "UNLOCK a:1");
 	kt_req(a, "OK", "AUTH bob bob-Secret-1");
 	kt_lock(a, "LOCK b:1");
-	kt_req(a, "OK", "AUTH bob bob-Secret-1");
 	kt_req(a, "OK 1", "UNLOCK b:1");
 	kt_req(a, "OK", "AUTH v1-Shared");
 }
@@ -377,11 +374,9 @@ START_TEST(auth_says_the_same_for_a_wrong_user_or_secret)
 	kt_expect_eof(c, kt_ms(KT_REPLY_MS));
 	ck_assert_int_ge(kt_stat(pa_as("carol", "carol-Secret-1", KT_TCP),
 	    "auth_failures"), 3);
-	/* A later AUTH replaces who the connection is (once it holds
-	 * nothing: see auth_as_another_user_keeps_what_a_connection_has). */
+	/* A later AUTH replaces who the connection is. */
 	c = pa_as("alice", "alice-Secret-1", KT_TCP);
 	kt_lock(c, "LOCK a:1");
-	kt_req(c, "OK 1", "UNLOCK a:1");
 	kt_req(c, "OK", "AUTH bob bob-Secret-1");
 	kt_req_err(c, "NOPERM", "LOCK a:2");
 	kt_lock(c, "LOCK b:2");
