@@ -22,6 +22,17 @@ cleanup_suite() {
 	for s in $SESSIONS; do
 		eval "exec $(session_fd "$s")>&-"
 	done
+	# A takeover the test failed before it read (UPGRADE's reply late,
+	# say): the state directory's lock names the process holding it, and
+	# its command line names this test's directory.
+	if [ -z "$NEWPID" ]; then
+		_h=$(sed -n 1p "$TMP/lock" 2>/dev/null)
+		if [ -n "$_h" ] && [ "$_h" != "$DPID" ] &&
+		    tr '\0' ' ' <"/proc/$_h/cmdline" 2>/dev/null |
+		    grep -qF "$TMP/"; then
+			NEWPID=$_h
+		fi
+	fi
 	if [ -n "$NEWPID" ]; then
 		kill -TERM "$NEWPID" 2>/dev/null
 		wait_for "! kill -0 $NEWPID 2>/dev/null" 10
