@@ -84,7 +84,8 @@ enum fc_kind {
 	FK_CANCEL,	/* OK 1 after its LOCK's ERR CANCELLED, or OK 0 */
 	FK_JSON,	/* STATS, INFO, CLIENTS: OK {json} */
 	FK_RESUME,	/* OK {json}, which may hand over waits */
-	FK_BARE,	/* NAME, AUTH: OK */
+	FK_BARE,	/* NAME: OK */
+	FK_AUTH,	/* AUTH: OK */
 	FK_QUIT,	/* OK, then the connection ends */
 	FK_PING,	/* OK PONG */
 	FK_SESSION,	/* OK ID */
@@ -457,6 +458,12 @@ fc_code_fits(enum fc_kind kind, const char *p, size_t n)
 		{ "GONE", FK_RESUME }, { "UPGRADE", FK_UPGRADE },
 	};
 
+	/* keylockd-protocol(7): a second SESSION, RESUME on a connection
+	 * with a session, a hold or a wait, AUTH as another user than
+	 * the session's (backend local: a LOCK on a channel never) */
+	if (n == 7 && memcmp(p, "SESSION", 7) == 0)
+		return kind == FK_SESSION || kind == FK_RESUME ||
+		    kind == FK_AUTH;
 	for (size_t i = 0; i < sizeof(only) / sizeof(only[0]); i++)
 		if (strlen(only[i].code) == n &&
 		    memcmp(only[i].code, p, n) == 0)
@@ -649,6 +656,7 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 		break;
 	}
 	case FK_BARE:
+	case FK_AUTH:
 	case FK_QUIT:
 		if (n != 2)
 			fc_fail(k, line, len, "not a bare OK");
@@ -796,7 +804,7 @@ fc_kind_of(const char *p, size_t n)
 		{ "UNLOCK", FK_COUNT }, { "UNLOCKALL", FK_COUNT },
 		{ "REFRESH", FK_COUNT }, { "STATS", FK_JSON },
 		{ "INFO", FK_JSON }, { "CLIENTS", FK_JSON },
-		{ "NAME", FK_BARE }, { "AUTH", FK_BARE }, { "PING", FK_PING },
+		{ "NAME", FK_BARE }, { "AUTH", FK_AUTH }, { "PING", FK_PING },
 		{ "QUIT", FK_QUIT }, { "CANCEL", FK_CANCEL }, { "KILL", FK_BIT },
 		{ "SESSION", FK_SESSION }, { "RESUME", FK_RESUME },
 		{ "UPGRADE", FK_UPGRADE },

@@ -14,6 +14,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* nftw, mkdtemp */
 #endif
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -636,6 +637,157 @@ START_TEST(state_dir_with_a_missing_parent_fails_with_the_reason)
 }
 END_TEST
 
+/* ---- the state directory's lock (token_lock_dir) ---- */
+
+/* The pid written in dir/lock. */
+static long
+lock_pid(const char *dir)
+{
+	char	path[PATH_MAX + 16], buf[32];
+	FILE	*f;
+	size_t	n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, KL_STATE_LOCK_FILE);
+	ck_assert_msg((f = fopen(path, "r")) != NULL, "%s: %s", path,
+	    strerror(errno));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10);
+}
+
+/* token_lock_dir(dir) in a child process, which holds nothing of ours
+ * (it closes its copy of our descriptor, as a second daemon has none):
+ * its exit status 0 if it took the lock, else 1 with its message in
+ * msg. */
+static int
+lock_in_child(const char *dir, char *msg, size_t len)
+{
+	int	fds[2], st;
+	pid_t	pid;
+	ssize_t	n;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	if ((pid = fork()) == 0) {
+		char	eb[512] = "";
+		int	rc;
+
+		close(fds[0]);
+		token_lock_release();
+		rc = token_lock_dir(dir, eb, sizeof(eb));
+		(void)!write(fds[1], eb, strlen(eb));
+		_exit(rc == 0 ? 0 : 1);
+	}
+	ck_assert_int_gt(pid, 0);
+	close(fds[1]);
+	n = read(fds[0], msg, len - 1);
+	msg[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+START_TEST(a_second_process_is_refused_with_the_holders_pid)
+{
+	char	msg[512], want[64];
+
+	ck_assert_msg(token_lock_dir(base, errbuf, sizeof(errbuf)) == 0,
+	    "%s", errbuf);
+	ck_assert_int_ge(token_lock_fd(), 0);
+	ck_assert_int_eq(lock_pid(base), (long)getpid());
+	/* taken again by the process that holds it: nothing changes */
+	ck_assert_int_eq(token_lock_dir(base, errbuf, sizeof(errbuf)), 0);
+	ck_assert_int_eq(lock_in_child(base, msg, sizeof(msg)), 1);
+	snprintf(want, sizeof(want), "another keylockd, pid %ld ",
+	    (long)getpid());
+	ck_assert_msg(strstr(msg, want) != NULL, "\"%s\" lacks \"%s\"", msg,
+	    want);
+	ck_assert_msg(strstr(msg, base) != NULL, "\"%s\" names no dir", msg);
+	/* released, it is free for the next */
+	token_lock_release();
+	ck_assert_int_eq(token_lock_fd(), -1);
+	ck_assert_msg(lock_in_child(base, msg, sizeof(msg)) == 0, "%s", msg);
+}
+END_TEST
+
+START_TEST(a_lock_file_that_cannot_be_opened_fails_with_the_reason)
+{
+	char	path[PATH_MAX + 32];
+
+	/* root opens anything it may, but not a directory for writing */
+	ck_assert_int_eq(mkdir(path_in(path, sizeof(path),
+	    KL_STATE_LOCK_FILE), 0700), 0);
+	ck_assert_int_eq(token_lock_dir(base, errbuf, sizeof(errbuf)), -1);
+	ck_assert_msg(strstr(errbuf, "cannot open its lock file") != NULL &&
+	    strstr(errbuf, strerror(EISDIR)) != NULL, "%s", errbuf);
+	ck_assert_int_eq(token_lock_fd(), -1);
+}
+END_TEST
+
+START_TEST(a_state_dir_that_cannot_be_made_fails_before_the_lock)
+{
+	char	file[PATH_MAX + 32], dir[PATH_MAX + 64];
+
+	write_file(path_in(file, sizeof(file), "plain"), "x", 1);
+	snprintf(dir, sizeof(dir), "%s/state", file);
+	ck_assert_int_eq(token_lock_dir(dir, errbuf, sizeof(errbuf)), -1);
+	ck_assert_msg(strstr(errbuf, dir) != NULL &&
+	    strstr(errbuf, strerror(ENOTDIR)) != NULL, "%s", errbuf);
+}
+END_TEST
+
+/* A live upgrade's descriptor (KL_STATE_LOCK_ENV) is taken only if it
+ * is a lock of this very file: another file's, a closed one's or a
+ * word are let go, and the lock is taken afresh; the variable is gone
+ * either way (a third process must not see it). */
+START_TEST(an_inherited_descriptor_is_taken_only_if_it_is_this_lock)
+{
+	char		path[PATH_MAX + 32], other[PATH_MAX + 32], v[32];
+	struct stat	a, b;
+	int		fd, ofd;
+
+	write_file(path_in(other, sizeof(other), "other"), "", 0);
+	ck_assert_int_ge(ofd = open(other, O_RDWR), 3);
+	snprintf(v, sizeof(v), "%d", ofd);
+	setenv(KL_STATE_LOCK_ENV, v, 1);
+	ck_assert_msg(token_lock_dir(base, errbuf, sizeof(errbuf)) == 0,
+	    "%s", errbuf);
+	ck_assert_ptr_null(getenv(KL_STATE_LOCK_ENV));
+	/* the lock is this directory's file, not the one passed */
+	ck_assert_int_eq(fstat(token_lock_fd(), &a), 0);
+	ck_assert_int_eq(stat(path_in(path, sizeof(path),
+	    KL_STATE_LOCK_FILE), &b), 0);
+	ck_assert(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+	ck_assert_int_eq(lock_pid(base), (long)getpid());
+	/* and the other file is not locked */
+	ck_assert_int_ge(ofd = open(other, O_RDWR), 3);
+	ck_assert_int_eq(flock(ofd, LOCK_EX | LOCK_NB), 0);
+	close(ofd);
+	token_lock_release();
+
+	setenv(KL_STATE_LOCK_ENV, "3x", 1);
+	ck_assert_int_eq(token_lock_dir(base, errbuf, sizeof(errbuf)), 0);
+	ck_assert_ptr_null(getenv(KL_STATE_LOCK_ENV));
+	token_lock_release();
+
+	/* this file's descriptor, as the old process passes it down */
+	ck_assert_int_ge(fd = open(path_in(path, sizeof(path),
+	    KL_STATE_LOCK_FILE), O_RDWR), 3);
+	ck_assert_int_eq(write(fd, "1\n", 2), 2);	/* the old pid */
+	snprintf(v, sizeof(v), "%d", fd);
+	setenv(KL_STATE_LOCK_ENV, v, 1);
+	ck_assert_int_eq(token_lock_dir(base, errbuf, sizeof(errbuf)), 0);
+	ck_assert_int_eq(token_lock_fd(), fd);
+	ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	/* the new process names itself only once it has taken over */
+	ck_assert_int_eq(lock_pid(base), 1);
+	token_lock_note_pid();
+	ck_assert_int_eq(lock_pid(base), (long)getpid());
+	token_lock_release();
+}
+END_TEST
+
 static Suite *
 token_suite(void)
 {
@@ -700,6 +852,16 @@ token_suite(void)
 	tcase_add_test(tc, unwritable_parent_of_missing_state_dir_fails);
 	tcase_add_test(tc,
 	    state_dir_with_a_missing_parent_fails_with_the_reason);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("state_lock");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, a_second_process_is_refused_with_the_holders_pid);
+	tcase_add_test(tc,
+	    a_lock_file_that_cannot_be_opened_fails_with_the_reason);
+	tcase_add_test(tc, a_state_dir_that_cannot_be_made_fails_before_the_lock);
+	tcase_add_test(tc,
+	    an_inherited_descriptor_is_taken_only_if_it_is_this_lock);
 	suite_add_tcase(s, tc);
 	return s;
 }
