@@ -93,7 +93,6 @@ enum fc_kind {
 	FK_TOOLONG,	/* ERR TOOLONG */
 	FK_BADAT	/* an @ that names no channel: ERR SYNTAX */
 };
-#define FK_ECHO	0x80u	/* with a kind: the request says "(null)" itself */
 
 struct fc_chan {
 	uint32_t	 n;
@@ -145,6 +144,8 @@ static size_t		 fc_max_line;
 static uint64_t		 fc_nreplies;
 static bool		 fc_hold;	/* inside [ ] */
 static bool		 fc_kills;	/* a KILL or RESUME was sent */
+static bool		 fc_said_null;	/* a line said "(null)": a name or key
+					 * that others' replies may name */
 static const struct config *fc_cur;
 static const uint8_t	*fc_last;	/* the last send step */
 static size_t		 fc_lastlen;
@@ -480,15 +481,15 @@ fc_fail(const struct fc_client *k, const char *line, size_t len,
 	abort();
 }
 
-/* No "(null)" from a printf, no duration that wrapped below 0: "N ms"
+/* No "(null)" from a printf (unless a line said it: names and keys come
+ * back in others' replies), no duration that wrapped below 0: "N ms"
  * with N of 17 digits or more (the harness's clock stays far below). */
 static void
-fc_text_sane(const struct fc_client *k, const char *line, size_t len,
-    bool echo)
+fc_text_sane(const struct fc_client *k, const char *line, size_t len)
 {
 	size_t	run = 0;
 
-	if (!echo && memmem(line, len, "(null)", 6) != NULL)
+	if (!fc_said_null && memmem(line, len, "(null)", 6) != NULL)
 		fc_fail(k, line, len, "(null) in a reply");
 	for (size_t i = 0; i < len; i++) {
 		if (line[i] >= '0' && line[i] <= '9') {
@@ -567,7 +568,6 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 	uint64_t	 chn = 0, v;
 	struct fc_chan	*ch;
 	enum fc_kind	 kind;
-	bool		 echo;
 
 	if (n > 0 && l[0] == '@') {
 		while (i < n && i < 12 && l[i] >= '0' && l[i] <= '9')
@@ -586,8 +586,7 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 		fc_fail(k, line, len, "a reply to no request");
 	if (!commands_need_auth(fc_srv->cmds))
 		k->admitted = true;
-	echo = (ch->q[ch->head] & FK_ECHO) != 0;
-	kind = (enum fc_kind)(ch->q[ch->head++] & ~FK_ECHO & 0xffu);
+	kind = (enum fc_kind)ch->q[ch->head++];
 	fc_nreplies++;
 	if (n >= 4 && memcmp(l, "ERR ", 4) == 0) {
 		size_t	e = 4;
@@ -602,7 +601,7 @@ fc_reply(struct fc_client *k, const char *line, size_t len)
 			    "get");
 		if (e - 4 == 9 && memcmp(l + 4, "CANCELLED", 9) == 0)
 			ch->cancelled++;
-		fc_text_sane(k, line, len, echo);
+		fc_text_sane(k, line, len);
 		if (memmem(l, n, "closing the connection", 22) != NULL)
 			k->told = true;	/* the third wrong AUTH */
 		if (kind == FK_TOOLONG && (e - 4 != 7 ||
@@ -855,9 +854,10 @@ fc_line(struct fc_client *k, const char *line, size_t len)
 
 	if (len > 0 && line[len - 1] == '\r')
 		len--;
+	if (memmem(line, len, "(null)", 6) != NULL)
+		fc_said_null = true;
 	if ((n = fc_line_channel(line, len, &off)) < 0) {
-		fc_expect(k, 0, FK_BADAT | (memmem(line, len, "(null)", 6) !=
-		    NULL ? FK_ECHO : 0), false);
+		fc_expect(k, 0, FK_BADAT, false);
 		return;
 	}
 	for (i = off; i < len && (line[i] == ' ' || line[i] == '\t'); i++)
@@ -867,8 +867,7 @@ fc_line(struct fc_client *k, const char *line, size_t len)
 	if (fc_kind_of(line + off, len - off) == FK_BIT ||
 	    fc_kind_of(line + off, len - off) == FK_RESUME)
 		fc_kills = true;
-	fc_expect(k, (uint32_t)n, fc_kind_of(line + off, len - off) |
-	    (memmem(line, len, "(null)", 6) != NULL ? FK_ECHO : 0), false);
+	fc_expect(k, (uint32_t)n, fc_kind_of(line + off, len - off), false);
 }
 
 /* The bytes k wrote, framed as conn.c frames them. */
@@ -1092,6 +1091,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fc_hold = false;
 	fc_last = NULL;
 	fc_kills = false;
+	fc_said_null = false;
 	fc_cur = cfg;
 	fc_srv = server_new(cfg);
 	commands_set_upgrade(fc_srv->cmds, fc_no_upgrade, NULL);
