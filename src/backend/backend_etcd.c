@@ -991,7 +991,7 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 	return st;
 }
 
-/* REFRESH: our own ttl timers; etcd is not written. */
+/* REFRESH: our own ttl timers and table; etcd is not written. */
 static enum be_status
 ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
     const size_t *keylens, size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
@@ -1016,8 +1016,7 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
 	}
 	if (o != NULL && held_entries(e, o, keys, keylens, nkeys, ents, &n,
 	    r)) {
-		for (size_t i = 0; i < n; i++)
-			replica_ttl_arm(ents[i], ttl_ms);
+		replica_refresh(e->rp, o, ents, n, ttl_ms);
 		r->value = n;
 	}
 	if (ents != stack)

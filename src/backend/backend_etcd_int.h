@@ -191,7 +191,15 @@ struct ereq {
 	struct eentry		*ent;
 	char			*value;		/* ours: what the puts write */
 	size_t			 valuelen;
-	uint64_t		 ttl_ms;
+	uint64_t		 ttl_ms;	/* its grant's ttl (the
+						 * value's t=), 0: none */
+	uint64_t		 put_ms;	/* the replica's clock when
+						 * its first put was applied
+						 * here (its wait's start) */
+	struct event		*wait;		/* ours, taken over with a
+						 * session: its wait's
+						 * deadline (a.timeout_ms,
+						 * the value's w=) */
 	int			 refs;		/* commit items holding it */
 	bool			 late;		/* the committer's: a try of
 						 * its put may be carried out
@@ -401,6 +409,9 @@ struct eentry	*eentry_held(struct replica *rp, const struct eowner *o,
 		    const char *key, size_t keylen);
 int		 ereq_value(struct ereq *r, const char *name);
 void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
+/* REFRESH of our ents: their ttl timers and the table's ttl restart. */
+void		 replica_refresh(struct replica *rp, struct eowner *o,
+		    struct eentry **ents, size_t n, uint64_t ttl_ms);
 /*
  * An entry read back from etcd, prefix q/KEY/FE-SEQ (its shape checked by
  * the caller) with the value ereq_value() writes: its request into

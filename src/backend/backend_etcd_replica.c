@@ -507,7 +507,10 @@ ereq_new(struct replica *rp, struct eowner *o, uint64_t fe, uint64_t seq,
 	r->a.keys = r->keys;
 	r->a.keylens = r->keylens;
 	r->a.nkeys = n;
-	r->a.ttl_ms = 0;	/* ttl: our own timers, ending in a delete */
+	/* the table keeps the grant's ttl on every replica, for INFO and
+	 * RESUME (its time left), but never ends a hold itself (nobody
+	 * calls locktable_expire() here): the owner's timer ends it with
+	 * a delete */
 	r->ttl_ms = a->ttl_ms;
 	for (size_t i = 0; i < n; i++)
 		ehash_insert(&rp->entries, &r->ent[i],
@@ -584,6 +587,8 @@ ereq_maybe_free(struct ereq *r)
 		    offsetof(struct eentry, hnext));
 		kl_free(x->ekey);
 	}
+	if (r->wait != NULL)
+		event_free(r->wait);
 	ehash_remove(&rp->reqs, r, req_hash(rp, r), offsetof(struct ereq,
 	    hnext));
 	TAILQ_REMOVE(&o->reqs, r, entry);
@@ -597,16 +602,22 @@ ereq_maybe_free(struct ereq *r)
 
 /*
  * The value of our request's entries: "k1 CLIENT MODE LIMIT MAXW TRY
- * MAXHOLDS NKEYS KEY... [@CHAN:SCLIENT]\nNAME". Keys never hold a space
- * (keylockd-protocol(7), KEYS); the name is the rest. @CHAN:SCLIENT: the
- * owner is channel CHAN of the session of client SCLIENT (the lease in
- * its key is the session's), for a front end that takes the session
- * over, and for INFO.
+ * MAXHOLDS NKEYS KEY... [t=TTL] [w=TIMEOUT] [@CHAN:SCLIENT]\nNAME" (the
+ * fields after the keys in any order). Keys never hold a space
+ * (keylockd-protocol(7), KEYS); the name is the rest. t= and w=, only
+ * when the LOCK gave a ttl or a timeout (so the others' entries stay as
+ * short as before): the grant's ttl and the wait's timeout, in ms, which
+ * every replica counts from when it applies the grant and the put, so
+ * that a front end that takes the session over ends them as the one
+ * asked would have (keylockd-protocol(7), SESSIONS: Across front ends).
+ * @CHAN:SCLIENT: the owner is channel CHAN of the session of client
+ * SCLIENT (the lease in its key is the session's), for a front end that
+ * takes the session over, and for INFO.
  */
 int
 ereq_value(struct ereq *r, const char *name)
 {
-	size_t	 len = 128 + (name != NULL ? strlen(name) : 0), n;
+	size_t	 len = 192 + (name != NULL ? strlen(name) : 0), n;
 	char	*v;
 
 	for (size_t i = 0; i < r->nent; i++)
@@ -622,6 +633,12 @@ ereq_value(struct ereq *r, const char *name)
 		memcpy(v + n, r->ent[i].lkey, r->ent[i].lkeylen);
 		n += r->ent[i].lkeylen;
 	}
+	if (r->ttl_ms > 0)
+		n += (size_t)snprintf(v + n, len - n, " t=%" PRIu64,
+		    r->ttl_ms);
+	if (r->a.timeout_ms > 0 && !r->a.try)
+		n += (size_t)snprintf(v + n, len - n, " w=%" PRIu64,
+		    r->a.timeout_ms);
 	if (r->owner->chan != 0)
 		n += (size_t)snprintf(v + n, len - n, " @%" PRIu32 ":%" PRIu64,
 		    r->owner->chan, r->owner->sclient);
@@ -667,6 +684,7 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 {
 	size_t	off = sizeof(EBE_VALUE_VERSION) - 1;
 	int64_t	c, limit, maxw, try, maxh, nkeys, chan = 0, sclient = 0;
+	int64_t	ttl = 0, wait = 0;
 
 	if (len < off || memcmp(v, EBE_VALUE_VERSION, off) != 0)
 		return "not a lock entry of this version";
@@ -707,15 +725,34 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 		keys[i] = v + start;
 		keylens[i] = off - start;
 	}
-	/* a session's channel */
-	if (off + 1 < len && v[off] == ' ' && v[off + 1] == '@') {
-		off += 2;
-		if (!value_num(v, len, &off, false, &chan) || chan < 1 ||
-		    chan > UINT32_MAX || off >= len || v[off] != ':')
-			return "bad channel";
-		off++;
-		if (!value_num(v, len, &off, false, &sclient) || sclient < 1)
-			return "bad session client id";
+	/* a session's channel, the grant's ttl, the wait's timeout: each
+	 * at most once, in any order */
+	while (off + 2 < len && v[off] == ' ') {
+		if (v[off + 1] == '@' && chan == 0) {
+			off += 2;
+			if (!value_num(v, len, &off, false, &chan) ||
+			    chan < 1 || chan > UINT32_MAX || off >= len ||
+			    v[off] != ':')
+				return "bad channel";
+			off++;
+			if (!value_num(v, len, &off, false, &sclient) ||
+			    sclient < 1)
+				return "bad session client id";
+		} else if (v[off + 1] == 't' && v[off + 2] == '=' &&
+		    ttl == 0) {
+			off += 3;
+			if (!value_num(v, len, &off, false, &ttl) || ttl < 1 ||
+			    (uint64_t)ttl > KL_MS_MAX)
+				return "bad ttl";
+		} else if (v[off + 1] == 'w' && v[off + 2] == '=' &&
+		    wait == 0) {
+			off += 3;
+			if (!value_num(v, len, &off, false, &wait) ||
+			    wait < 1 || (uint64_t)wait > KL_MS_MAX)
+				return "bad timeout";
+		} else {
+			break;
+		}
 	}
 	/* then the NAME, or nothing */
 	if (off < len) {
@@ -732,6 +769,8 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 	a->max_waiters = maxw;
 	a->try = try != 0;
 	a->max_holds = (size_t)maxh;
+	a->ttl_ms = (uint64_t)ttl;
+	a->timeout_ms = (uint64_t)wait;
 	a->keys = keys;
 	a->keylens = keylens;
 	a->nkeys = (size_t)nkeys;
@@ -897,6 +936,89 @@ replica_ttl_arm(struct eentry *x, uint64_t ms)
 	evtimer_add(x->ttl, &tv);
 }
 
+void
+replica_refresh(struct replica *rp, struct eowner *o, struct eentry **ents,
+    size_t n, uint64_t ttl_ms)
+{
+	uint64_t now = kl_now_ms();
+
+	for (size_t i = 0; i < n; i++) {
+		const char *key = ents[i]->lkey;
+
+		replica_ttl_arm(ents[i], ttl_ms);
+		/* the table's, for INFO and RESUME here (every key: held;
+		 * out of memory leaves the view as it was) */
+		(void)locktable_refresh(rp->lt, o->lo, &key,
+		    &ents[i]->lkeylen, 1, ttl_ms, now, &(size_t){ 0 },
+		    &(size_t){ 0 });
+	}
+}
+
+/* The deadline of a wait taken over with its session: it ends as a
+ * timeout the daemon asked (ebe_withdraw()) would. */
+static void
+wait_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ereq	*r = arg;
+	struct replica	*rp = r->rp;
+
+	if (r->side == SIDE_ASKED && r->owner->open == r &&
+	    (r->state == REQ_WAITING || r->state == REQ_PUTTING) &&
+	    rp->mode == REP_APPLYING && rp->hooks.lease_safe(rp->hooks.arg)) {
+		r->why = LT_WHY_TIMEOUT;
+		if (r->state == REQ_PUTTING) {
+			r->side = SIDE_DEADLINE;
+		} else {
+			r->side = SIDE_WITHDRAWING;
+			req_delete(rp, r);
+		}
+	}
+	rp->hooks.end_turn(rp->hooks.arg);
+}
+
+/* The time left of o's holds, and of its wait r (NULL: none), as this
+ * replica counts them from their grant and put: their timers armed, as
+ * the front end they were asked through had them (the session is ours
+ * now). */
+struct adopt_walk {
+	struct replica	*rp;
+	struct eowner	*o;
+};
+
+static bool
+adopt_ttl(void *arg, const struct lt_own_view *v)
+{
+	struct adopt_walk	*w = arg;
+	struct eentry		*x;
+
+	if (v->expires_in_ms > 0 && (x = eentry_held(w->rp, w->o, v->key,
+	    v->keylen)) != NULL && x->w < W_DEL_WAIT)
+		replica_ttl_arm(x, v->expires_in_ms);
+	return true;
+}
+
+static void
+adopt_timers(struct replica *rp, struct eowner *o, struct ereq *r)
+{
+	struct adopt_walk	 w = { rp, o };
+	uint64_t		 now = kl_now_ms(), end;
+	struct timeval		 tv;
+
+	locktable_owner_hold_walk(rp->lt, o->lo, now, adopt_ttl, &w);
+	if (r == NULL || r->a.timeout_ms == 0 || r->a.try)
+		return;
+	end = r->put_ms + r->a.timeout_ms;
+	end = end > now ? end - now : 0;
+	if (r->wait == NULL && (r->wait = evtimer_new(rp->base, wait_cb,
+	    r)) == NULL) {
+		log_warnx("backend etcd: no memory for a wait's deadline");
+		return;
+	}
+	tv.tv_sec = (time_t)(end / 1000);
+	tv.tv_usec = (suseconds_t)(end % 1000) * 1000;
+	evtimer_add(r->wait, &tv);
+}
+
 /* r is granted: its keys are held. */
 static void
 req_held(struct replica *rp, struct ereq *r, uint64_t token)
@@ -953,6 +1075,7 @@ req_decide(struct replica *rp, struct ereq *r)
 	enum kl_err		 err;
 
 	memset(&why, 0, sizeof(why));
+	r->put_ms = kl_now_ms();
 	if (locktable_owner_is_waiting(r->owner->lo))
 		err = KL_ERR_LIMIT;	/* two waits at once: not ours */
 	else
@@ -1043,6 +1166,7 @@ replica_adopt(struct replica *rp, struct eowner *o)
 			break;
 		}
 	}
+	adopt_timers(rp, o, o->open);
 }
 
 /* Ours o becomes another front end's: its session was resumed there.
@@ -1064,6 +1188,8 @@ replica_disown(struct replica *rp, struct eowner *o)
 			if (r->ent[i].ttl != NULL)
 				evtimer_del(r->ent[i].ttl);
 		}
+		if (r->wait != NULL)
+			evtimer_del(r->wait);
 		r->side = SIDE_THEIRS;
 	}
 	if (TAILQ_EMPTY(&o->reqs)) {

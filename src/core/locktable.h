@@ -68,6 +68,10 @@ struct lt_acquire {
 	int64_t		 max_waiters;	/* < 0: unlimited */
 	uint64_t	 ttl_ms;	/* 0: none */
 	size_t		 max_holds;	/* owner's holds after grant; 0: no cap */
+	uint64_t	 timeout_ms;	/* the wait's timeout, 0: none; the
+					 * table ignores it (backend etcd
+					 * writes it for a front end that
+					 * takes the session over) */
 };
 
 /*

@@ -580,6 +580,7 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 		a.max_waiters = cfg->max_waiters;
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
 	a.max_holds = (size_t)cfg->max_locks;
+	a.timeout_ms = timeout > 0 ? (uint64_t)timeout : 0;
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
 	else

@@ -32,6 +32,9 @@
  *    RESUME is given up, not the session; the next RESUME finds it.
  * 5. A session's channels: held and waiting through A, A SIGKILLed, each
  *    given back by RESUME through B, then through a third front end.
+ * 6. A grant's ttl and a waiting LOCK's deadline, asked through A, end
+ *    on time through B after A's SIGKILL and a RESUME through B, which
+ *    says the ttl's time left.
  *
  * Until backend etcd serves sessions the program skips (77), saying so,
  * when and only when SESSION through a front end answers ERR BACKEND.
@@ -1266,6 +1269,94 @@ START_TEST(session_after_locks_covers_them)
 }
 END_TEST
 
+/*
+ * A grant's ttl and a waiting LOCK's deadline follow the session to
+ * another front end (keylockd-protocol(7), SESSIONS: Across front ends),
+ * also when the one they were asked through is SIGKILLed: through A a
+ * session holds s0 with ttl=T and waits for s1 (held by a plain client
+ * of B) with timeout=W; A is SIGKILLed and the session RESUMEs through
+ * B, whose reply gives s0's ttl_ms, the time left counted from the
+ * grant. The wait is answered ERR TIMEOUT at its deadline, not before
+ * and not much after, and s0 ends at its own: a waiter of B is granted
+ * then, and the session holds nothing.
+ */
+START_TEST(a_ttl_and_a_deadline_survive_resume_through_another_front_end)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*q = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP), *n;
+	struct ss_sess		 s;
+	int64_t			 ttl = kt_ms(6000), wait = kt_ms(4000);
+	int64_t			 late = kt_ms(1500), left;
+	uint64_t		 lock_us, locked_us, wait_us, resume_us, now;
+	uint64_t		 resumed_us, t0;
+	char			 why[160];
+	json_t			*r, *e;
+
+	kt_lock(q, "LOCK s1");
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	lock_us = kt_now_us();
+	t0 = kt_lock(s.c, "LOCK s0 ttl=%" PRId64, ttl);
+	locked_us = kt_now_us();
+	wait_us = kt_now_us();
+	kt_send(s.c, "LOCK s1 timeout=%" PRId64, wait);
+	ss_wait_queued(q, 1, "sess-0");
+	ss_kill(a);
+
+	n = kt_connect_to(b, KT_TCP);
+	resume_us = kt_now_us();
+	kt_send(n, "RESUME %s", s.id);
+	kt_recv_within(n, kt_ms(10000));
+	resumed_us = kt_now_us();
+	r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through B: %s: %s", why, n->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "held")) == 1,
+	    "RESUME: %s", n->line);
+	e = json_array_get(json_object_get(r, "held"), 0);
+	ck_assert_uint_eq((uint64_t)kt_jint(e, "token"), t0);
+	ck_assert_msg(json_is_integer(json_object_get(e, "ttl_ms")),
+	    "RESUME through B gives no ttl_ms: %s", n->line);
+	left = kt_jint(e, "ttl_ms");
+	/* counted from the grant, which B applied between the LOCK's
+	 * sending and a little after its reply */
+	ck_assert_msg(left <= ttl - (int64_t)(resume_us - locked_us) / 1000 +
+	    late && left >= ttl - (int64_t)(resumed_us - lock_us) / 1000,
+	    "RESUME through B: ttl_ms %" PRId64 " of %" PRId64 ", %" PRIu64
+	    " ms after the grant: %s", left, ttl, (resumed_us - locked_us) /
+	    1000, n->line);
+	ck_assert_msg(json_is_object(json_object_get(r, "waiting")),
+	    "RESUME through B: no wait: %s", n->line);
+	json_decref(r);
+	kt_send(p, "LOCK s0 timeout=%" PRId64, kt_ms(60000));
+
+	/* the wait's deadline, kept by B */
+	kt_recv_within(n, wait + kt_ms(10000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_is_err(n, "TIMEOUT"), "the resumed wait for "
+	    "s1: %s", n->line);
+	ck_assert_msg(now >= wait_us + (uint64_t)wait * 1000 &&
+	    now <= wait_us + (uint64_t)(wait + late) * 1000, "the resumed "
+	    "wait's ERR TIMEOUT came %" PRIu64 " ms after its LOCK, timeout "
+	    "%" PRId64 " ms", (now - wait_us) / 1000, wait);
+
+	/* the grant's ttl, kept by B: the waiter is granted then */
+	kt_recv_within(p, ttl + kt_ms(10000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "B's waiter for s0: "
+	    "%s", p->line);
+	ck_assert_msg(now >= lock_us + (uint64_t)ttl * 1000 &&
+	    now <= locked_us + (uint64_t)(ttl + late) * 1000, "s0 (ttl %"
+	    PRId64 " ms) ended %" PRIu64 " ms after its grant", ttl,
+	    (now - locked_us) / 1000);
+	kt_req_err(n, "NOTHELD", "UNLOCK s0");
+	kt_req(n, "OK", "QUIT");
+	kt_req(p, "OK 1", "UNLOCK s0");
+	kt_req(q, "OK 1", "UNLOCK s1");
+	kt_wait_stat(q, "keys", 0);
+}
+END_TEST
+
 static void
 ss_etcd_cb(void *arg, const struct etcd_result *res)
 {
@@ -1368,6 +1459,8 @@ sessions_suite(void)
 	tcase_add_test(tc, resume_through_another_front_end_keeps_the_name);
 	tcase_add_test(tc, session_after_locks_covers_them);
 	tcase_add_test(tc, a_front_end_started_later_shows_the_session);
+	tcase_add_test(tc,
+	    a_ttl_and_a_deadline_survive_resume_through_another_front_end);
 	suite_add_tcase(s, tc);
 	return s;
 }
