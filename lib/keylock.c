@@ -431,9 +431,12 @@ lock_cancel_reply(struct keylock *kl)
 	if (st != KEYLOCK_OK)
 		return st;
 	if (strcmp(kl->reply, "OK 0") != 0 && strcmp(kl->reply, "OK 1") != 0) {
+		char	q[280];
+
+		kli_quote(q, sizeof(q), kl->reply, 64);
 		kli_close(kl);
-		return kli_fail(kl, KEYLOCK_ERR_PROTO, "CANCEL answered \"%.64s"
-		    "\"; connection closed", kl->reply);
+		return kli_fail(kl, KEYLOCK_ERR_PROTO, "CANCEL answered \"%s\"; "
+		    "connection closed", q);
 	}
 	memcpy(kl->msgbuf, line, sizeof(line));
 	kl->reply = kl->msgbuf;
@@ -661,9 +664,11 @@ keylock_ping(struct keylock *kl)
 	if ((st = keylock_request(kl, "PING", &value)) != KEYLOCK_OK)
 		return st;
 	if (strcmp(value, "PONG") != 0) {
+		char	q[176];
+
+		kli_quote(q, sizeof(q), value, 40);
 		kli_close(kl);
-		return kli_fail(kl, KEYLOCK_ERR_PROTO, "PING got \"OK %.40s\"",
-		    value);
+		return kli_fail(kl, KEYLOCK_ERR_PROTO, "PING got \"OK %s\"", q);
 	}
 	return st;
 }
@@ -876,6 +881,7 @@ kli_reply_parse(struct keylock *kl, const char **value)
 {
 	const char	*r = kl->reply, *code, *end;
 	size_t		 len;
+	char		 q[256];
 
 	if (strncmp(r, "OK", 2) == 0 && (r[2] == '\0' || r[2] == ' ')) {
 		r += 2;
@@ -901,9 +907,9 @@ kli_reply_parse(struct keylock *kl, const char **value)
 		kl->message = code;
 		return kli_status(kl, KEYLOCK_ERR_UNKNOWN);
 	}
+	kli_quote(q, sizeof(q), kl->reply, 60);
 	kli_close(kl);
-	return kli_fail(kl, KEYLOCK_ERR_PROTO, "unexpected reply \"%.60s\"",
-	    kl->reply);
+	return kli_fail(kl, KEYLOCK_ERR_PROTO, "unexpected reply \"%s\"", q);
 }
 
 /* Strict decimal: digits only, no sign, at most max. */
@@ -912,6 +918,7 @@ parse_u64(struct keylock *kl, const char *s, uint64_t max, uint64_t *out)
 {
 	uint64_t	n = 0;
 	const char	*p = s;
+	char		 q[176];
 
 	if (*p == '\0')
 		goto bad;
@@ -927,9 +934,10 @@ parse_u64(struct keylock *kl, const char *s, uint64_t max, uint64_t *out)
 	*out = n;
 	return KEYLOCK_OK;
 bad:
+	kli_quote(q, sizeof(q), s, 40);
 	kli_close(kl);
-	return kli_fail(kl, KEYLOCK_ERR_PROTO, "reply \"OK %.40s\" does not "
-	    "hold a number", s);
+	return kli_fail(kl, KEYLOCK_ERR_PROTO, "reply \"OK %s\" does not "
+	    "hold a number", q);
 }
 
 static enum keylock_status

@@ -125,6 +125,9 @@ enum keylock_status kli_fail(struct keylock *kl, enum keylock_status st,
 		    const char *fmt, ...)
 		    __attribute__((__format__(__printf__, 3, 4)));
 
+/* At most max bytes of s for an error message, in buf: a control byte
+ * (a hostile server's, for a terminal) as \xNN, "..." if cut. */
+const char	*kli_quote(char *buf, size_t size, const char *s, size_t max);
 /* 1: ready (or hung up), 0: the deadline passed, -1: error. */
 int		 kli_wait_fd(int fd, short events, int64_t deadline);
 /* strerror(err), thread-safe: in buf, or a constant. */

@@ -286,11 +286,26 @@ kli_recv(struct keylock *kl, int64_t deadline)
 		nl = memchr(b->data + b->scan, '\n', b->len - b->scan);
 		if (nl != NULL) {
 			/* keylockd-protocol(7): one line per reply; drop a CR. */
+			char	*line = b->data + b->off;
+			char	*nul = memchr(line, '\0', (size_t)(nl - line));
+
 			*nl = '\0';
-			if (nl > b->data + b->off && nl[-1] == '\r')
+			if (nl > line && nl[-1] == '\r')
 				nl[-1] = '\0';
-			kl->reply = b->data + b->off;
 			b->off = b->scan = (size_t)(nl - b->data) + 1;
+			kl->reply = line;
+			/* keylockd-protocol(7): a reply is text; a NUL would
+			 * cut it short of what the server meant */
+			if (nul != NULL) {
+				char	q[96];
+
+				kli_quote(q, sizeof(q), line, 40);
+				kl->reply = "";
+				kli_close(kl);
+				return kli_fail(kl, KEYLOCK_ERR_PROTO, "a reply "
+				    "line with a NUL byte at byte %zu, after "
+				    "\"%s\"", (size_t)(nul - line) + 1, q);
+			}
 			return KEYLOCK_OK;
 		}
 		b->scan = b->len;
@@ -647,6 +662,31 @@ static const char *
 errstr_xsi(int r, char *buf)
 {
 	return r == 0 ? buf : "unknown error";
+}
+
+const char *
+kli_quote(char *buf, size_t size, const char *s, size_t max)
+{
+	static const char	 hex[] = "0123456789abcdef";
+	size_t			 o = 0, i;
+
+	for (i = 0; s[i] != '\0' && i < max && o + 8 < size; i++) {
+		unsigned char	ch = (unsigned char)s[i];
+
+		if (ch < 0x20 || ch == 0x7f) {
+			buf[o++] = '\\';
+			buf[o++] = 'x';
+			buf[o++] = hex[ch >> 4];
+			buf[o++] = hex[ch & 0xf];
+		} else
+			buf[o++] = (char)ch;
+	}
+	if (s[i] != '\0' && o + 3 < size) {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o] = '\0';
+	return buf;
 }
 
 const char *

@@ -136,6 +136,45 @@ START_TEST(garbage_reply_is_proto_and_closes)
 }
 END_TEST
 
+/* A NUL cuts no reply short of what it says, and a control byte of a
+ * hostile server reaches no terminal through keylock_message(): both
+ * are PROTO, quoted with \xNN. */
+#define R(s)	s, sizeof(s) - 1	/* a reply with its NULs */
+START_TEST(nul_and_control_bytes_are_proto_and_quoted)
+{
+	static const struct {
+		const char	*reply;
+		size_t		 len;
+		const char	*message;
+	} cases[] = {
+		{ R("OK 1\0 junk\n"), "a reply line with a NUL byte at byte 5, "
+		    "after \"OK 1\"" },
+		{ R("\0\n"), "a reply line with a NUL byte at byte 1, after "
+		    "\"\"" },
+		{ R("\x1b[31mHI\n"), "unexpected reply \"\\x1b[31mHI\"" },
+		{ R("OK 7\x07\n"), "reply \"OK 7\\x07\" does not hold a "
+		    "number" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct keylock	*kl = keylock_new();
+		int		 lfd, sfd = lk_fake_pair(kl, &lfd);
+		const char	*key = "k";
+
+		ck_assert_int_eq(write(sfd, cases[i].reply, cases[i].len),
+		    (ssize_t)cases[i].len);
+		ck_assert_st(kl, keylock_trylock(kl, &key, 1, NULL, NULL),
+		    KEYLOCK_ERR_PROTO);
+		ck_assert_str_eq(keylock_message(kl), cases[i].message);
+		ck_assert_int_eq(keylock_is_connected(kl), 0);
+		keylock_free(kl);
+		close(sfd);
+		close(lfd);
+	}
+}
+END_TEST
+#undef R
+
 START_TEST(unknown_error_code_keeps_the_connection)
 {
 	struct keylock	*kl = keylock_new();
@@ -359,6 +398,7 @@ lk_add_failures(Suite *s)
 	tcase_add_test(tc, lock_deadline_is_its_timeout_plus_the_reply_timeout);
 	tcase_add_test(tc, options_are_sent_as_the_protocol_spells_them);
 	tcase_add_test(tc, garbage_reply_is_proto_and_closes);
+	tcase_add_test(tc, nul_and_control_bytes_are_proto_and_quoted);
 	tcase_add_test(tc, unknown_error_code_keeps_the_connection);
 	tcase_add_test(tc, err_upgrade_is_its_own_status);
 	tcase_add_test(tc, server_closing_mid_reply_is_closed);

@@ -456,6 +456,54 @@ wait_for "! kill -0 $newpid 2>/dev/null" 10 ||
     fail "the upgraded keylockd did not exit after SIGTERM"
 NEWPID=
 
+# The postinst's other ways out (keylockd.README.Debian), run from the
+# tree (its #DEBHELPER# line is a comment there) with the installed
+# keylock: a socket file that nobody listens on is no daemon (nothing to
+# say), and a daemon that drops the UPGRADE (keylock's exit 69, as for no
+# reply in time) is reported, the install going on.
+SOCK=/run/keylockd/keylockd.sock
+if [ -d /run/systemd/system ]; then
+	echo "skip: $TEST: the postinst's ways out (under systemd it asks systemctl, not the socket)"
+else
+$SUDO mkdir -p /run/keylockd
+$SUDO rm -f "$SOCK"
+$SUDO python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$SOCK" ||
+    fail "cannot leave a socket file at $SOCK"
+$SUDO sh "$TOP/debian/keylockd.postinst" configure "$version" >"$WORK/pi.out" 2>&1 ||
+    fail "the postinst exited $? for a socket nobody listens on: $(cat "$WORK/pi.out")"
+[ ! -s "$WORK/pi.out" ] ||
+    fail "the postinst spoke of a socket nobody listens on: $(cat "$WORK/pi.out")"
+$SUDO rm -f "$SOCK"
+# A server that answers every line but UPGRADE, which it drops.
+$SUDO python3 - "$SOCK" <<'EOPY_FAKE' >"$WORK/fake.log" 2>&1 &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+s.settimeout(30)
+while True:
+    c, _ = s.accept()
+    f = c.makefile("rwb", buffering=0)
+    for line in f:
+        word = line.split()[0].upper() if line.split() else b""
+        if word == b"UPGRADE":
+            break
+        f.write(b"OK PONG\n" if word == b"PING" else b"OK\n")
+    f.close()
+    c.close()
+EOPY_FAKE
+FAKE=$!
+wait_for "[ -S '$SOCK' ]" 10 || fail "the fake daemon did not listen on $SOCK"
+$SUDO sh "$TOP/debian/keylockd.postinst" configure "$version" >"$WORK/pi.out" 2>&1 ||
+    fail "the postinst exited $? for a failed live upgrade: $(cat "$WORK/pi.out")"
+$SUDO kill "$FAKE" 2>/dev/null
+wait "$FAKE" 2>/dev/null
+$SUDO rm -f "$SOCK"
+grep -q '^keylockd: the running daemon was not upgraded live: ' "$WORK/pi.out" ||
+    fail "the postinst did not report a dropped UPGRADE: $(cat "$WORK/pi.out")"
+pass "the postinst: silent for a socket nobody listens on, reports a daemon that drops the UPGRADE"
+fi
+
 # --- 3. remove, purge, and nothing left -------------------------------------
 
 echo "max-keys 7" | $SUDO tee -a /etc/keylockd/keylockd.conf >/dev/null
