@@ -51,8 +51,9 @@ from typing import (Any, Callable, Coroutine, Deque, Dict, FrozenSet, List,
 from . import _fork
 from ._errors import (AuthError, Backend, ConnectionFailed, Error, LockLost,
                       ProtocolError, Shutdown)
-from ._wire import (Address, Key, check_name, default_name, parse_reply,
-                    parse_servers, seconds_to_ms, unique)
+from ._wire import (TOKEN_LIMIT, Address, Key, check_name, default_name,
+                    parse_json, parse_reply, parse_servers, parse_token,
+                    seconds_to_ms, unique)
 
 REPLY_MAX = 1 << 20          # bytes of one reply line (INFO lists stop at 1000)
 MAX_IDLE_DEFAULT = 8
@@ -167,7 +168,7 @@ class Link(asyncio.Protocol):
                 sp = line.find(" ")
                 num = line[1:sp]
                 if sp < 0 or not (num.isdigit() and num.isascii()):
-                    conn.abort("a reply with a malformed channel: "
+                    conn.violate("a reply with a malformed channel: "
                                f"{line[:60]!r}", self)
                     return
                 n = int(num)
@@ -183,7 +184,7 @@ class Link(asyncio.Protocol):
                     fifos[1].remove(probe)
                     probe.answer(line)
                     continue
-                conn.abort(f"the server sent a line nobody asked for "
+                conn.violate(f"the server sent a line nobody asked for "
                            f"(channel {n}): {line[:60]!r}", self)
                 return
             pending = fifo.popleft()
@@ -194,7 +195,7 @@ class Link(asyncio.Protocol):
                 conn.last_ok = pending.sent     # the client's rule: T
             pending.answer(line)
         if len(self._buf) > REPLY_MAX and not self.dead:
-            conn.abort(f"a reply line over {REPLY_MAX} bytes", self)
+            conn.violate(f"a reply line over {REPLY_MAX} bytes", self)
 
     def eof_received(self) -> bool:
         self.lost("the server closed the connection")
@@ -311,6 +312,9 @@ class Chan:
 
     def abort(self, reason: str) -> None:
         self.conn.abort(reason)
+
+    def failure(self, what: str) -> Error:
+        return self.conn.failure(what)
 
     def _arm(self) -> None:
         self.conn._arm()
@@ -476,6 +480,9 @@ class Conn:
         self.grants: Set[HandleBase] = set()    # of every channel
         self.closed: bool = False
         self.reason: str = ""
+        # ended because the server broke the protocol (ProtocolError to
+        # the requests it carried, not ConnectionFailed)
+        self.violation = False
         self._on_close = on_close
         self.generation = _fork.generation
         # channels
@@ -563,6 +570,22 @@ class Conn:
             link.dead = True
             if link.transport is not None:
                 link.transport.abort()
+
+    def violate(self, reason: str, link: Optional[Link] = None) -> None:
+        """The server sent something that is not protocol: the connection
+        is dropped (a session is not resumed: the stream cannot be
+        trusted), and the requests it carried fail with ProtocolError."""
+        if link is None or link is self.link:
+            self.violation = True
+        self.abort(reason, link)
+
+    def failure(self, what: str) -> Error:
+        """The error of a request whose reply never came (the connection
+        ended first): ProtocolError if the server broke the protocol,
+        else ConnectionFailed."""
+        if self.violation:
+            return ProtocolError(f"{self.addr.text}: {self.reason}{what}")
+        return ConnectionFailed(f"{self.addr.text}: {self.reason}{what}")
 
     def close(self) -> None:
         """Closes after the queued requests are written; a session is
@@ -847,9 +870,30 @@ class Conn:
         return True
 
 
+def _command_reply(conn: Conn, line: str, reply: Reply,
+                   want_json: bool) -> Any:
+    """A command's reply: its value (or JSON object); a reply that is not
+    protocol drops the connection (ProtocolError)."""
+    if reply is None:
+        raise conn.failure("")
+    try:
+        value = parse_reply(reply)
+        return parse_json(value, line.split(" ", 1)[0]) if want_json \
+            else value
+    except ProtocolError as e:
+        conn.violate(str(e))
+        raise
+
+
 def _held(entries: Any) -> List[Tuple[int, List[str]]]:
     """RESUME's ``held`` list: (token, keys) of each grant."""
-    return [(int(g["token"]), [str(k) for k in g["keys"]]) for g in entries]
+    held = []
+    for g in entries:
+        token = g["token"]
+        if type(token) is not int or not 0 <= token < TOKEN_LIMIT:
+            raise ValueError(f"token {token!r}")
+        held.append((token, [str(k) for k in g["keys"]]))
+    return held
 
 
 def _wake_all(waiters: List["asyncio.Future[None]"], _: Any) -> None:
@@ -1392,8 +1436,12 @@ class Core:
         for pending in pendings:
             reply = await pending.fut
             if reply is None:
-                raise ConnectionFailed(conn.reason)
-            value = parse_reply(reply)
+                raise conn.failure("")
+            try:
+                value = parse_reply(reply)
+            except ProtocolError as e:
+                conn.violate(str(e))
+                raise
             if pending.request.startswith("SESSION "):
                 if not value:
                     raise ProtocolError(f"SESSION answered {reply!r:.60}")
@@ -1403,7 +1451,7 @@ class Core:
         if ping1 is not None:
             reply = await ping1.fut
             if reply is None:
-                raise ConnectionFailed(conn.reason)
+                raise conn.failure("")
             conn.mux = reply == "OK PONG"
 
     # Locks
@@ -1458,18 +1506,19 @@ class Core:
                                        f"{conn.addr.text} dropped "
                                        f"({conn.reason}) with this task's "
                                        "locks")
-                    raise ConnectionFailed(f"{conn.addr.text}: "
-                                           f"{conn.reason} before LOCK was "
-                                           "answered")
-                if reply.startswith("OK ") and reply[3:].isdigit():
-                    token = int(reply[3:])  # the grant (and its token)
-                    break
-                value = parse_reply(reply)  # ERR: raises
-                if not value.isdigit():
-                    conn.abort("LOCK's reply carried no token")
-                    raise ProtocolError(f"LOCK answered {reply[:60]!r}")
-                token = int(value)
-                break
+                    raise conn.failure(" before LOCK was answered")
+                if reply[:3] == "OK ":
+                    t = parse_token(reply[3:])  # the grant (and its token)
+                    if t is not None:
+                        token = t
+                        break
+                try:
+                    parse_reply(reply)      # ERR: raises
+                    raise ProtocolError(f"LOCK answered {reply[:60]!r}: no "
+                                        "token (decimal, below 2^63)")
+                except ProtocolError as e:
+                    conn.conn.violate(str(e))
+                    raise
             except (Backend, Shutdown) as e:
                 alone = st.depth == 1       # the owner holds nothing else
                 st.depth -= 1
@@ -1555,8 +1604,7 @@ class Core:
         handle._confirming = False
         if reply is None or handle.lost_reason is not None:
             error = (handle._lost_error() if handle.lost_reason is not None
-                     else ConnectionFailed(f"{conn.addr.text}: "
-                                           f"{conn.reason}"))
+                     else conn.failure(""))
             await self._settle(conn, self.release(handle))
             raise error
         conn._arm()
@@ -1575,8 +1623,7 @@ class Core:
         await cancel
         if reply is not None and reply.startswith("OK"):
             unlock = conn.send("UNLOCK " + " ".join(unique(names)), UNLOCK)
-            if reply[3:].isdigit():
-                unlock.token = int(reply[3:])
+            unlock.token = parse_token(reply[3:])
             await unlock.fut
 
     async def _settle(self, conn: Chan,
@@ -1683,23 +1730,29 @@ class Core:
     async def command(self, line: str) -> str:
         """One request on channel 0 of the shared connection, or on an
         idle connection; its reply's value."""
+        value: str = await self._command(line, False)
+        return value
+
+    async def command_json(self, line: str) -> Dict[str, Any]:
+        """A request whose reply is ``OK {json object}`` (STATS, INFO):
+        the object; anything else is a ProtocolError."""
+        value: Dict[str, Any] = await self._command(line, True)
+        return value
+
+    async def _command(self, line: str, want_json: bool) -> Any:
         loop = self._enter()
         mux = None
         if self.channels and self.chan_mode is not False:
             mux = await self._mux(loop, CHANNELS_PER_CONN + 1)
         if mux is not None:
-            conn: Union[Conn, Chan] = mux
             reply = await mux.request(line)
-        else:
-            chan = await self._checkout(loop)
-            conn = chan
-            try:
-                reply = await chan.request(line)
-            finally:
-                self._checkin(chan)
-        if reply is None:
-            raise ConnectionFailed(f"{conn.addr.text}: {conn.reason}")
-        return parse_reply(reply)
+            return _command_reply(mux, line, reply, want_json)
+        chan = await self._checkout(loop)
+        try:
+            reply = await chan.request(line)
+            return _command_reply(chan.conn, line, reply, want_json)
+        finally:
+            self._checkin(chan)
 
     def suspended(self) -> int:
         """Connections whose session is being resumed now."""

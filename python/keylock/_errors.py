@@ -159,7 +159,13 @@ class ConnectionFailed(Error, ConnectionError):
 
 
 class ProtocolError(Error):
-    """The server sent something that is not keylockd protocol."""
+    """The server sent something that is not keylockd protocol: a line
+    that is neither ``OK`` nor ``ERR``, a reply nobody asked for or on a
+    channel nobody uses, a line over 1 MiB, a ``LOCK`` grant without a
+    token (ASCII decimal digits, below 2^63), ``STATS`` or ``INFO``
+    without a JSON object. The connection it came on is dropped (a
+    session on it is not resumed), and every request it carried fails
+    with this error, with channels or without."""
 
 
 _BY_CODE: Dict[str, Type[Error]] = {

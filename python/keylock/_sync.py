@@ -13,7 +13,6 @@ own thread on first use.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import ssl
 import threading
@@ -296,16 +295,12 @@ class KeyedLock:
 
     def stats(self) -> Dict[str, Any]:
         """The server's ``STATS``, parsed (see keylockd-protocol(7))."""
-        value: Dict[str, Any] = json.loads(
-            _get_runner().call(self._core.command("STATS")))
-        return value
+        return _get_runner().call(self._core.command_json("STATS"))
 
     def info(self, key: Key) -> Dict[str, Any]:
         """The server's ``INFO`` of one key: its holders and waiters."""
         line = f"INFO {encode_key(key)}"
-        value: Dict[str, Any] = json.loads(
-            _get_runner().call(self._core.command(line)))
-        return value
+        return _get_runner().call(self._core.command_json(line))
 
     def key_count(self) -> int:
         """The server's ``keys`` gauge: entries in its lock table now, over

@@ -8,11 +8,12 @@ contract (its KEYS, OPTIONS, REPLIES and COMMANDS sections).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
-from typing import (Iterable, List, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Dict, Iterable, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 from ._errors import BadKey, ProtocolError, error_from_reply
 
@@ -167,7 +168,7 @@ def _parse_one(text: str) -> Address:
     if port_text is None:
         return Address(text, host, TLS_PORT_DEFAULT if tls
                        else PORT_DEFAULT, tls, False)
-    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) <= 65535:
         raise ValueError(f"{text}: bad port")
     return Address(text, host, int(port_text), tls, False)
 
@@ -263,6 +264,32 @@ def parse_reply(line: str) -> str:
         if code:
             raise error_from_reply(code, text)
     raise ProtocolError(f"not a keylockd reply: {line[:80]!r}")
+
+
+TOKEN_LIMIT = 1 << 63   # a fencing token is below 2^63 (REPLIES)
+
+
+def parse_token(value: str) -> Optional[int]:
+    """A fencing token: ASCII decimal digits, below 2^63; else None."""
+    if value.isascii() and value.isdigit() and len(value) <= 19:
+        token = int(value)
+        if token < TOKEN_LIMIT:
+            return token
+    return None
+
+
+def parse_json(value: str, what: str) -> Dict[str, Any]:
+    """The JSON object of a STATS or INFO reply; anything else is a
+    ProtocolError."""
+    try:
+        obj = json.loads(value)
+    except ValueError as e:     # json.JSONDecodeError, a bad surrogate
+        raise ProtocolError(f"{what} answered with no JSON object "
+                            f"({e}): {value[:60]!r}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{what} answered with no JSON object: "
+                            f"{value[:60]!r}")
+    return obj
 
 
 def unique(names: Iterable[str]) -> List[str]:

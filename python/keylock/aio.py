@@ -21,7 +21,6 @@ key raises
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from types import TracebackType
 from typing import Any, Dict, Optional, Tuple, Type
@@ -202,14 +201,11 @@ class KeyedLock:
 
     async def stats(self) -> Dict[str, Any]:
         """The server's ``STATS``, parsed (see keylockd-protocol(7))."""
-        value: Dict[str, Any] = json.loads(await self._core.command("STATS"))
-        return value
+        return await self._core.command_json("STATS")
 
     async def info(self, key: Key) -> Dict[str, Any]:
         """The server's ``INFO`` of one key: its holders and waiters."""
-        value: Dict[str, Any] = json.loads(
-            await self._core.command(f"INFO {encode_key(key)}"))
-        return value
+        return await self._core.command_json(f"INFO {encode_key(key)}")
 
     async def key_count(self) -> int:
         """The server's ``keys`` gauge: entries in its lock table now, over

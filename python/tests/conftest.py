@@ -469,3 +469,92 @@ def proxy(server: Daemon) -> Iterator[Proxy]:
     p = Proxy(server.port)
     yield p
     p.close()
+
+
+# What a FakeServer answers to one request: the bytes to send (its
+# channel prefix, "@N " or "", given), None for nothing at all.
+Answer = Callable[[bytes, str], Optional[bytes]]
+
+
+class FakeServer:
+    """A server that speaks the hello as keylockd does (AUTH, NAME,
+    SESSION, PING, channels) and answers every other request with
+    ``answer(prefix, line)``: for the replies a real daemon never sends
+    (hostile or broken ones, or none at all). ``accepted`` counts its
+    connections, ``closed`` those the client ended."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port: int = self.lsock.getsockname()[1]
+        self.accepted = 0
+        self.closed = 0
+        self.requests: List[str] = []
+        self._conns: List[socket.socket] = []
+        self._stop = False
+        threading.Thread(target=self._run, daemon=True,
+                         name="test-fake-server").start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,),
+                             daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while b"\n" in buf:
+                    raw, buf = buf.split(b"\n", 1)
+                    line = raw.decode()
+                    prefix = b""
+                    if line.startswith("@"):
+                        chan, line = line.split(" ", 1)
+                        prefix = chan.encode() + b" "
+                    self.requests.append(line)
+                    word = line.split(" ")[0]
+                    if word in ("AUTH", "NAME"):
+                        out: Optional[bytes] = b"OK"
+                    elif word == "PING":
+                        out = b"OK PONG"
+                    elif word == "SESSION":
+                        out = b"OK 0123456789abcdef0123456789abcdef"
+                    elif word == "QUIT":
+                        conn.sendall(prefix + b"OK\n")
+                        return
+                    else:
+                        out = self.answer(prefix, line)
+                        if out is not None:
+                            conn.sendall(out)
+                        continue
+                    conn.sendall(prefix + out + b"\n")
+        except OSError:
+            pass
+        finally:
+            self.closed += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.lsock.close()
+        for conn in self._conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
