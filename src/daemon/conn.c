@@ -1032,9 +1032,10 @@ conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 
 /* ---- input ---- */
 
-/* Executes one request line of c's channel (its LF, and a CR, gone). */
+/* Executes one request line of c's channel (its LF, and a CR, gone); r
+ * is c's connection (c->root, which its callers have at hand). */
 static inline __attribute__((always_inline)) void
-conn_exec(struct conn *c, const char *line, size_t len)
+conn_exec(struct conn *r, struct conn *c, const char *line, size_t len)
 {
 	struct conns	*cs = c->cs;
 	struct request	*req = &cs->req;
@@ -1044,8 +1045,8 @@ conn_exec(struct conn *c, const char *line, size_t len)
 	if (err == KL_OK && req->cmd == CMD_NONE)
 		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
 	cs->st->requests++;
-	if (!c->root->admitted && !commands_need_auth(cs->cmds))
-		conn_admit(c->root);	/* a complete line, no secret set */
+	if (!r->admitted && !commands_need_auth(cs->cmds))
+		conn_admit(r);	/* a complete line, no secret set */
 	if (err != KL_OK)
 		conn_reply_err(c, err, "%s", req->why);
 	else
@@ -1414,7 +1415,7 @@ conn_route(struct conn *r, const char *line, size_t len, uint32_t chan)
 	if (line == NULL)
 		conn_reply_toolong(ch);
 	else
-		conn_exec(ch, rest, restlen);
+		conn_exec(r, ch, rest, restlen);
 	conn_chan_idle(ch);
 }
 
@@ -1482,7 +1483,7 @@ conn_frame(struct conn *r, char *buf, size_t len)
 		 * other line ('@', blanks, bytes below '@') is routed. */
 		if ((unsigned char)p[0] > '@' && r->state == CONN_READY &&
 		    r->qlen == 0)
-			conn_exec(r, p, n);
+			conn_exec(r, r, p, n);
 		else
 			conn_route(r, p, n, 0);
 		handled++;
@@ -1519,7 +1520,7 @@ conn_run_queue(struct conn *c)
 		else if (c == r && conn_is_bad_at(p, n))
 			conn_line_channel(c, p, n, &rest, &restlen, true);
 		else
-			conn_exec(c, p, n);
+			conn_exec(r, c, p, n);
 		handled++;
 	}
 	if (c->state == CONN_CLOSED || off == 0)
@@ -1545,9 +1546,12 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 	char	*p;
 
 	if (len == 0) {
-		kl_free(c->ibuf);
-		c->ibuf = NULL;
-		c->icap = c->ilen = 0;
+		if (c->ibuf != NULL) {	/* the common case: nothing held */
+			kl_free(c->ibuf);
+			c->ibuf = NULL;
+			c->icap = 0;
+		}
+		c->ilen = 0;
 		return true;
 	}
 	if (len > c->icap) {
