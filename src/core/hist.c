@@ -25,6 +25,15 @@ kl_hist_add_slow(struct kl_hist *h, uint64_t ms)
 	while (i < KL_HIST_NBUCKETS - 1 && ms > hist_bounds[i])
 		i++;
 	h->counts[i]++;
-	h->count++;
 	h->sum_ms += ms;
+}
+
+uint64_t
+kl_hist_count(const struct kl_hist *h)
+{
+	uint64_t	n = 0;
+
+	for (size_t i = 0; i < KL_HIST_NBUCKETS; i++)
+		n += h->counts[i];
+	return n;
 }

@@ -14,13 +14,15 @@
 
 struct kl_hist {
 	uint64_t	counts[KL_HIST_NBUCKETS];
-	uint64_t	count;
 	uint64_t	sum_ms;
 };
 
 /* Upper bound (inclusive) of bucket i in ms; UINT64_MAX for the last. */
 uint64_t	kl_hist_bound(size_t i);
 void		kl_hist_add_slow(struct kl_hist *h, uint64_t ms);
+/* The values counted: the buckets' sum, not a second counter beside them
+ * that every value would have to bump. */
+uint64_t	kl_hist_count(const struct kl_hist *h);
 
 /* Counts one value. Inline for 0 ms, the lock granted or released within
  * the millisecond it was asked for: most of them. */
@@ -29,7 +31,6 @@ kl_hist_add(struct kl_hist *h, uint64_t ms)
 {
 	if (ms == 0) {
 		h->counts[0]++;
-		h->count++;
 		return;
 	}
 	kl_hist_add_slow(h, ms);

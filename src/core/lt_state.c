@@ -99,7 +99,7 @@ ls_put_hist(struct ks_writer *w, const struct kl_hist *h)
 {
 	for (size_t i = 0; i < KL_HIST_NBUCKETS; i++)
 		ks_put_u64(w, h->counts[i]);
-	ks_put_u64(w, h->count);
+	ks_put_u64(w, kl_hist_count(h));	/* kept in the format */
 	ks_put_u64(w, h->sum_ms);
 }
 
@@ -280,15 +280,15 @@ struct ls_read {
 static void
 ls_get_hist(struct ks_reader *r, struct kl_hist *h)
 {
-	uint64_t	sum = 0;
+	uint64_t	sum = 0, count;
 
 	for (size_t i = 0; i < KL_HIST_NBUCKETS; i++) {
 		h->counts[i] = ks_get_u64(r);
 		sum += h->counts[i];
 	}
-	h->count = ks_get_u64(r);
+	count = ks_get_u64(r);
 	h->sum_ms = ks_get_u64(r);
-	if (sum != h->count)
+	if (sum != count)
 		ks_fail(r, "a histogram's buckets do not add up");
 }
 

@@ -32,7 +32,7 @@ stats_hist_json(const struct kl_hist *h)
 		json_array_append_new(b, pair);
 	}
 	json_object_set_new(o, "buckets", b);
-	json_object_set_new(o, "count", json_integer((json_int_t)h->count));
+	json_object_set_new(o, "count", json_integer((json_int_t)kl_hist_count(h)));
 	json_object_set_new(o, "sum_ms", json_integer((json_int_t)h->sum_ms));
 	return o;
 }

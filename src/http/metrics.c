@@ -135,7 +135,7 @@ metrics_hist(struct mbuf *b, const char *name, const char *help,
 			    PRIu64 "\n", name, (double)ub / 1000.0, cum);
 	}
 	mbuf_printf(b, "keylockd_%s_sum %.3f\nkeylockd_%s_count %" PRIu64
-	    "\n", name, (double)h->sum_ms / 1000.0, name, h->count);
+	    "\n", name, (double)h->sum_ms / 1000.0, name, kl_hist_count(h));
 }
 
 /* The hot keys of STATS that have waiters (most first; the others would

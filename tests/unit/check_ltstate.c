@@ -231,7 +231,8 @@ picture(struct side *s, struct pic *p, uint64_t now)
 	    "\nkeys %" PRIu64 " held %" PRIu64 " waiting %" PRIu64
 	    " grants %" PRIu64 " max %" PRIu64 " wait %" PRIu64 "/%" PRIu64
 	    " next %" PRIu64, c->keys, c->held, c->waiting, c->grants,
-	    c->max_waiters, c->wait_ms.count, c->hold_ms.count,
+	    c->max_waiters, kl_hist_count(&c->wait_ms),
+	    kl_hist_count(&c->hold_ms),
 	    locktable_next_expiry(s->lt));
 }
 
