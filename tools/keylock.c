@@ -349,33 +349,59 @@ cli_connect(const struct cli *cli, int name_it)
 		cli_usage_error("%s", keylock_message(kl));
 	if (st != KEYLOCK_OK)
 		exit(cli_fail(cli, kl, st));
+	/* NAME is the first request: a server that does not answer it
+	 * within the connect timeout (stopped, with a kernel that still
+	 * accepts) is passed over for the next of the list, as one that
+	 * cannot be connected to is. */
+	while (name_it && !cli_name(cli, kl)) {
+		char	why[512];
+
+		snprintf(why, sizeof(why), "%s", keylock_message(kl));
+		if (keylock_failover(kl) != KEYLOCK_OK) {
+			st = keylock_last_status(kl);
+			if (st == KEYLOCK_ERR_INVAL) {	/* no server left */
+				cli_warnx("%s", why);
+				exit(CLI_EXIT_UNAVAILABLE);
+			}
+			cli_warnx("%s; %s", why, keylock_message(kl));
+			exit(cli_exit_code(cli, st));
+		}
+		if (cli->verbose)
+			cli_warnx("%s; trying the next server", why);
+	}
 	keylock_set_timeout(kl, CLI_REPLY_MS_DEFAULT);
-	if (name_it)
-		cli_name(cli, kl);
 	return kl;
 }
 
-/* NAME on a new connection: -N's, else one that says who holds it. */
-void
+/* NAME on a new connection: -N's, else one that says who holds it.
+ * 0: the server did not answer (no reply in time, the connection
+ * lost), the connection closed; 1: named. A refusal exits. */
+int
 cli_name(const struct cli *cli, struct keylock *kl)
 {
 	enum keylock_status	 st;
 	char			 host[CLI_HOST_MAX + 1] = "", name[80];
+	const char		*label = cli->name;
 
-	if (cli->name != NULL) {
-		if ((st = keylock_name(kl, cli->name)) != KEYLOCK_OK)
-			exit(cli_fail(cli, kl, st));
-		return;
+	if (label == NULL) {
+		/* Who holds it? The default name answers, in INFO and in
+		 * the LOCKED text that other clients get. */
+		gethostname(host, sizeof(host) - 1);
+		host[strcspn(host, ". \t=")] = '\0';
+		snprintf(name, sizeof(name), "keylock:%s:%ld", host,
+		    (long)getpid());
+		label = name;
 	}
-	/* Who holds it? The default name answers, in INFO and in the
-	 * LOCKED text that other clients get. */
-	gethostname(host, sizeof(host) - 1);
-	host[strcspn(host, ". \t=")] = '\0';
-	snprintf(name, sizeof(name), "keylock:%s:%ld", host,
-	    (long)getpid());
-	if (keylock_name(kl, name) != KEYLOCK_OK &&
-	    !keylock_is_connected(kl))
-		exit(cli_fail(cli, kl, keylock_last_status(kl)));
+	if ((st = keylock_name(kl, label)) == KEYLOCK_OK)
+		return 1;
+	if (!keylock_is_connected(kl) && (st == KEYLOCK_ERR_DEADLINE ||
+	    st == KEYLOCK_ERR_IO || st == KEYLOCK_ERR_CLOSED))
+		return 0;
+	/* -N's name refused is the caller's; the default one's is not
+	 * worth failing for while the connection stands */
+	if (cli->name != NULL || !keylock_is_connected(kl))
+		exit(cli_fail(cli, kl, st));
+	return 1;
 }
 
 int

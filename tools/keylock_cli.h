@@ -62,7 +62,7 @@ struct cli {
 
 /* Connects, authenticates and names the connection; exits on failure. */
 struct keylock	*cli_connect(const struct cli *cli, int name_it);
-void		 cli_name(const struct cli *cli, struct keylock *kl);
+int		 cli_name(const struct cli *cli, struct keylock *kl);
 /* Prints "keylock: ..." for a failed call; returns the exit code. */
 int		 cli_fail(const struct cli *cli, struct keylock *kl,
 		    enum keylock_status st);

@@ -137,7 +137,13 @@ run_hold(struct run *r)
 			cli_warnx("%s %s; trying the next server",
 			    keylock_status_word(st), why);
 		why[0] = '\0';
-		cli_name(cli, r->kl);
+		if (!cli_name(cli, r->kl)) {
+			/* the next server did not answer its NAME */
+			st = keylock_last_status(r->kl);
+			snprintf(why, sizeof(why), "%s",
+			    keylock_message(r->kl));
+			break;
+		}
 		st = run_acquire(r, cli->wait_ms < 0 ? cli->wait_ms :
 		    cli->wait_ms - (long)(run_now_ms() - start), &token);
 	}
