@@ -496,13 +496,18 @@ cli_parse_number(const char *s, long min, long max)
 void
 cli_warnx(const char *fmt, ...)
 {
+	char	buf[2048];
 	va_list	ap;
 
-	fprintf(stderr, "keylock: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n");
+	/* one line, and no control byte of a server's text (an ERR's, a
+	 * hostile server's) reaches the terminal */
+	for (char *p = buf; *p != '\0'; p++)
+		if (((unsigned char)*p < ' ' && *p != '\t') || *p == 0x7f)
+			*p = '?';
+	fprintf(stderr, "keylock: %s\n", buf);
 }
 
 void

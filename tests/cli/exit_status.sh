@@ -69,3 +69,30 @@ pass "69 no server, 66 auth file unreadable, 65 refused key"
 
 "$KEYLOCK" stats --json >"$TMP/out"
 expect_grep '"keys":0' "$TMP/out" "no key left after the failures"
+
+# A server's text reaches the terminal without its control bytes: a fake
+# server whose every reply is an ERR with an escape sequence and a bell.
+if command -v python3 >/dev/null 2>&1; then
+	python3 - "$TMP/fake.sock" <<'EOPY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(4)
+s.settimeout(30)
+c, _ = s.accept()
+f = c.makefile("rwb", buffering=0)
+for line in f:
+    f.write(b"ERR LIMIT \x1b[2J\x1b[31mred\x07 text\n")
+EOPY
+	fpid=$!
+	BGPIDS="$BGPIDS $fpid"
+	wait_ran "$TMP/fake.sock" 5 "the fake server did not listen"
+	"$KEYLOCK" -S "$TMP/fake.sock" k -- touch "$TMP/ran" 2>"$TMP/err"
+	expect_status 65 $? "ERR LIMIT from the fake server"
+	expect_grep 'LIMIT ?\[2J?\[31mred? text' "$TMP/err" "the text, its control bytes as ?"
+	! LC_ALL=C grep -q "$(printf '[\033\007]')" "$TMP/err" ||
+	    fail "a control byte reached stderr: $(od -c "$TMP/err" | head -3)"
+	[ ! -e "$TMP/ran" ] || fail "the command ran"
+	kill "$fpid" 2>/dev/null
+	pass "a server's text without its control bytes"
+fi
