@@ -16,7 +16,8 @@ PYTHON_TESTS = \
 	python/tests/test_cancel.py python/tests/test_failover.py \
 	python/tests/test_failover_etcd.py \
 	python/tests/test_session.py python/tests/test_channels.py \
-	python/tests/test_upgrade.py python/tests/test_hostile.py
+	python/tests/test_upgrade.py python/tests/test_hostile.py \
+	python/tests/test_deadline.py
 EXTRA_DIST += python/run-tests.sh $(PYTHON_PACKAGE) $(PYTHON_TESTS)
 
 # The side-by-side benchmark against redis-py (not run by make check).

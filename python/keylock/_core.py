@@ -61,6 +61,7 @@ CHANNELS_DEFAULT = True      # KeyedLock(channels=None): channels where the
                              # server speaks them
 CONNECT_TIMEOUT_DEFAULT = 10.0
 CANCEL_TIMEOUT_DEFAULT = 10.0
+REPLY_TIMEOUT_DEFAULT = 10.0    # s: libkeylock's keylock_timeout() default
 WINDOW_MARGIN = 0.001        # of the grace: clock-rate error (the rule's)
 BACKOFF_FIRST = 0.05         # s between reconnect rounds, doubling...
 BACKOFF_MAX = 1.0            # ...up to this, with jitter
@@ -86,7 +87,7 @@ class Pending:
     when it left (the loop's clock), for the client's rule."""
 
     __slots__ = ("fut", "line", "done", "request", "kind", "sent", "token",
-                 "names", "timeout_at", "cancelling", "hook")
+                 "names", "timeout_at", "cancelling", "hook", "due")
 
     def __init__(self, fut: "asyncio.Future[Reply]", request: str = "",
                  kind: str = "") -> None:
@@ -101,6 +102,9 @@ class Pending:
         self.timeout_at: Optional[float] = None   # LOCK with timeout=
         self.cancelling = False              # LOCK: CANCEL is on its way
         self.hook: Optional[Callable[[Reply], None]] = None
+        # the loop's clock by which its reply must have come on the link
+        # it was written to (None: no deadline; see Link.expect)
+        self.due: Optional[float] = None
 
     def answer(self, line: Reply) -> None:
         if self.done:
@@ -144,6 +148,11 @@ class Link(asyncio.Protocol):
         self._out: List[str] = []       # this turn's requests
         # the send time of a request matters to the client's rule only
         self._timed = conn.core.session_ms is not None
+        # the reply deadline (Link.expect): its margin, and the timer
+        # that looks at the oldest request of each channel
+        self._margin = conn.core.reply_timeout
+        self._watch: Optional[asyncio.TimerHandle] = None
+        self._watch_at = 0.0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -209,15 +218,75 @@ class Link(asyncio.Protocol):
         every other one written in this turn of the loop."""
         if self._timed:
             pending.sent = self.conn.loop.time()
-        fifo = self.fifos.get(n)
-        if fifo is None:
-            fifo = self.fifos[n] = deque()
-        fifo.append(pending)
+        self.expect(pending, n)
         out = self._out
         if not out:
             self.conn.loop.call_soon(self._flush)
         out.append(f"@{n} {pending.request}\n" if n else
                    f"{pending.request}\n")
+
+    def expect(self, pending: Pending, n: int) -> None:
+        """``pending``'s reply is the next one on channel ``n`` after those
+        queued there, and is due (libkeylock's rule): a LOCK with a
+        timeout by its end plus ``reply_timeout``, any other request
+        within ``reply_timeout`` of its write, none after a request that
+        has no deadline (a LOCK without a timeout) on its channel, and
+        never before one ahead of it there. A reply overdue means the
+        server stopped answering: the transport is dropped (Link.overdue)."""
+        fifo = self.fifos.get(n)
+        if fifo is None:
+            fifo = self.fifos[n] = deque()
+        margin = self._margin
+        if margin is not None:
+            if pending.kind != LOCK:
+                due: Optional[float] = self.conn.loop.time() + margin
+            elif pending.timeout_at is not None:
+                due = pending.timeout_at + margin
+            else:
+                due = None
+            if fifo and due is not None:
+                ahead = fifo[-1].due
+                due = None if ahead is None else max(due, ahead)
+            pending.due = due
+            if due is not None and (self._watch is None or
+                                    due < self._watch_at):
+                self._watch_in(due)
+        fifo.append(pending)
+
+    def _watch_in(self, at: float) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch_at = at
+        self._watch = self.conn.loop.call_at(at, self.overdue)
+
+    def overdue(self) -> None:
+        """The oldest request of each channel: one past its deadline drops
+        the transport, as a server that stopped answering (its requests
+        fail with ConnectionFailed; a session resumes elsewhere)."""
+        self._watch = None
+        if self.dead:
+            return
+        now = self.conn.loop.time()
+        first: Optional[float] = None
+        for fifo in self.fifos.values():
+            if not fifo:
+                continue
+            head = fifo[0]
+            due = head.due
+            if due is None:
+                continue
+            if due <= now:
+                what = head.request.split(" ", 1)[0] or head.kind
+                margin = self._margin
+                self.drop(f"no reply to {what} in time (its "
+                          + ("timeout plus " if head.kind == LOCK else "")
+                          + f"reply_timeout of {margin:g} s): the server "
+                          "stopped answering")
+                return
+            if first is None or due < first:
+                first = due
+        if first is not None:
+            self._watch_in(first)
 
     def _flush(self) -> None:
         out, self._out = self._out, []
@@ -232,6 +301,9 @@ class Link(asyncio.Protocol):
         self.dead = True
         self.reason = reason
         self._out = []
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if self.conn.link is self:
             self.conn._link_lost(self, reason)
         for fifo in self.fifos.values():
@@ -380,7 +452,7 @@ class Chan:
             lock_served = True
             if lock is not None:
                 # its reply is the next one on this channel
-                link.fifos.setdefault(self.n, deque()).append(lock)
+                link.expect(lock, self.n)
             else:
                 self._stray_wait(link, waiting)
         elif lock is not None and unknown:
@@ -452,7 +524,7 @@ class Chan:
             if line is not None and line.startswith("OK ") and keys:
                 self.send(f"UNLOCK {keys}", UNLOCK)
         stray.hook = settle
-        link.fifos.setdefault(self.n, deque()).append(stray)
+        link.expect(stray, self.n)
         self.send("CANCEL", CANCEL)
 
 
@@ -579,13 +651,15 @@ class Conn:
             self.violation = True
         self.abort(reason, link)
 
-    def failure(self, what: str) -> Error:
+    def failure(self, what: str, where: bool = True) -> Error:
         """The error of a request whose reply never came (the connection
         ended first): ProtocolError if the server broke the protocol,
-        else ConnectionFailed."""
+        else ConnectionFailed (a dropped connection, a server that
+        stopped answering)."""
+        text = (f"{self.addr.text}: " if where else "") + self.reason + what
         if self.violation:
-            return ProtocolError(f"{self.addr.text}: {self.reason}{what}")
-        return ConnectionFailed(f"{self.addr.text}: {self.reason}{what}")
+            return ProtocolError(text)
+        return ConnectionFailed(text)
 
     def close(self) -> None:
         """Closes after the queued requests are written; a session is
@@ -1037,7 +1111,9 @@ class Core:
                  ssl_context: Optional[ssl.SSLContext], max_idle: int,
                  connect_timeout: float, cancel_timeout: float,
                  session: Optional[float] = None,
-                 channels: bool = True) -> None:
+                 channels: bool = True,
+                 reply_timeout: Optional[float] = REPLY_TIMEOUT_DEFAULT
+                 ) -> None:
         if max_idle < 0:
             raise ValueError(f"max_idle={max_idle}: want >= 0")
         #: The grace of the session each connection opens, in ms (None:
@@ -1058,6 +1134,16 @@ class Core:
         self.max_idle = max_idle
         self.connect_timeout = connect_timeout
         self.cancel_timeout = cancel_timeout
+        if reply_timeout is not None and not (
+                isinstance(reply_timeout, (int, float)) and
+                0 < reply_timeout < math.inf):
+            raise ValueError(f"reply_timeout={reply_timeout!r}: want "
+                             "seconds > 0, or None")
+        #: Seconds a reply may take past what the request itself waits
+        #: (a LOCK's timeout), else the server is taken for stopped and
+        #: the connection dropped (None: no deadline).
+        self.reply_timeout = (None if reply_timeout is None
+                              else float(reply_timeout))
         if not isinstance(channels, bool):
             raise TypeError(f"channels={channels!r}: want True or False")
         #: Whether the owners ride channels of one connection where the
@@ -1436,7 +1522,7 @@ class Core:
         for pending in pendings:
             reply = await pending.fut
             if reply is None:
-                raise conn.failure("")
+                raise conn.failure("", where=False)
             try:
                 value = parse_reply(reply)
             except ProtocolError as e:
@@ -1451,7 +1537,7 @@ class Core:
         if ping1 is not None:
             reply = await ping1.fut
             if reply is None:
-                raise conn.failure("")
+                raise conn.failure("", where=False)
             conn.mux = reply == "OK PONG"
 
     # Locks

@@ -154,8 +154,10 @@ class LockLost(Error):
 
 
 class ConnectionFailed(Error, ConnectionError):
-    """No server of the list could be reached, or a connection closed
-    while a request (not a held lock) was in flight."""
+    """No server of the list could be reached, a connection closed while
+    a request (not a held lock) was in flight, or the server did not
+    answer a request by its deadline (``reply_timeout`` past a lock's
+    timeout, or past any other request): the connection is dropped."""
 
 
 class ProtocolError(Error):

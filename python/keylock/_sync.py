@@ -246,8 +246,10 @@ class KeyedLock:
     ``name``, ``secret`` or
     ``auth_file``, ``ssl_context``, ``max_idle`` idle connections kept,
     ``connect_timeout``, ``cancel_timeout``, the default ``refresh``,
-    ``session`` (seconds of grace; off by default) and ``channels`` (on
-    by default).
+    ``session`` (seconds of grace; off by default), ``channels`` (on
+    by default) and ``reply_timeout`` (the reply deadline: 10 s past a
+    lock's timeout, or past any other request; then
+    :class:`keylock.ConnectionFailed` and the connection is dropped).
 
     Each thread that holds locks is an owner of its own: a channel of
     the process's one connection (or, with ``channels=False`` or a
@@ -265,13 +267,16 @@ class KeyedLock:
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
                  refresh: bool = False,
                  session: Optional[float] = None,
-                 channels: Optional[bool] = None) -> None:
+                 channels: Optional[bool] = None,
+                 reply_timeout: Optional[float] = (
+                     _core.REPLY_TIMEOUT_DEFAULT)) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
                           cancel_timeout=cancel_timeout, session=session,
                           channels=(_core.CHANNELS_DEFAULT if channels is None
-                                    else channels))
+                                    else channels),
+                          reply_timeout=reply_timeout)
         self._refresh = refresh
 
     def hold(self, *keys: Key, timeout: Optional[float] = None,

@@ -149,7 +149,12 @@ class KeyedLock:
     reconnects and RESUMEs (see python/README.md, "Sessions").
     ``channels`` (on by default): the tasks ride channels of one
     connection where the server speaks them; ``False``: a connection per
-    task (python/README.md, "Channels").
+    task (python/README.md, "Channels"). ``reply_timeout`` (seconds, 10
+    by default; ``None``: none) is the reply deadline: a ``LOCK`` with a
+    timeout not answered by that timeout plus ``reply_timeout``, any
+    other request not answered within ``reply_timeout``, fails with
+    :class:`keylock.ConnectionFailed`, and its connection is dropped as
+    a stopped server's (with a session: resumed).
 
     A KeyedLock is used from one event loop at a time; it opens nothing
     until the first lock.
@@ -164,13 +169,16 @@ class KeyedLock:
                  cancel_timeout: float = _core.CANCEL_TIMEOUT_DEFAULT,
                  refresh: bool = False,
                  session: Optional[float] = None,
-                 channels: Optional[bool] = None) -> None:
+                 channels: Optional[bool] = None,
+                 reply_timeout: Optional[float] = (
+                     _core.REPLY_TIMEOUT_DEFAULT)) -> None:
         self._core = Core(server, name=name, secret=secret,
                           auth_file=auth_file, ssl_context=ssl_context,
                           max_idle=max_idle, connect_timeout=connect_timeout,
                           cancel_timeout=cancel_timeout, session=session,
                           channels=(_core.CHANNELS_DEFAULT if channels is None
-                                    else channels))
+                                    else channels),
+                          reply_timeout=reply_timeout)
         self._refresh = refresh
 
     def lock(self, *keys: Key, timeout: Optional[float] = None,

@@ -1,0 +1,237 @@
+# keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
+"""The reply deadline (libkeylock's rule): a server that stops answering
+fails the request in flight with ConnectionFailed once its reply is
+overdue, a LOCK with a timeout by that timeout plus ``reply_timeout``,
+any other request by ``reply_timeout``, and its connection is dropped
+(with a session: resumed as after any drop). Against a fake server that
+never answers, and a real daemon under SIGSTOP, with both faces, with
+channels and without (the ``mode`` fixture)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator, List, Optional, TypeVar
+
+import pytest
+
+import keylock
+import keylock.aio
+from conftest import SLOW, Daemon, FakeServer, speaks_sessions
+
+T = TypeVar("T")
+
+REPLY = 0.5 * SLOW          # reply_timeout of these tests
+LOCK_TIMEOUT = 0.3 * SLOW
+SLACK = 3.0 * SLOW          # what a loaded machine may add
+
+
+def bounded(fn: Callable[[], T], seconds: float) -> T:
+    """``fn()`` on a thread of its own: its result, or a failure (not a
+    hung test) when it takes longer than ``seconds``."""
+    box: List[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as e:       # handed to the test
+            box.append((False, e))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert box, f"still waiting after {seconds:g} s: no deadline"
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def silent(prefix: bytes, line: str) -> Optional[bytes]:
+    """Reads every request, answers none (the hello but)."""
+    return None
+
+
+@pytest.fixture
+def mute() -> Iterator[FakeServer]:
+    f = FakeServer(silent)
+    yield f
+    f.close()
+
+
+def wait_dropped(f: FakeServer) -> None:
+    deadline = time.monotonic() + 5 * SLOW
+    while f.closed < f.accepted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert f.closed == f.accepted, "the connection was not dropped"
+
+
+def test_a_silent_server_fails_each_request_aio(mute: FakeServer) -> None:
+    async def main() -> None:
+        async with keylock.aio.KeyedLock(mute.addr,
+                                         reply_timeout=REPLY) as locks:
+            t0 = time.monotonic()
+            with pytest.raises(keylock.ConnectionFailed) as e:
+                async with locks.lock("k", timeout=LOCK_TIMEOUT):
+                    pass
+            took = time.monotonic() - t0
+            assert "no reply to LOCK" in str(e.value)
+            assert LOCK_TIMEOUT + REPLY - 0.05 <= took
+            assert took < LOCK_TIMEOUT + REPLY + SLACK
+            for call in (locks.stats, lambda: locks.info("k")):
+                t0 = time.monotonic()
+                with pytest.raises(keylock.ConnectionFailed):
+                    await call()
+                took = time.monotonic() - t0
+                assert REPLY - 0.05 <= took < REPLY + SLACK
+    asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
+    wait_dropped(mute)
+
+
+def test_a_silent_server_fails_each_request_sync(mute: FakeServer) -> None:
+    def main() -> None:
+        with keylock.KeyedLock(mute.addr, reply_timeout=REPLY) as locks:
+            t0 = time.monotonic()
+            with pytest.raises(keylock.ConnectionFailed):
+                with locks.hold("k", timeout=LOCK_TIMEOUT):
+                    pass
+            took = time.monotonic() - t0
+            assert LOCK_TIMEOUT + REPLY - 0.05 <= took
+            assert took < LOCK_TIMEOUT + REPLY + SLACK
+            with pytest.raises(keylock.ConnectionFailed):
+                locks.stats()
+            with pytest.raises(keylock.ConnectionFailed):
+                locks.info("k")
+    bounded(main, 30 * SLOW)
+    wait_dropped(mute)
+
+
+def test_the_deadline_counts_from_the_lock_timeout(mute: FakeServer) -> None:
+    """A LOCK that may wait longer than reply_timeout is not given up
+    before its own timeout is out."""
+    async def main() -> None:
+        async with keylock.aio.KeyedLock(mute.addr,
+                                         reply_timeout=REPLY) as locks:
+            t0 = time.monotonic()
+            with pytest.raises(keylock.ConnectionFailed):
+                async with locks.lock("k", timeout=3 * REPLY):
+                    pass
+            assert time.monotonic() - t0 >= 4 * REPLY - 0.05
+    asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
+
+
+def test_reply_timeout_argument_is_checked() -> None:
+    for bad in (0, -1, float("inf"), float("nan"), "1"):
+        with pytest.raises(ValueError):
+            keylock.KeyedLock("127.0.0.1:1", reply_timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            keylock.aio.KeyedLock("127.0.0.1:1", reply_timeout=bad)  # type: ignore[arg-type]
+    keylock.KeyedLock("127.0.0.1:1", reply_timeout=None)
+
+
+class Stopped:
+    """SIGSTOPs a daemon now; SIGCONTs it on leaving (or earlier)."""
+
+    def __init__(self, d: Daemon) -> None:
+        assert d.proc is not None
+        self.pid = d.proc.pid
+        os.kill(self.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def cont(self) -> None:
+        if self.stopped:
+            self.stopped = False
+            os.kill(self.pid, signal.SIGCONT)
+
+    def __enter__(self) -> "Stopped":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cont()
+
+
+def test_a_stopped_daemon_aio(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with keylock.aio.KeyedLock(daemon.addr,
+                                         reply_timeout=REPLY) as locks:
+            async with locks.lock("warm"):
+                pass
+            with Stopped(daemon):
+                t0 = time.monotonic()
+                with pytest.raises(keylock.ConnectionFailed):
+                    async with locks.lock("x", timeout=LOCK_TIMEOUT):
+                        pass
+                took = time.monotonic() - t0
+                assert LOCK_TIMEOUT + REPLY - 0.05 <= took
+                assert took < LOCK_TIMEOUT + REPLY + SLACK
+                with pytest.raises(keylock.ConnectionFailed):
+                    await locks.stats()
+            # the server answers again: a new connection, nothing left
+            async with locks.lock("x", timeout=5) as h:
+                assert (await locks.info("x"))["holders"][0]["token"] == \
+                    h.token
+    asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
+    daemon.wait_idle(5 * SLOW)
+
+
+def test_a_stopped_daemon_sync(daemon: Daemon) -> None:
+    def main() -> None:
+        with keylock.KeyedLock(daemon.addr, reply_timeout=REPLY) as locks:
+            with locks.hold("warm"):
+                pass
+            with Stopped(daemon):
+                t0 = time.monotonic()
+                with pytest.raises(keylock.ConnectionFailed):
+                    with locks.hold("x", timeout=LOCK_TIMEOUT):
+                        pass
+                took = time.monotonic() - t0
+                assert LOCK_TIMEOUT + REPLY - 0.05 <= took
+                assert took < LOCK_TIMEOUT + REPLY + SLACK
+                with pytest.raises(keylock.ConnectionFailed):
+                    locks.info("x")
+            with locks.hold("x", timeout=5):
+                assert locks.info("x")["holders"]
+    bounded(main, 30 * SLOW)
+    daemon.wait_idle(5 * SLOW)
+
+
+def test_a_stopped_daemon_with_a_session_is_resumed(daemon: Daemon) -> None:
+    """The overdue LOCK drops the transport; the session is resumed once
+    the daemon runs again, its lock kept, and the LOCK's timeout is
+    over (Timeout)."""
+    if not speaks_sessions(daemon):
+        pytest.skip("this keylockd has no sessions")
+    grace = 6 * SLOW
+
+    async def main() -> None:
+        other = keylock.aio.KeyedLock(daemon.addr)
+        locks = keylock.aio.KeyedLock(daemon.addr, session=grace,
+                                      reply_timeout=REPLY)
+        try:
+            async with other.lock("b"):
+                async with locks.lock("a") as h:
+                    stop = Stopped(daemon)
+                    try:
+                        loop = asyncio.get_running_loop()
+                        loop.call_later(LOCK_TIMEOUT + REPLY + 1.0 * SLOW,
+                                        stop.cont)
+                        with pytest.raises(keylock.Timeout):
+                            async with locks.lock("b",
+                                                  timeout=LOCK_TIMEOUT):
+                                pass
+                        assert locks._core.conns, "the session ended"
+                        assert sum(c.resumes for c in locks._core.conns) \
+                            >= 1, "no resume: the LOCK was not given up"
+                    finally:
+                        stop.cont()
+                    assert not h.lost.is_set(), h.lost_reason
+                    info = await other.info("a")
+                    assert info["holders"][0]["token"] == h.token
+        finally:
+            await locks.aclose()
+            await other.aclose()
+    asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
+    daemon.wait_idle(5 * SLOW)
+
