@@ -27,16 +27,6 @@
 
 #define TOKEN_MAX	((1ULL << 63) - 1)
 
-struct token {
-	uint64_t	 next;		/* next to hand out */
-	uint64_t	 mark;		/* durable: nothing >= mark handed out */
-	uint64_t	 retry_at;	/* failing: the next try, in ms */
-	bool		 failing;	/* the last write of the mark failed */
-	char		*path;
-	char		*tmp;
-	char		*dir;
-};
-
 static int
 token_fsync_dir(const char *dir)
 {
@@ -335,9 +325,9 @@ token_reserve(struct token *t, uint64_t *end)
 }
 
 bool
-token_ready(struct token *t, uint64_t now_ms)
+token_retry(struct token *t, uint64_t now_ms)
 {
-	if (t->failing && now_ms >= t->retry_at) {
+	if (now_ms >= t->retry_at) {
 		t->retry_at = now_ms + KL_TOKEN_RETRY_MS;
 		token_raise(t);
 	}

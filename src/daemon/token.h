@@ -19,7 +19,17 @@
 #define KL_TOKEN_FILE		"token"
 #define KL_TOKEN_RETRY_MS	1000	/* a failed mark is tried again */
 
-struct token;
+/* token.c's own: here only so that token_ready() tests failing inline,
+ * as every LOCK does. */
+struct token {
+	uint64_t	 next;		/* next to hand out */
+	uint64_t	 mark;		/* durable: nothing >= mark handed out */
+	uint64_t	 retry_at;	/* failing: the next try, in ms */
+	bool		 failing;	/* the last write of the mark failed */
+	char		*path;
+	char		*tmp;
+	char		*dir;
+};
 
 /* Opens (creating if needed) dir/token and makes the first two blocks
  * durable. Returns NULL with a message in errbuf on failure. */
@@ -67,10 +77,17 @@ bool		 token_recheck(struct token *t, char *errbuf, size_t errlen);
  */
 uint64_t	 token_reserve(struct token *t, uint64_t *end);
 /*
- * Whether new grants may be made: false from a failed write of the mark
- * until one succeeds. Called at now_ms while false, it tries the write
- * again, at most once every KL_TOKEN_RETRY_MS.
+ * token_ready(): whether new grants may be made: false from a failed
+ * write of the mark until one succeeds. Called at now_ms while false, it
+ * tries the write again (token_retry()), at most once every
+ * KL_TOKEN_RETRY_MS.
  */
-bool		 token_ready(struct token *t, uint64_t now_ms);
+bool		 token_retry(struct token *t, uint64_t now_ms);
+
+static inline bool
+token_ready(struct token *t, uint64_t now_ms)
+{
+	return !t->failing || token_retry(t, now_ms);
+}
 
 #endif /* TOKEN_H */
