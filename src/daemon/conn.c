@@ -236,7 +236,7 @@ static void	conn_dl_leave(struct conn *, enum conn_dl);
 static void	conn_stall(struct conn *, bool, bool);
 static void	conn_undefer(struct conn *);
 static void	conn_chans_close(struct conn *);
-static void	conn_pause_reading(struct conn *, bool);
+static inline void conn_pause_reading(struct conn *, bool);
 static bool	conn_chan_keep(struct conn *, struct session *);
 static void	conn_scan_cancel(struct conn *);
 static size_t	conn_input_cap(const struct conn *);
@@ -1578,17 +1578,23 @@ conn_input_cap(const struct conn *c)
 	return (size_t)c->cs->cfg->max_line + CONN_SCRATCH_SIZE;
 }
 
-/* While the input is full, watch only for the peer going away. */
 static void
-conn_pause_reading(struct conn *c, bool pause)
+conn_watch_input(struct conn *c, bool pause)
 {
-	if (c->state == CONN_CLOSED || c->read_paused == pause)
-		return;
 	event_del(c->rev);
 	event_assign(c->rev, c->cs->base, c->fd,
 	    (pause ? EV_CLOSED : EV_READ) | EV_PERSIST, conn_read_cb, c);
 	event_add(c->rev, NULL);
 	c->read_paused = pause;
+}
+
+/* While the input is full, watch only for the peer going away; inline,
+ * as every read asks and almost none changes it. */
+static inline void
+conn_pause_reading(struct conn *c, bool pause)
+{
+	if (c->state != CONN_CLOSED && c->read_paused != pause)
+		conn_watch_input(c, pause);
 }
 
 /* Is line[0..n) a CANCEL: blanks, the word, blanks? */
