@@ -438,11 +438,18 @@ class Chan:
         tokens = {token: keys for token, keys in held}
         held_keys = {k for _, keys in held for k in keys}
         mine = {h.token for h in self.grants}
+        given_up: List[HandleBase] = []
         for h in list(self.grants):
             if h.token not in tokens:
                 self.drop_grant(h)
                 h._set_lost("the server released it while the connection "
                             "was down (its ttl ran out)")
+            elif h.lost_reason is not None:
+                # reported lost already (its window closed before this
+                # resume): the owner has stopped the work it guards, so
+                # the server lets go of it now, not when the block is left
+                self.drop_grant(h)
+                given_up.append(h)
         releasing = {p.token for p in (*limbo, *deferred)
                      if p.kind == UNLOCK and p.token is not None}
         unknown = [t for t in tokens if t not in mine and t not in releasing]
@@ -499,6 +506,11 @@ class Chan:
         for token in unknown:
             # a grant nobody here knows of (never expected): released
             self.send("UNLOCK " + " ".join(unique(tokens[token])), UNLOCK)
+        for h in given_up:
+            h._unlocked = True      # leaving its block sends nothing
+            unlock = self.send("UNLOCK " + " ".join(unique(tokens[h.token])),
+                               UNLOCK)
+            unlock.token = h.token
         return quit
 
     def _send_lock(self, link: Link, p: Pending) -> None:
@@ -1012,6 +1024,9 @@ class HandleBase:
         self._lost_reason: Optional[str] = None
         self._suspended = False
         self._confirming = False
+        # released on the server by the client already (a lost grant that
+        # a resume found still held): its release sends nothing
+        self._unlocked = False
 
     @property
     def lost_reason(self) -> Optional[str]:
@@ -1755,7 +1770,7 @@ class Core:
         conn, st = handle._conn, handle._owner
         conn.drop_grant(handle)
         try:
-            if conn.conn.closed:
+            if conn.conn.closed or handle._unlocked:
                 return
             names = handle._names
             unlock = conn.send("UNLOCK " + (names[0] if len(names) == 1

@@ -235,3 +235,63 @@ def test_a_stopped_daemon_with_a_session_is_resumed(daemon: Daemon) -> None:
     asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
     daemon.wait_idle(5 * SLOW)
 
+
+@pytest.mark.parametrize("face", ["aio", "sync"])
+def test_a_lock_reported_lost_is_released_by_a_later_resume(
+        daemon: Daemon, face: str) -> None:
+    """The daemon is stopped past the session's window: the lock is
+    reported lost. Continued before the client gives the session up, the
+    RESUME finds the lock still held: the client releases it then, so
+    another client takes the key while the block has not been left."""
+    if not speaks_sessions(daemon):
+        pytest.skip("this keylockd has no sessions")
+    grace = 3.0 * SLOW
+
+    # what was seen inside the block (an assertion failing there would
+    # be replaced by the LockLost of leaving it)
+    seen: List[str] = []
+
+    def after_lost(stop: Stopped) -> None:
+        stop.cont()
+        # (the server itself would let go a grace after it saw the
+        # connection die, once continued: not before)
+        deadline = time.monotonic() + grace / 2
+        while daemon.info("lr")["holders"]:
+            if time.monotonic() > deadline:
+                seen.append("still held after the resume")
+                return
+            time.sleep(0.02)
+        try:
+            with keylock.KeyedLock(daemon.addr) as other:
+                with other.hold("lr", timeout=0):
+                    seen.append("taken by another client")
+        except keylock.Error as e:
+            seen.append(f"another client: {e}")
+
+    if face == "aio":
+        async def main() -> None:
+            locks = keylock.aio.KeyedLock(daemon.addr, session=grace)
+            try:
+                with pytest.raises(keylock.LockLost):
+                    async with locks.lock("lr") as h:
+                        with Stopped(daemon) as stop:
+                            await asyncio.wait_for(h.lost.wait(), 3 * grace)
+                            await asyncio.to_thread(after_lost, stop)
+                        seen.append(f"resumes "
+                                    f"{sum(c.resumes for c in locks._core.conns)}")
+            finally:
+                await locks.aclose()
+        asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
+    else:
+        def sync_main() -> None:
+            with keylock.KeyedLock(daemon.addr, session=grace) as locks:
+                with pytest.raises(keylock.LockLost):
+                    with locks.hold("lr") as h:
+                        with Stopped(daemon) as stop:
+                            assert h.lost.wait(3 * grace)
+                            after_lost(stop)
+        bounded(sync_main, 30 * SLOW)
+    assert seen[0] == "taken by another client", seen
+    if face == "aio":
+        assert seen[1] == "resumes 1", seen
+    daemon.wait_idle(5 * SLOW)
