@@ -12,7 +12,15 @@ processes and hosts.
 
 ``keylock.KeyedLock`` is the threading face; ``keylock.aio.KeyedLock`` the
 asyncio one (``async with locks.lock(key) as h``). Errors are
-:class:`keylock.Error` and its subclasses, one per protocol code.
+:class:`keylock.Error` and its subclasses: one per protocol error code a
+caller can meet (``GONE`` is seen as :class:`keylock.LockLost`; a code
+without a class of its own, such as ``SESSION``, is a plain
+:class:`keylock.Error` with that ``code``), and the client's own
+(:class:`keylock.LockLost`, :class:`keylock.ConnectionFailed`,
+:class:`keylock.ProtocolError`). A bad argument (``timeout=-1``) is a
+``ValueError`` or ``TypeError`` raised before anything is sent, not
+:class:`keylock.BadRequest` (the server's ``SYNTAX``); a malformed key is
+:class:`keylock.BadKey`, a ``ValueError`` too.
 """
 
 from ._errors import (AuthError, Backend, BadKey, BadRequest, Busy,

@@ -1,7 +1,14 @@
 # keylock, the Python client of keylockd. SPDX-License-Identifier: MIT
-"""The exception tree: one class per keylockd-protocol(7) error code.
+"""The exception tree: one class per keylockd-protocol(7) error code that
+a caller can meet, and the client's own.
 
-Every exception the package raises on purpose is a :class:`keylock.Error`.
+Every exception the package raises on purpose is a :class:`keylock.Error`,
+but the checks of a call's arguments (``timeout=-1``: ``ValueError``; a
+wrong type: ``TypeError``), made before anything is sent. ``GONE`` (a
+session the server ended) is never raised: its locks are lost, and
+leaving their blocks raises :class:`LockLost`. A code without a class of
+its own (``SESSION``, which the client never earns, or a newer server's)
+is a plain :class:`Error` whose ``code`` names it.
 ``code`` is the protocol's code word (``"TIMEOUT"``, ``"BUSY"``, ...), or
 ``None`` when the client itself raised it (a lost lock, a failed connect);
 ``text`` is the server's human-readable text, which for ``TIMEOUT``,
