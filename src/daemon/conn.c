@@ -1054,11 +1054,13 @@ conn_exec(struct conn *r, struct conn *c, const char *line, size_t len)
 }
 
 /* A complete line answered without conn_exec() (an @ that names no
- * channel, TOOLONG, a channel over max-channels) admits the connection
- * as conn_exec() does: keylockd.conf(5), auth-timeout. */
+ * channel, TOOLONG, a channel over max-channels) is a request, as
+ * conn_exec()'s are (STATS requests), and admits the connection as they
+ * do: keylockd.conf(5), auth-timeout. */
 static void
 conn_admit_line(struct conn *r)
 {
+	r->cs->st->requests++;
 	if (!r->admitted && !commands_need_auth(r->cs->cmds))
 		conn_admit(r);
 }

@@ -194,6 +194,32 @@ START_TEST(line_over_max_line_gets_toolong_and_next_line_is_answered)
 }
 END_TEST
 
+/* Every line answered is a request (STATS requests and errors), also
+ * the ones answered before any command runs: TOOLONG and an @ that
+ * names no channel. */
+START_TEST(lines_answered_before_any_command_count_as_requests)
+{
+	struct client	*a = cc_client_new();
+	char		*lf = cc_padded_ping(KL_MAX_LINE_DEFAULT + 1, "\n");
+	json_t		*j = cc_stats_now();
+	int64_t		 req = cc_json_int(j, "requests");
+	int64_t		 err = cc_json_int(j, "errors");
+
+	json_decref(j);
+	cc_send_str(a, lf);
+	EXPECT_PREFIX(a, "ERR TOOLONG ");
+	cc_send_str(a, "@0 PING\n");
+	EXPECT_PREFIX(a, "ERR SYNTAX ");
+	cc_send_str(a, "PING\n");
+	EXPECT_LINE(a, "OK PONG");
+	j = cc_stats_now();
+	/* the three lines, and the STATS that counts them */
+	ck_assert_int_eq(cc_json_int(j, "requests"), req + 4);
+	ck_assert_int_eq(cc_json_int(j, "errors"), err + 2);
+	json_decref(j);
+}
+END_TEST
+
 START_TEST(crlf_line_over_max_line_gets_toolong)
 {
 	struct client	*a = cc_client_new();
@@ -446,6 +472,8 @@ cc_add_framing(Suite *s)
 	tcase_add_test(tc, line_of_exactly_max_line_bytes_is_accepted);
 	tcase_add_test(tc,
 	    line_over_max_line_gets_toolong_and_next_line_is_answered);
+	tcase_add_test(tc,
+	    lines_answered_before_any_command_count_as_requests);
 	tcase_add_test(tc, crlf_line_over_max_line_gets_toolong);
 	tcase_add_test(tc,
 	    overlong_line_split_across_writes_gets_exactly_one_toolong);
