@@ -662,8 +662,7 @@ release_keys(struct locktable *lt, struct lt_owner *o,
 
 	for (i = 0; i < nkeys; i++) {
 		if (owner_find_hold(lt, o, keys[i], keylens[i]) == NULL) {
-			if (bad_index != NULL)
-				*bad_index = i;
+			*bad_index = i;
 			return KL_ERR_NOTHELD;
 		}
 	}
@@ -674,8 +673,7 @@ release_keys(struct locktable *lt, struct lt_owner *o,
 		}
 	}
 	settle(lt, now_ms);
-	if (n != NULL)
-		*n = done;
+	*n = done;
 	return KL_OK;
 }
 
@@ -703,8 +701,7 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 		release_plain(lt, h, now_ms);
 	else
 		release_one(lt, h, now_ms);
-	if (n != NULL)
-		*n = 1;
+	*n = 1;
 	return KL_OK;
 }
 

@@ -237,6 +237,7 @@ bool		 locktable_withdraw(struct locktable *lt, struct lt_owner *o,
  * Releases o's holds on these keys (duplicates count once). If any key is
  * not held by o, releases nothing and returns KL_ERR_NOTHELD with
  * *bad_index set to that key's index. Otherwise *n is the number released.
+ * Neither n nor bad_index may be NULL.
  */
 enum kl_err	 locktable_release(struct locktable *lt, struct lt_owner *o,
 		    const char *const *keys, const size_t *keylens,
