@@ -615,6 +615,9 @@ class Conn:
             chan = self._chan(self.next_chan)
         chan.in_use = True
         self.busy += 1
+        if self._ticker is None and self.session is not None:
+            # an owner that only waits is watched too (Conn._tick)
+            self._ticker = self.loop.call_later(self.grace / 3, self._tick)
         return chan
 
     def _chan(self, n: int) -> Chan:
@@ -751,14 +754,15 @@ class Conn:
                                 else why)
 
     def _tick(self) -> None:
-        """Every grace/3 while locks are held: a PING if nothing was
-        answered meanwhile; a request on channel 0 unanswered that long
-        (but a waiting LOCK) means the transport is dead: resume
+        """Every grace/3 while locks are held, or with channels while an
+        owner has a channel (one that only waits too): a PING if nothing
+        was answered meanwhile; a request on channel 0 unanswered that
+        long (but a waiting LOCK) means the transport is dead: resume
         elsewhere. (With channels no LOCK waits on channel 0, so its PING
         is answered however long the owners wait.)"""
         self._ticker = None
         if self.closed or self.generation != _fork.generation or \
-                not self.grants:
+                not (self.grants or (self.mux and self.busy)):
             return
         third = self.grace / 3
         link = self.link

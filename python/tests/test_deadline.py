@@ -20,7 +20,8 @@ import pytest
 
 import keylock
 import keylock.aio
-from conftest import SLOW, Daemon, FakeServer, speaks_sessions
+from conftest import (SLOW, Daemon, FakeServer, channels_used,
+                      speaks_sessions)
 
 T = TypeVar("T")
 
@@ -294,4 +295,45 @@ def test_a_lock_reported_lost_is_released_by_a_later_resume(
     assert seen[0] == "taken by another client", seen
     if face == "aio":
         assert seen[1] == "resumes 1", seen
+    daemon.wait_idle(5 * SLOW)
+
+
+def test_a_task_that_only_waits_is_watched_with_channels(
+        daemon: Daemon, mode: str) -> None:
+    """With channels and a session, a task that holds nothing and waits
+    (no timeout: no reply deadline) still has its connection watched
+    by channel 0's PINGs: a stopped daemon is noticed within two thirds
+    of the grace, the session resumed once it runs again, and the wait
+    goes on to its grant."""
+    if not speaks_sessions(daemon) or not channels_used(mode, daemon):
+        pytest.skip("channels and sessions only")
+    grace = 1.5 * SLOW
+
+    async def main() -> None:
+        other = keylock.aio.KeyedLock(daemon.addr)
+        locks = keylock.aio.KeyedLock(daemon.addr, session=grace)
+        try:
+            async with other.lock("w") as held:
+                async def wait() -> int:
+                    async with locks.lock("w") as h:
+                        return h.token
+                waiter = asyncio.ensure_future(wait())
+                while not (await other.info("w"))["waiters"]:
+                    await asyncio.sleep(0.01)
+                with Stopped(daemon):
+                    [conn] = locks._core.conns
+                    t0 = time.monotonic()
+                    while not conn.suspended:
+                        assert time.monotonic() - t0 < grace + SLACK, \
+                            "a dead link under a waiting task not noticed"
+                        await asyncio.sleep(0.01)
+                while conn.suspended:
+                    await asyncio.sleep(0.01)
+                assert conn.resumes == 1 and not waiter.done()
+            token = await asyncio.wait_for(waiter, 5 * SLOW)
+            assert token > held.token
+        finally:
+            await locks.aclose()
+            await other.aclose()
+    asyncio.run(asyncio.wait_for(main(), 30 * SLOW))
     daemon.wait_idle(5 * SLOW)
