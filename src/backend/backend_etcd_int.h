@@ -363,9 +363,11 @@ void		 replica_clear(struct replica *rp);
 /* A fresh range of every entry, then the table from it (hooks.built);
  * flat: from the newest range alone (the watch's start is compacted). */
 int		 replica_rebuild_start(struct replica *rp, bool flat);
-/* The table from the live entries of a range at rev (sorted here). */
+/* The table from the live entries of a range at rev (sorted here);
+ * exact: rev is before every one of them (else the grants made know no
+ * token: 0). */
 void		 replica_build(struct replica *rp, struct erange_kv *kvs,
-		    size_t n, int64_t rev);
+		    size_t n, int64_t rev, bool exact);
 
 struct eowner	*eowner_get(struct replica *rp, uint64_t fe, uint64_t client,
 		    bool create);

@@ -56,6 +56,9 @@ struct replica {
 	uint64_t		 seed;
 	int64_t			 rev;		/* applied revision */
 	uint64_t		 rev_grants;	/* grants at rev */
+	bool			 no_tokens;	/* building from the newest
+						 * range alone: the grants
+						 * made know no token (0) */
 	enum replica_mode	 mode;
 	uint64_t		 epoch;		/* replica_clear()s so far: a
 						 * loop over events ends when
@@ -903,6 +906,8 @@ replica_next_token(void *arg)
 	struct replica	*rp = arg;
 	uint64_t	 n = rp->rev_grants++;
 
+	if (rp->no_tokens)
+		return 0;	/* not known here: see replica_build() */
 	if (n >= (1ULL << EBE_TOKEN_SHIFT))
 		n = (1ULL << EBE_TOKEN_SHIFT) - 1;	/* never reached */
 	return (uint64_t)rp->rev << EBE_TOKEN_SHIFT | n;
@@ -1724,8 +1729,8 @@ replica_free(struct replica *rp)
  * grant a live hold has was made at M or later, and the watch brings
  * those events again in order, so each is made at its own revision, as
  * every other replica made it. When M - 1 is compacted (or the second
- * range fails), the table is built from R's entries: holds carried then
- * have R's revision as their token's (replica_build).
+ * range fails), the table is built from R's entries: the holds carried
+ * then have no token known here, 0 (replica_build).
  */
 struct erange {
 	struct replica		*rp;
@@ -1736,6 +1741,7 @@ struct erange {
 	size_t			 nextlen;
 	struct etcd_call	*call;
 	bool			 back;	/* the second range, at M - 1 */
+	bool			 exact;	/* at M - 1, or no live entry */
 	bool			 flat_only;	/* no second range */
 	struct erange_kv	*flat;	/* the first's entries, at flat_rev */
 	size_t			 nflat;
@@ -1799,10 +1805,19 @@ range_kv_cmp(const void *pa, const void *pb)
  * the live requests in that order gives the table incremental replicas
  * have: per-key FIFO admits no request ahead of an earlier one. kvs is
  * sorted in place; the table is then at rev.
+ *
+ * exact: rev is older than every live entry (M - 1, the watch replays
+ * every grant from M at its own revision). Otherwise (the newest range
+ * alone: M - 1 compacted) the grants made here are of holds whose token
+ * no range can give (the revision of a grant after a delete, the count
+ * of grants before it in its revision, neither is written anywhere):
+ * they get token 0, which INFO and RESUME show as "not known here"
+ * (keylockd(8), BACKEND ETCD), rather than a token their clients never
+ * received. Grants the watch brings afterwards have their tokens.
  */
 void
 replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
-    int64_t rev)
+    int64_t rev, bool exact)
 {
 	struct etcd_kv		kv;
 	uint64_t		epoch = rp->epoch;
@@ -1811,6 +1826,7 @@ replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
 	if (n > 0)
 		qsort(kvs, n, sizeof(*kvs), range_kv_cmp);
 	rp->mode = REP_BUILDING;
+	rp->no_tokens = !exact;
 	kl_clock_hold();
 	for (size_t i = 0, first = 0, end = 0; i < n &&
 	    rp->epoch == epoch; i++) {
@@ -1833,11 +1849,13 @@ replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
 		apply_put(rp, &kv, &kvs[first], end - first);
 	}
 	kl_clock_release();
+	rp->no_tokens = false;
 	rp->mode = was;
 	rp->rev = rev;
 	rp->rev_grants = 0;
 	log_info("backend etcd: lock table built from %zu entries at revision "
-	    "%" PRId64, n, rev);
+	    "%" PRId64 "%s", n, rev, exact ? "" : ", the tokens of the holds it "
+	    "carries not known here (0)");
 }
 
 static void
@@ -1846,7 +1864,7 @@ range_apply(struct erange *g)
 	struct replica	*rp = g->rp;
 	uint64_t	 epoch = rp->epoch;
 
-	replica_build(rp, g->kvs, g->n, g->rev);
+	replica_build(rp, g->kvs, g->n, g->rev, g->exact || g->n == 0);
 	rp->range = NULL;
 	if (rp->epoch == epoch)
 		rp->hooks.built(rp->hooks.arg, g->rev);
@@ -1874,7 +1892,7 @@ range_back(struct erange *g)
 	g->n = g->cap = 0;
 	kl_free(g->next);
 	g->next = NULL;
-	g->back = true;
+	g->back = g->exact = true;
 	g->rev = oldest - 1;
 	range_page(g);
 	return true;
@@ -1886,14 +1904,14 @@ range_flat(struct erange *g, const char *why)
 {
 	log_info("backend etcd: no range at revision %" PRId64 " (%s): the "
 	    "table is built at revision %" PRId64 ", the tokens of the holds "
-	    "it carries from there", g->rev, why, g->flat_rev);
+	    "it carries not known here", g->rev, why, g->flat_rev);
 	range_kvs_free(g->kvs, g->n);
 	g->kvs = g->flat;
 	g->n = g->nflat;
 	g->rev = g->flat_rev;
 	g->flat = NULL;
 	g->nflat = 0;
-	g->back = false;
+	g->back = g->exact = false;
 	range_apply(g);
 }
 
