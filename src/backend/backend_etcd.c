@@ -88,6 +88,9 @@ struct ebe_read {
 	struct eowner		*o;
 	uint64_t		 upto;		/* goes once every epoch up to
 						 * this one is applied */
+	uint64_t		 until;		/* or at this time (ms): a
+						 * delete tried again that etcd
+						 * does not take */
 	uint64_t		 cmd;
 	size_t			 arglen;
 	char			 arg[];
@@ -122,6 +125,7 @@ struct ebe {
 	struct ebe_epochq	 rd_closed;	/* earlier epochs with entries
 						 * left, oldest first */
 	struct ebe_readq	 rd_waiting;	/* reads, oldest first */
+	struct event		*rd_timer;	/* the first one's until */
 	struct esession		**sessions;	/* by the first digits of H */
 	size_t			 nsessions;
 	struct erevoke		*revokes;	/* put off (es_revoke_free) */
@@ -228,7 +232,13 @@ be_backend(struct be_result *r, enum be_op op, const char *text)
  * since the last read that had to wait count in the current epoch
  * (rd_open); a read that finds some closes it (rd_closed) and waits for
  * it and every earlier one, so that a stream of UNLOCKs after it cannot
- * keep it waiting.
+ * keep it waiting. A delete whose transaction failed is tried again
+ * (backend_etcd_commit.c) and still counted: the read waits for it, up
+ * to twice etcd-timeout after the read came (ebe_read.until: long enough
+ * for a delete sent just before it to fail, at etcd-timeout, and for its
+ * next try, sent EBE_RETRY_MS later, to commit), then shows
+ * the keys as our replica has them, so that reads still answer while
+ * etcd cannot be reached.
  */
 static void
 ebe_read_count(struct ebe *e, struct eentry *x)
@@ -269,16 +279,6 @@ ebe_deleted(void *arg, struct eentry *x)
 		e->hooks.released(e->hooks.arg, o->lo);
 }
 
-/* A transaction with the deletes of ents failed: they are tried again,
- * and until then reads show the keys held, as etcd has them; a read
- * does not wait for etcd to come back (STATS and INFO work while a
- * front end is cut off). */
-static void
-ebe_del_failed(void *arg, struct eentry **ents, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		ebe_read_uncount(arg, ents[i]);
-}
 
 /* A read's argument may be a session ID (RESUME): wiped, then freed. */
 static void
@@ -296,14 +296,17 @@ ebe_read_release(struct ebe *e)
 	struct ebe_epoch	*ep;
 	struct ebe_read		*rd;
 	struct be_result	 r;
-	uint64_t		 low;
+	struct timeval		 tv;
+	uint64_t		 low, now;
 
 	while ((ep = TAILQ_FIRST(&e->rd_closed)) != NULL && ep->left == 0) {
 		TAILQ_REMOVE(&e->rd_closed, ep, entry);
 		kl_free(ep);
 	}
 	low = ep != NULL ? ep->epoch : e->rd_epoch;
-	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL && rd->upto < low) {
+	now = kl_now_ms();
+	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL && (rd->upto < low ||
+	    rd->until <= now)) {
 		TAILQ_REMOVE(&e->rd_waiting, rd, entry);
 		memset(&r, 0, sizeof(r));
 		r.op = BE_READ;
@@ -313,6 +316,19 @@ ebe_read_release(struct ebe *e)
 		ebe_done(e, rd->o, &r);
 		ebe_read_free(rd);
 	}
+	/* the first to wait has the first until (all wait as long) */
+	if ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL && e->rd_timer != NULL) {
+		tv_ms(&tv, rd->until > now ? rd->until - now : 0);
+		evtimer_add(e->rd_timer, &tv);
+	} else if (e->rd_timer != NULL) {
+		evtimer_del(e->rd_timer);
+	}
+}
+
+static void
+ebe_read_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	ebe_end_turn(arg);
 }
 
 /* Nothing of ours is left to apply (the replica is emptied): every read
@@ -1101,6 +1117,13 @@ ebe_read_barrier(struct backend *be, struct lt_owner *lo, uint64_t cmd,
 	}
 	rd->o = o;
 	rd->upto = TAILQ_LAST(&e->rd_closed, ebe_epochq)->epoch;
+	rd->until = kl_now_ms() + 2 * (uint64_t)e->timeout_ms;
+	if (e->rd_timer != NULL && !evtimer_pending(e->rd_timer, NULL)) {
+		struct timeval tv;
+
+		tv_ms(&tv, 2 * (uint64_t)e->timeout_ms);
+		evtimer_add(e->rd_timer, &tv);
+	}
 	rd->cmd = cmd;
 	rd->arglen = arglen;
 	if (arglen > 0)
@@ -1200,6 +1223,8 @@ ebe_free(struct backend *be)
 		event_free(e->lease.guard);
 	if (e->start != NULL)
 		event_free(e->start);
+	if (e->rd_timer != NULL)
+		event_free(e->rd_timer);
 	if (e->revoke_timer != NULL)
 		event_free(e->revoke_timer);
 	kl_free(e->prefix);
@@ -3082,7 +3107,6 @@ static const struct replica_hooks ebe_replica_hooks = {
 
 static const struct commit_hooks ebe_commit_hooks = {
 	.put_failed = ebe_put_failed,
-	.del_failed = ebe_del_failed,
 	.heartbeat = ebe_heartbeat_acked,
 	.lose = ebe_lose_cb,
 	.end_turn = ebe_end_turn,
@@ -3140,6 +3164,7 @@ ebe_create(const struct config *cfg, struct event_base *base,
 	    (e->lease.keepalive = evtimer_new(base, keepalive_cb, e)) == NULL ||
 	    (e->lease.guard = evtimer_new(base, guard_cb, e)) == NULL ||
 	    (e->start = evtimer_new(base, start_cb, e)) == NULL ||
+	    (e->rd_timer = evtimer_new(base, ebe_read_timer_cb, e)) == NULL ||
 	    (e->revoke_timer = evtimer_new(base, revoke_timer_cb, e)) ==
 	    NULL) {
 		snprintf(err, errlen, "out of memory");

@@ -666,7 +666,6 @@ commit_item_failed(struct committer *cm, struct eitem *it, const char *why)
 		if (it->tries == 0)
 			log_info("backend etcd: %zu deletes failed: %s; they "
 			    "are tried again", it->ndel, why);
-		cm->hooks.del_failed(cm->hooks.arg, it->del, it->ndel);
 		item_later(cm, it);
 		break;
 	case ITEM_HEARTBEAT:

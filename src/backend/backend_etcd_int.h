@@ -440,9 +440,6 @@ struct commit_hooks {
 	 * client holds what the watch brought); else its entries are
 	 * deleted, and its client is to be answered here. */
 	bool	(*put_failed)(void *arg, struct ereq *r, const char *why);
-	/* A transaction with these deletes failed (they are tried again):
-	 * reads need not wait for them now. */
-	void	(*del_failed)(void *arg, struct eentry **ents, size_t n);
 	/* Our heartbeat's transaction is acked at rev. */
 	void	(*heartbeat)(void *arg, int64_t rev);
 	void	(*lose)(void *arg, const char *why);

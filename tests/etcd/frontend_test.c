@@ -920,6 +920,74 @@ START_TEST(a_lost_majority_fails_writes_in_time_and_drops_holders)
 }
 END_TEST
 
+/* How many lines of d's log have text. */
+static int
+fe_log_count(const struct kt_daemon *d, const char *text)
+{
+	FILE	*f = fopen(d->log, "r");
+	char	 line[2048];
+	int	 n = 0;
+
+	ck_assert_msg(f != NULL, "%s", d->log);
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * Read your own writes when an UNLOCK's delete fails (issue 23): the
+ * majority is stopped right after a LOCK, the UNLOCK is answered (its
+ * delete queued), and a STATS through the same front end waits for it;
+ * the delete's transaction fails at etcd-timeout and is tried again,
+ * the members come back, and STATS answers only then, with the key
+ * free: never with the key the client was told it had released. (A
+ * lease long enough that the front end keeps it throughout: its loss
+ * would empty the table, and a read with it; etcd-timeout 5000, as by
+ * default: the read waits up to 10 s, of which the retried delete has
+ * about 5 s after the failure, for the members to elect a leader again
+ * on a loaded machine.)
+ */
+START_TEST(a_read_waits_for_an_unlocks_delete_tried_again)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, "30", "5000");
+	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
+	uint64_t		 deadline, failed_ms, t0;
+	char			 why[160];
+	json_t			*st;
+
+	kt_lock(h, "LOCK ryw:f");
+	et_member("stop", 2);
+	et_member("stop", 3);
+	t0 = kt_now_ms();
+	kt_req(h, "OK 1", "UNLOCK ryw:f");
+	kt_send(o, "STATS");
+	deadline = kt_now_ms() + (uint64_t)kt_ms(15000);
+	while (fe_log_count(a, "deletes failed") == 0) {
+		if (kt_now_ms() > deadline)
+			kt_fail("the UNLOCK's delete never failed");
+		kt_sleep_ms(20);
+	}
+	failed_ms = kt_now_ms() - t0;
+	et_member("cont", 2);
+	et_member("cont", 3);
+	kt_recv_within(o, kt_ms(20000));
+	st = kt_parse_ok_json(o->line, o->linelen, why, sizeof(why));
+	ck_assert_msg(st != NULL, "STATS: %s: %s", why, o->line);
+	ck_assert_msg(kt_jint(st, "keys") == 0 && kt_jint(st, "held") == 0,
+	    "STATS after an answered UNLOCK whose delete failed (at %" PRIu64
+	    " ms) showed keys %lld held %lld, %" PRIu64 " ms after it",
+	    failed_ms, (long long)kt_jint(st, "keys"),
+	    (long long)kt_jint(st, "held"), kt_now_ms() - t0);
+	fprintf(stderr, "a read after an UNLOCK whose delete failed at %"
+	    PRIu64 " ms: answered at %" PRIu64 " ms, the key free\n",
+	    failed_ms, kt_now_ms() - t0);
+	json_decref(st);
+	kt_req(h, "OK PONG", "PING");
+}
+END_TEST
+
 struct compact_res {
 	bool	done;
 	int64_t	rev;
@@ -1055,6 +1123,7 @@ frontend_suite(void)
 	tcase_add_test(tc, killed_members_cost_latency_not_errors_or_locks);
 	tcase_add_test(tc,
 	    a_lost_majority_fails_writes_in_time_and_drops_holders);
+	tcase_add_test(tc, a_read_waits_for_an_unlocks_delete_tried_again);
 	tcase_add_test(tc,
 	    a_cut_and_compacted_watch_rebuilds_without_a_wrong_grant);
 	suite_add_tcase(s, tc);
