@@ -112,6 +112,7 @@ def test_a_malformed_list_is_a_value_error(
 def test_a_wrong_secret_does_not_move_on(tmp_path: pathlib.Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("s3cret\n")
+    secret.chmod(0o600)  # a private secret, or the daemon refuses it
     (tmp_path / "auth").mkdir()
     (tmp_path / "open").mkdir()
     auth = Daemon(tmp_path / "auth", "--auth-file", str(secret))

@@ -306,6 +306,7 @@ def socket_free_port() -> int:
 def test_auth(tmp_path: Any) -> None:
     secret = tmp_path / "secret"
     secret.write_text("s3cret\n")
+    secret.chmod(0o600)  # a private secret, or the daemon refuses it
     d = Daemon(tmp_path, "--auth-file", str(secret))
     try:
         with keylock.KeyedLock(d.addr, auth_file=str(secret)) as locks:

@@ -335,6 +335,7 @@ def test_gone_is_lost_at_once(tmp_path: pathlib.Path) -> None:
     answered GONE: ``lost`` at once, long before the window's end."""
     secret = tmp_path / "admin"
     secret.write_text("0per\n")
+    secret.chmod(0o600)  # a private secret, or the daemon refuses it
     d = Daemon(tmp_path, "--admin-auth-file", str(secret))
     proxy = Proxy(d.port)
     try:

@@ -72,37 +72,25 @@ struct cmd_entry {
 
 /* ---- the secret ---- */
 
-/* Reads an AUTH secret: the file's first line, without its line end.
- * false with a message in err. */
+/* Reads an AUTH secret (secret_file_read(): the file's first line, a
+ * private regular file of root's or the daemon's user, as a user's
+ * secret-file). false with a message in err. */
 static bool
 cmd_read_secret(const char *setting, const char *path,
     struct cmd_secret *sec, char *err, size_t errlen)
 {
-	char	 buf[KL_SECRET_MAX + 2];
-	FILE	*f;
+	char	 buf[KL_SECRET_MAX + 1];
 	size_t	 n;
 
 	sec->s = NULL;
 	sec->len = 0;
 	if (path == NULL)
 		return true;
-	if ((f = fopen(path, "r")) == NULL) {
-		snprintf(err, errlen, "%s %s: %s", setting, path,
-		    strerror(errno));
+	if (!secret_file_read(setting, path, buf, &n, err, errlen))
 		return false;
-	}
-	if (fgets(buf, sizeof(buf), f) == NULL)
-		buf[0] = '\0';
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
-	if (n == 0 || n > KL_SECRET_MAX || strpbrk(buf, " \t") != NULL) {
-		snprintf(err, errlen, "%s %s: the secret must be one line of "
-		    "1 to %d bytes without spaces", setting, path,
-		    KL_SECRET_MAX);
-		return false;
-	}
-	if ((sec->s = kl_strndup(buf, n)) == NULL) {
+	sec->s = kl_strndup(buf, n);
+	explicit_bzero(buf, sizeof(buf));
+	if (sec->s == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return false;
 	}

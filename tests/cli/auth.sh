@@ -2,7 +2,7 @@
 # --auth-file: keylock AUTHs with the file's first line; a wrong or missing
 # secret exits 77.
 . "$(dirname "$0")/lib.sh"
-printf 's3cret\n' >"$TMP/secret"
+(umask 077 && printf 's3cret\n' >"$TMP/secret")
 printf 'wrong\n' >"$TMP/wrong"
 daemon_start --auth-file "$TMP/secret"
 

@@ -78,7 +78,7 @@ expect_status 0 $? "-S ONE,TWO"
 pass "two live servers: the first is used"
 
 # A wrong secret is reported, not taken to the next server.
-printf 's3cret\n' >"$TMP/secret"
+(umask 077 && printf 's3cret\n' >"$TMP/secret")
 printf 'wrong\n' >"$TMP/wrong"
 daemon2_kill
 daemon2_start --auth-file "$TMP/secret"

@@ -141,6 +141,7 @@ START_TEST(auth_secret_is_sent_on_connect)
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fprintf(f, "s3cret\n");
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
 	args[1] = path;
 	ad = kt_daemon_start_at(KT_AT, NULL, args);
 
@@ -339,6 +340,7 @@ START_TEST(connect_list_auth_moves_on_only_when_silent)
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fprintf(f, "s3cret\n");
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
 	args[1] = path;
 	ad = kt_daemon_start_at(KT_AT, NULL, args);
 	keylock_set_timeout(kl, 300);

@@ -5,7 +5,7 @@
 # keylock sees its lock lost (exit 75) and its waiter gets the key at
 # once; keylock info hints at keylock kill.
 . "$(dirname "$0")/lib.sh"
-printf 'operator-secret\n' >"$TMP/admin"
+(umask 077 && printf 'operator-secret\n' >"$TMP/admin")
 daemon_start --admin-auth-file "$TMP/admin"
 
 hold k --name stuck

@@ -7,7 +7,7 @@
 # one-shot subcommands never open one; bad settings are usage errors.
 . "$(dirname "$0")/lib.sh"
 
-printf 'operator-secret\n' >"$TMP/admin"
+(umask 077 && printf 'operator-secret\n' >"$TMP/admin")
 daemon_start --admin-auth-file "$TMP/admin"
 D=127.0.0.1:$PORT
 session_or_skip "$D"

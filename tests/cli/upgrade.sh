@@ -21,7 +21,7 @@ cleanup_suite() {
 mkdir "$TMP/bin"
 cp "$REAL" "$TMP/bin/keylockd"
 KEYLOCKD=$TMP/bin/keylockd
-printf 'operator-secret\n' >"$TMP/admin"
+(umask 077 && printf 'operator-secret\n' >"$TMP/admin")
 daemon_start --admin-auth-file "$TMP/admin"
 OLD=$DPID
 

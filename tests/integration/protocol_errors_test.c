@@ -11,6 +11,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -475,6 +477,7 @@ START_TEST(auth_timeout_and_failures_with_a_secret)
 	ck_assert((f = fopen(path, "w")) != NULL);
 	fputs("s3cret\n", f);
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
 	kt_start("--auth-file", path, "--auth-timeout", "400");
 	pinger = kt_connect();
 	authed = kt_connect();

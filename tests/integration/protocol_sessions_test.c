@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include <sys/stat.h>
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -624,6 +626,7 @@ START_TEST(resume_needs_auth_first)
 	ck_assert((f = fopen(path, "w")) != NULL);
 	fputs("s3cret\n", f);
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
 	kt_start("--auth-file", path);
 	a = kt_connect();
 	kt_req_err(a, "AUTH", "SESSION");

@@ -84,6 +84,22 @@ run_keylockd --check-config --auth-file "$TMP/client.secret" \
 expect_status 0 $? "two secrets: $(cat "$TMP/out")"
 pass "auth-file and admin-auth-file may not hold the same secret"
 
+# A secret file is private (as a user's secret-file): one that group or
+# others may read, or a symbolic link, stops the start (78) and says why.
+printf 'open-secret\n' >"$TMP/open.secret"
+chmod 644 "$TMP/open.secret"
+for opt in --auth-file --admin-auth-file; do
+	run_keylockd --check-config "$opt" "$TMP/open.secret" >"$TMP/out" 2>&1
+	expect_status 78 $? "$opt of mode 0644"
+	expect_grep "${opt#--} $TMP/open.secret: mode 0644 is too open" \
+	    "$TMP/out" "the refusal of $opt"
+done
+ln -s "$TMP/client.secret" "$TMP/link.secret"
+run_keylockd --check-config --auth-file "$TMP/link.secret" >"$TMP/out" 2>&1
+expect_status 78 $? "an auth-file that is a symbolic link"
+expect_grep "auth-file $TMP/link.secret: " "$TMP/out" "the refusal of the link"
+pass "auth-file and admin-auth-file: a file group or others may read, or a link, is refused"
+
 # The unix socket gets the configured mode and group.
 group=$(id -gn)
 daemon_start --unix-mode 0600 --unix-group "$group"

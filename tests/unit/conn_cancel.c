@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #endif
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <check.h>
 #include <errno.h>
@@ -244,6 +245,8 @@ START_TEST(operator_commands_need_unix_or_the_operator_secret)
 	ck_assert_ptr_nonnull(f = fopen(apath, "w"));
 	fputs("operator-secret\n", f);
 	fclose(f);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* private secrets */
+	ck_assert_int_eq(chmod(apath, 0600), 0);
 	cc_restart_server("--auth-file", path, "--admin-auth-file", apath,
 	    NULL);
 	cc_transport = CONN_TCP;

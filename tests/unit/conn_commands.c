@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #endif
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <check.h>
 #include <signal.h>
@@ -319,6 +320,7 @@ start_with_secret(void)
 	ck_assert_ptr_nonnull(f = fopen(path, "w"));
 	fputs("s3cret\n", f);
 	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
 	cc_restart_server("--auth-file", path, NULL);
 }
 
