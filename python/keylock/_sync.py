@@ -22,7 +22,8 @@ from typing import (Any, Callable, Coroutine, Dict, List, Optional, Tuple,
 
 from . import _core, _fork
 from ._core import Chan, Core, HandleBase, Owner
-from ._wire import Key, Request, encode_key, prepare, want_refresh
+from ._wire import (Key, Request, encode_key, keys_gauge, prepare,
+                    want_refresh)
 
 __all__ = ["KeyedLock", "Hold", "Handle"]
 
@@ -310,7 +311,7 @@ class KeyedLock:
     def key_count(self) -> int:
         """The server's ``keys`` gauge: entries in its lock table now, over
         every client (0 when nobody holds or waits)."""
-        return int(self.stats()["keys"])
+        return keys_gauge(self.stats())
 
     @property
     def idle(self) -> int:

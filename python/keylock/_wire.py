@@ -292,6 +292,14 @@ def parse_json(value: str, what: str) -> Dict[str, Any]:
     return obj
 
 
+def keys_gauge(stats: Mapping[str, Any]) -> int:
+    """STATS's ``keys``: a count, else a ProtocolError."""
+    keys = stats.get("keys")
+    if type(keys) is not int or keys < 0:
+        raise ProtocolError(f"STATS has no count of keys: {keys!r:.60}")
+    return keys
+
+
 def unique(names: Iterable[str]) -> List[str]:
     """The keys in order, each once (the server counts duplicates once)."""
     return list(dict.fromkeys(names))

@@ -27,7 +27,8 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _core
 from ._core import Core, HandleBase
-from ._wire import Key, Request, encode_key, prepare, want_refresh
+from ._wire import (Key, Request, encode_key, keys_gauge, prepare,
+                    want_refresh)
 
 __all__ = ["KeyedLock", "Lock", "Handle"]
 
@@ -218,7 +219,7 @@ class KeyedLock:
     async def key_count(self) -> int:
         """The server's ``keys`` gauge: entries in its lock table now, over
         every client (0 when nobody holds or waits)."""
-        return int((await self.stats())["keys"])
+        return keys_gauge(await self.stats())
 
     @property
     def idle(self) -> int:

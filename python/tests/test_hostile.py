@@ -129,6 +129,22 @@ def test_stats_and_info_that_are_no_json_object(
     assert f.closed == f.accepted
 
 
+@pytest.mark.parametrize("reply", [b"OK {}\n", b'OK {"keys": "3"}\n',
+                                   b'OK {"keys": -1}\n'])
+def test_key_count_without_a_count(fake: Callable[[bytes], FakeServer],
+                                   reply: bytes) -> None:
+    f = fake(reply)
+    with keylock.KeyedLock(f.addr, connect_timeout=5) as locks:
+        with pytest.raises(keylock.ProtocolError):
+            locks.key_count()
+
+    async def main() -> None:
+        async with keylock.aio.KeyedLock(f.addr, connect_timeout=5) as al:
+            with pytest.raises(keylock.ProtocolError):
+                await al.key_count()
+    asyncio.run(main())
+
+
 def test_an_error_reply_is_no_protocol_error(
         fake: Callable[[bytes], FakeServer]) -> None:
     """An ERR the package does not know is a plain keylock.Error, and the
