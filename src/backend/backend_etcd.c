@@ -1007,7 +1007,91 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 	return st;
 }
 
-/* REFRESH: our own ttl timers and table; etcd is not written. */
+static void
+ebe_refreshed(void *arg, const struct etcd_result *r)
+{
+	if (r->status != ETCD_OK)
+		log_info("backend etcd: a REFRESH of a session's holds not "
+		    "written: %s (other front ends count the ttl from before)",
+		    r->message != NULL ? r->message :
+		    etcd_status_name(r->status));
+	ebe_end_turn(arg);
+}
+
+/*
+ * A session's REFRESH for the front end that may take it over
+ * (keylockd-protocol(7), SESSIONS: Across front ends): each refreshed
+ * entry put again under the session's lease L with its value and
+ * " r=TTL", on the condition that it is still the entry every replica
+ * applied (its create revision), so that a try landing late, after its
+ * delete, makes nothing. Every replica restarts that key's ttl then
+ * (apply_rewrite()). One transaction, apart from the group commit;
+ * the REFRESH is answered without waiting for it. Only a session's
+ * owners write it: a plain connection's REFRESH writes nothing.
+ */
+static void
+ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
+    size_t n, uint64_t ttl_ms)
+{
+	struct etcd_txn	*t;
+	size_t		 puts = 0;
+
+	if (o->lease == 0 || e->state != EBE_READY || (t = etcd_txn_new()) ==
+	    NULL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct eentry	*x = ents[i];
+		struct ereq	*r = x->req;
+		const char	*nl;
+		char		*v, tag[64];
+		size_t		 at, tl = 0, len;
+		int		 rc;
+
+		if (x->rep != ENT_HELD || x->w != W_PUT || x->crev <= 0 ||
+		    r->value == NULL)
+			continue;
+		nl = memchr(r->value, '\n', r->valuelen);
+		at = nl != NULL ? (size_t)(nl - r->value) : r->valuelen;
+		/* a channel's put again by SESSION names its channel, which
+		 * its first value did not */
+		if (o->chan != 0 && memmem(r->value, at, " @", 2) == NULL)
+			tl = (size_t)snprintf(tag, sizeof(tag), " @%" PRIu32
+			    ":%" PRIu64, o->chan, o->sclient);
+		len = r->valuelen + tl + 32;
+		if ((v = kl_malloc(len)) == NULL)
+			break;
+		memcpy(v, r->value, at);
+		memcpy(v + at, tag, tl);
+		at += tl;
+		at += (size_t)snprintf(v + at, len - at, " r=%" PRIu64, ttl_ms);
+		if (nl != NULL) {
+			size_t rest = r->valuelen - (size_t)(nl - r->value);
+
+			memcpy(v + at, nl, rest);
+			at += rest;
+		}
+		rc = etcd_txn_compare(t, x->ekey, x->ekeylen, ETCD_CMP_CREATE,
+		    ETCD_CMP_EQUAL, x->crev) != 0 || etcd_txn_put(t, true,
+		    x->ekey, x->ekeylen, v, at, (int64_t)o->lease) != 0 ? -1 :
+		    0;
+		kl_free(v);
+		if (rc != 0)
+			break;
+		puts++;
+	}
+	if (puts == 0 || etcd_txn_nops(t) > e->max_ops * 2) {
+		etcd_txn_free(t);
+		return;
+	}
+	/* etcd_txn() takes t, sent or not */
+	if (etcd_txn(e->etcd, t, ETCD_RETRY, ebe_refreshed, e) == NULL)
+		log_warnx("backend etcd: no memory to write a session's "
+		    "REFRESH");
+}
+
+/* REFRESH: our own ttl timers and table, and for a session's holds the
+ * entries again (ebe_refresh_put()); a plain connection's writes nothing
+ * to etcd. */
 static enum be_status
 ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
     const size_t *keylens, size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
@@ -1033,6 +1117,7 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
 	if (o != NULL && held_entries(e, o, keys, keylens, nkeys, ents, &n,
 	    r)) {
 		replica_refresh(e->rp, o, ents, n, ttl_ms);
+		ebe_refresh_put(e, o, ents, n, ttl_ms);
 		r->value = n;
 	}
 	if (ents != stack)

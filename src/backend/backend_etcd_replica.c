@@ -613,6 +613,8 @@ ereq_maybe_free(struct ereq *r)
  * every replica counts from when it applies the grant and the put, so
  * that a front end that takes the session over ends them as the one
  * asked would have (keylockd-protocol(7), SESSIONS: Across front ends).
+ * " r=TTL" only in a session's entry put again by a REFRESH
+ * (ebe_refresh_put()): its ttl restarted then.
  * @CHAN:SCLIENT: the owner is channel CHAN of the session of client
  * SCLIENT (the lease in its key is the session's), for a front end that
  * takes the session over, and for INFO.
@@ -683,11 +685,12 @@ value_num(const char *s, size_t len, size_t *off, bool neg_ok, int64_t *out)
  * value. NULL, or what is wrong with it. */
 static const char *
 value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
-    struct lt_acquire *a, const char **keys, size_t *keylens, size_t max)
+    struct lt_acquire *a, const char **keys, size_t *keylens, size_t max,
+    uint64_t *refresh)
 {
 	size_t	off = sizeof(EBE_VALUE_VERSION) - 1;
 	int64_t	c, limit, maxw, try, maxh, nkeys, chan = 0, sclient = 0;
-	int64_t	ttl = 0, wait = 0;
+	int64_t	ttl = 0, wait = 0, ref = 0;
 
 	if (len < off || memcmp(v, EBE_VALUE_VERSION, off) != 0)
 		return "not a lock entry of this version";
@@ -753,6 +756,12 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 			if (!value_num(v, len, &off, false, &wait) ||
 			    wait < 1 || (uint64_t)wait > KL_MS_MAX)
 				return "bad timeout";
+		} else if (v[off + 1] == 'r' && v[off + 2] == '=' &&
+		    ref == 0) {
+			off += 3;
+			if (!value_num(v, len, &off, false, &ref) ||
+			    ref < 1 || (uint64_t)ref > KL_MS_MAX)
+				return "bad refresh";
 		} else {
 			break;
 		}
@@ -772,8 +781,11 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 	a->max_waiters = maxw;
 	a->try = try != 0;
 	a->max_holds = (size_t)maxh;
-	a->ttl_ms = (uint64_t)ttl;
+	/* a REFRESH's (its entries put again): the ttl from then on */
+	a->ttl_ms = ref != 0 ? (uint64_t)ref : (uint64_t)ttl;
 	a->timeout_ms = (uint64_t)wait;
+	if (refresh != NULL)
+		*refresh = (uint64_t)ref;
 	a->keys = keys;
 	a->keylens = keylens;
 	a->nkeys = (size_t)nkeys;
@@ -827,7 +839,7 @@ ebe_entry_decode(const char *k, size_t klen, size_t prefixlen,
 	lkey = k + prefixlen + 2;
 	lkeylen = klen - prefixlen - 2 - idlen - 1;
 	if ((why = value_parse(v, vlen, client, ch, a, keys, keylens,
-	    max)) != NULL)
+	    max, NULL)) != NULL)
 		return why;
 	/* its own key is one of its request's */
 	for (size_t i = 0; i < a->nkeys; i++)
@@ -1257,10 +1269,22 @@ apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 	struct eowner		*o;
 	uint64_t		 fe, seq, client;
 
+	uint64_t		 refresh = 0;
+	struct eentry		*x;
+
 	if (kv->lease <= 0 || !ekey_parse(rp, kv->key, kv->keylen, &fe,
 	    &seq) || (r = ereq_find(rp, fe, seq)) == NULL)
 		return;
 	o = r->owner;
+	/* a REFRESH of a session's hold, put again with r=TTL: its ttl
+	 * restarts here too (for INFO, and for the front end that takes
+	 * the session over) */
+	if (r->state == REQ_HELD && value_parse(kv->value, kv->valuelen,
+	    &client, &ch, &a, keys, keylens, KL_KEYS_HARD_MAX, &refresh) ==
+	    NULL && refresh > 0 && (x = eentry_find(rp, kv->key,
+	    kv->keylen)) != NULL && x->rep == ENT_HELD)
+		(void)locktable_refresh(rp->lt, o->lo, &x->lkey, &x->lkeylen,
+		    1, refresh, kl_now_ms(), &(size_t){ 0 }, &(size_t){ 0 });
 	if (o->state != OWN_THEIRS || o->fe != fe ||
 	    (uint64_t)kv->lease == fe)
 		return;

@@ -34,7 +34,7 @@
  *    given back by RESUME through B, then through a third front end.
  * 6. A grant's ttl and a waiting LOCK's deadline, asked through A, end
  *    on time through B after A's SIGKILL and a RESUME through B, which
- *    says the ttl's time left.
+ *    says the ttl's time left; and so does a ttl REFRESHed through A.
  *
  * Until backend etcd serves sessions the program skips (77), saying so,
  * when and only when SESSION through a front end answers ERR BACKEND.
@@ -1357,6 +1357,80 @@ START_TEST(a_ttl_and_a_deadline_survive_resume_through_another_front_end)
 }
 END_TEST
 
+/*
+ * A session's REFRESH goes with it too: through A a session holds s2 with
+ * ttl=T and REFRESHes it T/2 later; once B shows the ttl restarted (its
+ * INFO), A is SIGKILLed and the session RESUMEs through B, whose ttl_ms
+ * counts from the REFRESH, and s2 ends T after the REFRESH, not after the
+ * grant: a waiter of B is granted then.
+ */
+START_TEST(a_refresh_goes_with_the_session_to_another_front_end)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*q = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP), *n;
+	struct ss_sess		 s;
+	int64_t			 ttl = kt_ms(6000), late = kt_ms(1500), left;
+	uint64_t		 r0, r1, deadline, resume_us, resumed_us, now;
+	char			 why[160];
+	json_t			*r, *e;
+
+	ss_open(&s, 0, a, ss_grace(SS_GRACE_MS));
+	kt_lock(s.c, "LOCK s2 ttl=%" PRId64, ttl);
+	kt_sleep_ms((uint64_t)ttl / 2);
+	r0 = kt_now_us();
+	kt_req(s.c, "OK 1", "REFRESH s2 ttl=%" PRId64, ttl);
+	r1 = kt_now_us();
+	/* B has applied the REFRESH: s2's time left there is more than its
+	 * grant could have left (seen within a quarter of the ttl, while
+	 * the two still differ by more than a quarter) */
+	deadline = kt_now_ms() + (uint64_t)ttl / 4;
+	for (;;) {
+		json_t	*h = ss_holder_of(q, "s2", "B");
+		int64_t	 x = kt_jint(h, "expires_in_ms");
+
+		json_decref(h);
+		if (x > ttl - (int64_t)(kt_now_us() - r0) / 1000 - ttl / 4)
+			break;
+		if (kt_now_ms() > deadline)
+			kt_fail("B never saw the REFRESH: s2 expires in %"
+			    PRId64 " ms", x);
+		kt_sleep_ms(20);
+	}
+	ss_kill(a);
+	n = kt_connect_to(b, KT_TCP);
+	resume_us = kt_now_us();
+	kt_send(n, "RESUME %s", s.id);
+	kt_recv_within(n, kt_ms(10000));
+	resumed_us = kt_now_us();
+	r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through B: %s: %s", why, n->line);
+	e = json_array_get(json_object_get(r, "held"), 0);
+	ck_assert_msg(e != NULL && json_is_integer(json_object_get(e,
+	    "ttl_ms")), "RESUME through B: %s", n->line);
+	left = kt_jint(e, "ttl_ms");
+	ck_assert_msg(left <= ttl - (int64_t)(resume_us - r1) / 1000 + late &&
+	    left >= ttl - (int64_t)(resumed_us - r0) / 1000, "RESUME through "
+	    "B: ttl_ms %" PRId64 " of %" PRId64 ", %" PRIu64 " ms after the "
+	    "REFRESH: %s", left, ttl, (resumed_us - r0) / 1000, n->line);
+	json_decref(r);
+	kt_send(p, "LOCK s2 timeout=%" PRId64, kt_ms(60000));
+	kt_recv_within(p, ttl + kt_ms(10000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "B's waiter for s2: "
+	    "%s", p->line);
+	ck_assert_msg(now >= r0 + (uint64_t)ttl * 1000 &&
+	    now <= r1 + (uint64_t)(ttl + late) * 1000, "s2 (ttl %" PRId64
+	    " ms, refreshed) ended %" PRIu64 " ms after its REFRESH", ttl,
+	    (now - r0) / 1000);
+	kt_req_err(n, "NOTHELD", "UNLOCK s2");
+	kt_req(n, "OK", "QUIT");
+	kt_req(p, "OK 1", "UNLOCK s2");
+	kt_wait_stat(q, "keys", 0);
+}
+END_TEST
+
 static void
 ss_etcd_cb(void *arg, const struct etcd_result *res)
 {
@@ -1465,6 +1539,8 @@ sessions_suite(void)
 	tcase_add_test(tc, a_front_end_started_later_shows_the_session);
 	tcase_add_test(tc,
 	    a_ttl_and_a_deadline_survive_resume_through_another_front_end);
+	tcase_add_test(tc,
+	    a_refresh_goes_with_the_session_to_another_front_end);
 	suite_add_tcase(s, tc);
 	return s;
 }
