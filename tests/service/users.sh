@@ -113,9 +113,14 @@ daemon_launch --tls-port 0 --unix '' --tls-cert "$TMP/srv.pem" \
     --user "bob secret-file=$TMP/alice keys=b:*"
 tls=$(awk '/^tls /{print $2}' port)
 printf 'LOCK t:1\nLOCK b:1\nSTATS\n' >lines
-out=$({ cat lines; sleep 0.5; } | timeout 20 openssl s_client -quiet \
-    -no_ign_eof -connect "127.0.0.1:$tls" -CAfile ca.pem \
-    -servername localhost -cert cli.pem -key cli.key 2>/dev/null) || true
+# The input ends (and s_client with it) once the three replies are in,
+# however long the handshake takes on a loaded machine.
+: >tls.out
+{ cat lines; wait_for "[ \$(wc -l <tls.out) -ge 3 ]" 20 || true; } |
+    timeout 30 openssl s_client -quiet -no_ign_eof \
+    -connect "127.0.0.1:$tls" -CAfile ca.pem -servername localhost \
+    -cert cli.pem -key cli.key >tls.out 2>/dev/null || true
+out=$(cat tls.out)
 echo "$out" | sed -n 1p | grep -Eq '^OK [0-9]+$' ||
     fail "the certificate's user may not lock its key: $out"
 echo "$out" | sed -n 2p | grep -q '^ERR NOPERM tls-alice may not use key b:1' ||
