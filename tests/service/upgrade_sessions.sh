@@ -135,7 +135,8 @@ wait_for "grep -Eq '^@2 OK [0-9]+$' '$TMP/b2.out'" "$REPLY_S" ||
 pass "a detached session resumes after the upgrade: locks, channels, wait"
 
 # C expires on time: not before its grace, not long after.
-wait_for "grep -Eq '^OK [0-9]+$' '$TMP/w.out'" 30 ||
+# (it comes after C's grace, 8 s scaled, and at most 4 s scaled later)
+wait_for "grep -Eq '^OK [0-9]+$' '$TMP/w.out'" $((15 * SLOW)) ||
     fail "the waiter on sc was never granted: $(cat "$TMP/w.out")"
 # when the grant arrived (its only reply), not when this shell, busy with
 # B meanwhile, looked
