@@ -1646,6 +1646,16 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 	if (c->ilen == 0) {
 		*buf = c->cs->scratch;
 		room = CONN_SCRATCH_SIZE;
+	} else if (c->ilen <= CONN_SCRATCH_SIZE / 4) {
+		/* A part of a line held (a batch cut mid-line, a trickler's
+		 * two bytes) goes before the read in the scratch buffer, so
+		 * that the connection's own buffer stays the size of what it
+		 * holds, not of a read: a slow sender costs its bytes, not
+		 * 64 KiB. ibuf is left as it is until
+		 * conn_keep(). */
+		memcpy(c->cs->scratch, c->ibuf, c->ilen);
+		*buf = c->cs->scratch;
+		room = CONN_SCRATCH_SIZE - c->ilen;
 	} else {
 		room = cap - c->ilen;
 		if (room > CONN_SCRATCH_SIZE)

@@ -99,6 +99,68 @@ START_TEST(slow_senders_one_byte_per_10ms_leave_others_unaffected)
 }
 END_TEST
 
+/*
+ * Tricklers: many connections that each sent one byte, then another, of
+ * a line they do not finish. Each costs the daemon about what it sent,
+ * not a read's buffer (64 KiB: 133 KiB of address space each, before),
+ * and each line, once finished, is answered.
+ */
+START_TEST(tricklers_cost_their_bytes_not_a_read)
+{
+	size_t		 want = ht_scaled(400, 100);
+	struct kt_conn	*m;
+	long		 vm0, vm1;
+	char		 buf[64];
+	int		*fds;
+
+	kt_start("--auth-timeout", "0");
+	m = kt_connect();
+	fds = calloc(want, sizeof(*fds));
+	ck_assert_ptr_nonnull(fds);
+	for (size_t i = 0; i < want; i++) {
+		fds[i] = hu_socket(kt_d, KT_TCP, 0);
+		ck_assert_msg(fds[i] != -1 && hu_connected(fds[i],
+		    kt_ms(5000)), "connection %zu: %s", i, strerror(errno));
+	}
+	kt_wait_stat(m, "clients", (json_int_t)want + 1);
+	vm0 = hu_vmsize_kib(kt_d->pid);
+	/* the second byte is read after the first is held */
+	for (size_t i = 0; i < want; i++)
+		ck_assert_int_eq(send(fds[i], "P", 1, MSG_NOSIGNAL), 1);
+	kt_sleep_ms((uint64_t)kt_ms(300));
+	kt_req(m, "OK PONG", "PING");
+	for (size_t i = 0; i < want; i++)
+		ck_assert_int_eq(send(fds[i], "I", 1, MSG_NOSIGNAL), 1);
+	kt_sleep_ms((uint64_t)kt_ms(300));
+	kt_req(m, "OK PONG", "PING");
+	vm1 = hu_vmsize_kib(kt_d->pid);
+	fprintf(stderr, "tricklers: %zu connections holding 2 bytes each: "
+	    "daemon VmSize %ld -> %ld KiB, %.0f bytes each%s\n", want, vm0,
+	    vm1, (double)(vm1 - vm0) * 1024 / (double)want,
+	    hu_memory_is_instrumented(kt_d->pid) ? " (instrumented build: "
+	    "its allocator reserved its space at start, so this shows "
+	    "nothing)" : "");
+	ck_assert_msg((vm1 - vm0) * 1024 / (long)want < 16 * 1024,
+	    "%zu tricklers took %ld KiB of address space: %ld bytes each",
+	    want, vm1 - vm0, (vm1 - vm0) * 1024 / (long)want);
+	for (size_t i = 0; i < want; i++) {
+		struct pollfd	pfd = { fds[i], POLLIN, 0 };
+		ssize_t		n;
+
+		ck_assert_int_eq(send(fds[i], "NG\n", 3, MSG_NOSIGNAL), 3);
+		ck_assert_int_eq(poll(&pfd, 1, (int)kt_ms(KT_REPLY_MS)), 1);
+		n = recv(fds[i], buf, sizeof(buf), 0);
+		ck_assert_msg(n == 8 && memcmp(buf, "OK PONG\n", 8) == 0,
+		    "trickler %zu: got \"%s\"", i,
+		    kt_esc(buf, n > 0 ? (size_t)n : 0));
+	}
+	for (size_t i = 0; i < want; i++)
+		close(fds[i]);
+	free(fds);
+	kt_wait_stat(m, "clients", 1);
+}
+END_TEST
+
 /* Waits until STATS "clients" is at least want; returns it. */
 static json_int_t
 wait_clients_at_least(struct kt_conn *m, json_int_t want, int64_t ms)
@@ -196,6 +258,7 @@ ht_add_clients(Suite *s)
 	tc = kt_tcase(s, "slow", KT_PRIVATE, 60, kt_setup_none);
 	tcase_add_test(tc,
 	    slow_senders_one_byte_per_10ms_leave_others_unaffected);
+	tcase_add_test(tc, tricklers_cost_their_bytes_not_a_read);
 	tc = kt_tcase(s, "idle", KT_PRIVATE, 90, kt_setup_none);
 	tcase_add_test(tc, ten_thousand_idle_connections_keep_latency);
 }

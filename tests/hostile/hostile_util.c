@@ -63,6 +63,12 @@ hu_hwm_kib(pid_t pid)
 }
 
 long
+hu_vmsize_kib(pid_t pid)
+{
+	return hu_status_kib(pid, "VmSize");
+}
+
+long
 hu_cpu_ms(pid_t pid)
 {
 	char		 path[64], buf[1024], *p;

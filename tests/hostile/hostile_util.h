@@ -21,9 +21,10 @@
 
 #include "kltest.h"
 
-/* /proc/PID/status VmRSS and VmHWM in KiB; -1 if unreadable. */
+/* /proc/PID/status VmRSS, VmHWM and VmSize in KiB; -1 if unreadable. */
 long		 hu_rss_kib(pid_t pid);
 long		 hu_hwm_kib(pid_t pid);
+long		 hu_vmsize_kib(pid_t pid);
 /* utime + stime of /proc/PID/stat in ms; -1 if unreadable. */
 long		 hu_cpu_ms(pid_t pid);
 /* Entries of /proc/PID/fd; -1 if unreadable. */
