@@ -1548,7 +1548,8 @@ conn_keep(struct conn *c, const char *buf, size_t len)
 	char	*p;
 
 	if (len == 0) {
-		if (c->ibuf != NULL) {	/* the common case: nothing held */
+		/* nothing held before either (the common case): no free() */
+		if (c->ibuf != NULL) {
 			kl_free(c->ibuf);
 			c->ibuf = NULL;
 			c->icap = 0;
@@ -1651,8 +1652,7 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 		 * two bytes) goes before the read in the scratch buffer, so
 		 * that the connection's own buffer stays the size of what it
 		 * holds, not of a read: a slow sender costs its bytes, not
-		 * 64 KiB. ibuf is left as it is until
-		 * conn_keep(). */
+		 * 64 KiB. ibuf is left as it is until conn_keep(). */
 		memcpy(c->cs->scratch, c->ibuf, c->ilen);
 		*buf = c->cs->scratch;
 		room = CONN_SCRATCH_SIZE - c->ilen;
