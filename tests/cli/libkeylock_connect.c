@@ -135,13 +135,8 @@ START_TEST(auth_secret_is_sent_on_connect)
 	struct kt_daemon *ad;
 	struct keylock	*kl = keylock_new();
 	char		 path[sizeof(kt_d->dir) + 8];
-	FILE		*f;
 
-	snprintf(path, sizeof(path), "%s/secret", kt_d->dir);
-	ck_assert_ptr_nonnull(f = fopen(path, "w"));
-	fprintf(f, "s3cret\n");
-	fclose(f);
-	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
+	kt_secret_file(kt_d->dir, "secret", "s3cret", path, sizeof(path));
 	args[1] = path;
 	ad = kt_daemon_start_at(KT_AT, NULL, args);
 
@@ -334,13 +329,8 @@ START_TEST(connect_list_auth_moves_on_only_when_silent)
 	int		 lfd = lk_fake_listen(hung, sizeof(hung));
 	uint64_t	 t0;
 	long long	 n0;
-	FILE		*f;
 
-	snprintf(path, sizeof(path), "%s/secret", kt_d->dir);
-	ck_assert_ptr_nonnull(f = fopen(path, "w"));
-	fprintf(f, "s3cret\n");
-	fclose(f);
-	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
+	kt_secret_file(kt_d->dir, "secret", "s3cret", path, sizeof(path));
 	args[1] = path;
 	ad = kt_daemon_start_at(KT_AT, NULL, args);
 	keylock_set_timeout(kl, 300);

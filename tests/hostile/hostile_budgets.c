@@ -135,15 +135,10 @@ START_TEST(replies_before_auth_are_bounded_at_16_kib)
 	const char	*dir = kt_tmpdir();
 	char		 path[256];
 	struct kt_conn	*m;
-	FILE		*f;
 	json_int_t	 closes0;
 	int		 fd;
 
-	snprintf(path, sizeof(path), "%s/secret", dir);
-	ck_assert_ptr_nonnull(f = fopen(path, "w"));
-	fputs("budget-secret\n", f);
-	fclose(f);
-	chmod(path, 0600);
+	kt_secret_file(dir, "secret", "budget-secret", path, sizeof(path));
 	kt_start("--auth-file", path, "--max-output", "67108864",
 	    "--write-timeout", "0");
 	m = kt_connect();

@@ -411,6 +411,20 @@ kt_tmpdir(void)
 	return NULL;
 }
 
+const char *
+kt_secret_file(const char *dir, const char *name, const char *secret,
+    char *buf, size_t len)
+{
+	FILE	*f;
+
+	ck_assert_int_lt(snprintf(buf, len, "%s/%s", dir, name), (int)len);
+	ck_assert_ptr_nonnull(f = fopen(buf, "w"));
+	fprintf(f, "%s\n", secret);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(buf, 0600), 0);
+	return buf;
+}
+
 /* Removes the test directories this process made (kt_tmpdir). */
 static void
 kt_tmpdirs_remove(void)

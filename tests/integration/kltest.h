@@ -178,6 +178,11 @@ int		 kt_daemon_stop_at(const char *file, int line,
 		    struct kt_daemon *d, bool check_zero);
 /* A directory removed at teardown. */
 const char	*kt_tmpdir(void);
+/* A secret file dir/name holding secret and a line end, mode 0600 (the
+ * daemon refuses a secret file group or others may read); its path in
+ * buf. */
+const char	*kt_secret_file(const char *dir, const char *name,
+		    const char *secret, char *buf, size_t len);
 
 /* Asserting layer: the test's main thread only. */
 void		 kt_fail_at(const char *file, int line, const char *fmt,

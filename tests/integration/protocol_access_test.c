@@ -39,21 +39,6 @@
 
 #define PA_NOBODY	65534	/* a uid that is neither root nor ours */
 
-/* A secret file of mode 0600 in dir; its path in buf. */
-static const char *
-pa_secret(const char *dir, const char *name, const char *secret, char *buf,
-    size_t len)
-{
-	FILE	*f;
-
-	ck_assert_int_lt(snprintf(buf, len, "%s/%s", dir, name), (int)len);
-	ck_assert_ptr_nonnull(f = fopen(buf, "w"));
-	fprintf(f, "%s\n", secret);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(chmod(buf, 0600), 0);
-	return buf;
-}
-
 /* Writes the config file path with the lines given. */
 static void
 pa_config(const char *path, const char *text)
@@ -97,10 +82,10 @@ pa_start(struct pa_env *e, bool v1, const char *const *args)
 	ck_assert_ptr_nonnull(dir);
 	snprintf(e->dir, sizeof(e->dir), "%s", dir);
 	snprintf(e->conf, sizeof(e->conf), "%s/keylockd.conf", dir);
-	pa_secret(dir, "alice", "alice-Secret-1", e->alice, sizeof(e->alice));
-	pa_secret(dir, "bob", "bob-Secret-1", e->bob, sizeof(e->bob));
-	pa_secret(dir, "carol", "carol-Secret-1", e->carol, sizeof(e->carol));
-	pa_secret(dir, "shared", "v1-Shared", e->shared, sizeof(e->shared));
+	kt_secret_file(dir, "alice", "alice-Secret-1", e->alice, sizeof(e->alice));
+	kt_secret_file(dir, "bob", "bob-Secret-1", e->bob, sizeof(e->bob));
+	kt_secret_file(dir, "carol", "carol-Secret-1", e->carol, sizeof(e->carol));
+	kt_secret_file(dir, "shared", "v1-Shared", e->shared, sizeof(e->shared));
 	pa_write_config(e, NULL);
 	argv[n++] = "--config";
 	argv[n++] = e->conf;
@@ -542,8 +527,8 @@ START_TEST(a_reload_revokes_changed_and_removed_users_at_once)
 
 	/* alice's secret changes, bob goes, carol's keys grow, and the
 	 * version 1 secret changes. */
-	pa_secret(e.dir, "alice", "alice-Secret-2", e.alice, sizeof(e.alice));
-	pa_secret(e.dir, "shared", "v1-Shared-2", e.shared, sizeof(e.shared));
+	kt_secret_file(e.dir, "alice", "alice-Secret-2", e.alice, sizeof(e.alice));
+	kt_secret_file(e.dir, "shared", "v1-Shared-2", e.shared, sizeof(e.shared));
 	snprintf(text, sizeof(text),
 	    "user alice secret-file=%s keys=a:* keys=both\n"
 	    "user carol secret-file=%s keys=c:* keys=d:*\n", e.alice,
@@ -589,7 +574,7 @@ START_TEST(the_single_secret_configuration_is_unchanged)
 	char		 path[256];
 	json_t		*o;
 
-	pa_secret(kt_tmpdir(), "secret", "only-Secret", path, sizeof(path));
+	kt_secret_file(kt_tmpdir(), "secret", "only-Secret", path, sizeof(path));
 	kt_start("--auth-file", path);
 	a = kt_connect();
 	kt_req_err(a, "AUTH", "LOCK x");

@@ -445,15 +445,10 @@ START_TEST(configured_secret_gates_all_but_auth_ping_quit)
 		"REFRESH au:k ttl=100", "STATS", "INFO au:k", "NAME someone",
 		NULL
 	};
-	FILE		*f;
 
 	ck_assert_ptr_nonnull(dir);
-	snprintf(path, sizeof(path), "%s/secret", dir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("s3cret=token\n", f);	/* the LF is not part of it */
-	fclose(f);
-	chmod(path, 0600);
+	/* the LF is not part of it */
+	kt_secret_file(dir, "secret", "s3cret=token", path, sizeof(path));
 	kt_start("--auth-file", path);
 	c = kt_connect();
 	c2 = kt_connect();

@@ -11,8 +11,6 @@
 #define _GNU_SOURCE
 #endif
 
-#include <sys/stat.h>
-
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -471,13 +469,8 @@ START_TEST(auth_timeout_and_failures_with_a_secret)
 {
 	struct kt_conn	*pinger, *authed, *guesser, *lucky;
 	char		 path[256];
-	FILE		*f;
 
-	snprintf(path, sizeof(path), "%s/secret", kt_tmpdir());
-	ck_assert((f = fopen(path, "w")) != NULL);
-	fputs("s3cret\n", f);
-	fclose(f);
-	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
+	kt_secret_file(kt_tmpdir(), "secret", "s3cret", path, sizeof(path));
 	kt_start("--auth-file", path, "--auth-timeout", "400");
 	pinger = kt_connect();
 	authed = kt_connect();

@@ -13,8 +13,6 @@
 #define _GNU_SOURCE
 #endif
 
-#include <sys/stat.h>
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -620,13 +618,8 @@ START_TEST(resume_needs_auth_first)
 {
 	struct kt_conn	*a, *b;
 	char		 path[256], id[80];
-	FILE		*f;
 
-	snprintf(path, sizeof(path), "%s/secret", kt_tmpdir());
-	ck_assert((f = fopen(path, "w")) != NULL);
-	fputs("s3cret\n", f);
-	fclose(f);
-	ck_assert_int_eq(chmod(path, 0600), 0);	/* a private secret */
+	kt_secret_file(kt_tmpdir(), "secret", "s3cret", path, sizeof(path));
 	kt_start("--auth-file", path);
 	a = kt_connect();
 	kt_req_err(a, "AUTH", "SESSION");
