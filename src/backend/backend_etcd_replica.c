@@ -731,10 +731,27 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 		keys[i] = v + start;
 		keylens[i] = off - start;
 	}
-	/* a session's channel, the grant's ttl, the wait's timeout: each
-	 * at most once, in any order */
+	/* a session's channel, the grant's ttl, the wait's timeout, a
+	 * REFRESH's ttl: each at most once, in any order */
 	while (off + 2 < len && v[off] == ' ') {
-		if (v[off + 1] == '@' && chan == 0) {
+		static const struct {
+			char		 letter;
+			const char	*bad;
+		} ms[] = { { 't', "bad ttl" }, { 'w', "bad timeout" },
+		    { 'r', "bad refresh" } };
+		int64_t		*msv[] = { &ttl, &wait, &ref };
+		size_t		 f;
+
+		for (f = 0; f < sizeof(ms) / sizeof(ms[0]); f++)
+			if (v[off + 1] == ms[f].letter && v[off + 2] == '=' &&
+			    *msv[f] == 0)
+				break;
+		if (f < sizeof(ms) / sizeof(ms[0])) {
+			off += 3;
+			if (!value_num(v, len, &off, false, msv[f]) ||
+			    *msv[f] < 1 || (uint64_t)*msv[f] > KL_MS_MAX)
+				return ms[f].bad;
+		} else if (v[off + 1] == '@' && chan == 0) {
 			off += 2;
 			if (!value_num(v, len, &off, false, &chan) ||
 			    chan < 1 || chan > UINT32_MAX || off >= len ||
@@ -744,24 +761,6 @@ value_parse(const char *v, size_t len, uint64_t *client, struct echan *ch,
 			if (!value_num(v, len, &off, false, &sclient) ||
 			    sclient < 1)
 				return "bad session client id";
-		} else if (v[off + 1] == 't' && v[off + 2] == '=' &&
-		    ttl == 0) {
-			off += 3;
-			if (!value_num(v, len, &off, false, &ttl) || ttl < 1 ||
-			    (uint64_t)ttl > KL_MS_MAX)
-				return "bad ttl";
-		} else if (v[off + 1] == 'w' && v[off + 2] == '=' &&
-		    wait == 0) {
-			off += 3;
-			if (!value_num(v, len, &off, false, &wait) ||
-			    wait < 1 || (uint64_t)wait > KL_MS_MAX)
-				return "bad timeout";
-		} else if (v[off + 1] == 'r' && v[off + 2] == '=' &&
-		    ref == 0) {
-			off += 3;
-			if (!value_num(v, len, &off, false, &ref) ||
-			    ref < 1 || (uint64_t)ref > KL_MS_MAX)
-				return "bad refresh";
 		} else {
 			break;
 		}
