@@ -123,24 +123,34 @@ pass "the next run goes to the second server"
 
 # A stopped first server (SIGSTOP: its kernel still completes the TCP
 # connection): NAME, the first request, gets no reply within
-# --connect-timeout, and the next server is used; alone, it is exit 69.
+# --connect-timeout, and the next server is used; alone, or with only a
+# dead one after it, it is exit 69. (The daemon is let go on before any
+# check: a failed check's cleanup could not stop a stopped daemon.)
 daemon_start
 ONE=127.0.0.1:$PORT
 kill -STOP "$DPID"
-"$KEYLOCK" -v --connect-timeout 1 -S "$TWO,$ONE" -w 5 k -- true 2>/dev/null
-expect_status 0 $? "-S TWO,ONE with TWO live (the stopped one unused)"
 g2=$(stat_of grants "$TWO")
+"$KEYLOCK" -v --connect-timeout 1 -S "$TWO,$ONE" -w 5 k -- true 2>/dev/null
+rc1=$?
 "$KEYLOCK" -v --connect-timeout 1 -S "$ONE,$TWO" -w 5 k -- \
-    touch "$TMP/ran2" 2>"$TMP/err"
-expect_status 0 $? "-S ONE,TWO with ONE stopped"
-expect_grep "no reply within 1000 ms.*trying the next server" "$TMP/err" \
+    touch "$TMP/ran2" 2>"$TMP/err2"
+rc2=$?
+"$KEYLOCK" --connect-timeout 1 -S "$ONE" -w 5 k -- touch "$TMP/ran3" \
+    2>"$TMP/err3"
+rc3=$?
+"$KEYLOCK" --connect-timeout 1 -S "$ONE,$DEAD" -w 5 k -- touch "$TMP/ran3" \
+    2>"$TMP/err4"
+rc4=$?
+kill -CONT "$DPID"
+expect_status 0 "$rc1" "-S TWO,ONE with TWO live (the stopped one unused)"
+expect_status 0 "$rc2" "-S ONE,TWO with ONE stopped"
+expect_grep "no reply within 1000 ms.*trying the next server" "$TMP/err2" \
     "the move, with -v"
 [ -e "$TMP/ran2" ] || fail "the command did not run"
-[ "$(stat_of grants "$TWO")" -eq $((g2 + 1)) ] || fail "no grant on $TWO"
-"$KEYLOCK" --connect-timeout 1 -S "$ONE" -w 5 k -- touch "$TMP/ran3" \
-    2>"$TMP/err"
-expect_status 69 $? "-S ONE, stopped"
-expect_grep "no reply within 1000 ms" "$TMP/err" "the message"
+[ "$(stat_of grants "$TWO")" -eq $((g2 + 2)) ] || fail "no grants on $TWO"
+expect_status 69 "$rc3" "-S ONE, stopped"
+expect_grep "no reply within 1000 ms" "$TMP/err3" "the message"
+expect_status 69 "$rc4" "-S ONE,DEAD with ONE stopped"
+expect_grep "no reply within 1000 ms" "$TMP/err4" "the message"
 [ ! -e "$TMP/ran3" ] || fail "the command ran without a lock"
-kill -CONT "$DPID"
 pass "a stopped first server: passed over after --connect-timeout"

@@ -252,6 +252,34 @@ START_TEST(overlong_line_split_across_writes_gets_exactly_one_toolong)
 }
 END_TEST
 
+/* A line of 48 KiB under a max-line that allows it, sent in pieces of
+ * 6 KiB: a part of a line up to 16 KiB is held before each read in the
+ * scratch buffer, a longer one in the connection's own buffer, which
+ * grows; either way the line is answered whole, and the next one too. */
+START_TEST(a_long_line_in_pieces_is_held_across_both_buffers)
+{
+	struct client	*a;
+	size_t		 total = 48 * 1024, piece = 6 * 1024;
+	char		*l;
+
+	cc_restart_server("--max-line", "65536", NULL);
+	a = cc_client_new();
+	l = cc_padded_ping(total, "\n");
+	for (size_t off = 0; off < total; off += piece) {
+		cc_send_bytes(a, l + off, total - off < piece ? total - off :
+		    piece);
+		cc_pump();
+		cc_rx_poll(a);
+		if (off + piece < total)
+			ck_assert_uint_eq(a->rlen, 0);	/* no LF yet */
+	}
+	EXPECT_LINE(a, "OK PONG");
+	cc_send_str(a, "PING\n");
+	EXPECT_LINE(a, "OK PONG");
+	cc_expect_silence(a);
+}
+END_TEST
+
 START_TEST(line_just_under_max_split_across_writes_is_accepted)
 {
 	struct client	*a = cc_client_new();
@@ -478,6 +506,7 @@ cc_add_framing(Suite *s)
 	tcase_add_test(tc,
 	    overlong_line_split_across_writes_gets_exactly_one_toolong);
 	tcase_add_test(tc, line_just_under_max_split_across_writes_is_accepted);
+	tcase_add_test(tc, a_long_line_in_pieces_is_held_across_both_buffers);
 	tcase_add_test(tc,
 	    max_line_bytes_without_lf_already_make_the_line_too_long);
 	tcase_add_test(tc,
