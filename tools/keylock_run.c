@@ -125,6 +125,9 @@ run_hold(struct run *r)
 	while ((st == KEYLOCK_ERR_BACKEND || st == KEYLOCK_ERR_SHUTDOWN) &&
 	    (cli->wait_ms < 0 || run_now_ms() - start < cli->wait_ms)) {
 		snprintf(why, sizeof(why), "%s", keylock_message(r->kl));
+		/* the next server's connection and NAME are bounded by
+		 * --connect-timeout, as the first server's are */
+		keylock_set_timeout(r->kl, cli->connect_ms);
 		if (keylock_failover(r->kl) != KEYLOCK_OK) {
 			/* no server left to try: the refusal stands */
 			if (keylock_last_status(r->kl) != KEYLOCK_ERR_INVAL) {
@@ -144,6 +147,7 @@ run_hold(struct run *r)
 			    keylock_message(r->kl));
 			break;
 		}
+		keylock_set_timeout(r->kl, CLI_REPLY_MS_DEFAULT);
 		st = run_acquire(r, cli->wait_ms < 0 ? cli->wait_ms :
 		    cli->wait_ms - (long)(run_now_ms() - start), &token);
 	}

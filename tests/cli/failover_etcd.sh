@@ -108,3 +108,27 @@ expect_grep "got cut" "$TMP/err4" "the grant"
     fail "the lock did not come through fe2"
 pass "fe3 cut off from etcd: /healthz 503, STATUS= says so; alone it exits 69 (ERR BACKEND);" \
     "-S fe3,fe2 moves to fe2 and gets the lock in $took ms"
+
+# The move to a next server that does not answer: fe3 refuses (ERR
+# BACKEND), and fe2, next in the list, is stopped (SIGSTOP: its kernel
+# still completes the TCP connection), so the NAME keylock sends first
+# after the move gets no reply within --connect-timeout: exit 69 naming
+# the missed reply, the command not run. (fe2 is let go on before any
+# check: a failed check's cleanup could not stop a stopped daemon.)
+kill -STOP "$D2PID"
+t0=$(now_ms)
+"$KEYLOCK" --connect-timeout 1 -S "$FE3,$FE2" -v -w 5 cut -- \
+    touch "$TMP/ran5" 2>"$TMP/err5"
+rc5=$?
+took=$(($(now_ms) - t0))
+kill -CONT "$D2PID"
+expect_status 69 "$rc5" "keylock -S fe3,fe2 with fe3 cut off and fe2 stopped"
+expect_grep "BACKEND .*; trying the next server" "$TMP/err5" "the move"
+expect_grep "no reply within 1000 ms" "$TMP/err5" "the missed NAME reply"
+[ ! -e "$TMP/ran5" ] || fail "the command ran without a lock"
+# within -w: the NAME after the move waits --connect-timeout, not the
+# 10 s a reply may take once connected
+expect_window 0 $((5000 + 2000 * ${KEYLOCKD_TEST_SLOW:-1})) "$took" \
+    "keylock -S fe3,fe2's exit"
+pass "fe3 cut off, fe2 stopped: -S fe3,fe2 exits 69 in $took ms naming" \
+    "fe2's missed reply"
