@@ -191,9 +191,11 @@ static void
 cmd_log_secret_change(const char *what, const struct cmd_secret *old,
     const struct cmd_secret *new)
 {
-	if (old->s != NULL || new->s != NULL)
-		log_info("reload: %s %s", what, new->s == NULL ? "off" :
-		    "secret read");
+	/* a reload that drops a secret opens the server: said as such */
+	if (old->s != NULL && new->s == NULL)
+		log_warnx("reload: %s off: no secret is asked for now", what);
+	else if (new->s != NULL)
+		log_info("reload: %s secret read", what);
 }
 
 static bool
@@ -229,7 +231,9 @@ commands_reload(struct commands *cmds, const struct config *next, char *err,
 	}
 	cmd_log_secret_change("AUTH", &cmds->client, &client);
 	cmd_log_secret_change("operator AUTH", &cmds->admin, &admin);
-	if (users_count(us) > 0 || users_count(cmds->users) > 0)
+	if (users_count(us) == 0 && users_count(cmds->users) > 0)
+		log_warnx("reload: 0 users: the user lines are gone");
+	else if (users_count(us) > 0)
 		log_info("reload: %zu user%s", users_count(us),
 		    users_count(us) == 1 ? "" : "s");
 	cmds->client_changed = cmd_secret_changed(&cmds->client, &client);

@@ -6,7 +6,10 @@
  * built-in default < config file < command line. Errors name the file and
  * line and are all reported before giving up; nothing here touches sockets.
  */
+#include <sys/stat.h>
+
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stddef.h>
@@ -417,7 +420,51 @@ config_split(char *line, char **name, char **val)
 	return true;
 }
 
-/* Returns the number of problems, each printed as FILE:LINE: message. */
+#define CONFIG_LINE_LONG	(-1)
+#define CONFIG_LINE_NUL		(-2)
+#define CONFIG_PROBLEMS_MAX	50	/* then the rest is not read */
+
+/*
+ * One line of f into buf, its LF dropped: 1, or 0 at the end of the file.
+ * A line of more than size - 2 bytes is CONFIG_LINE_LONG, one with a NUL
+ * byte CONFIG_LINE_NUL: fgets() would stop at the NUL and drop the rest
+ * of the line without a word (a zeroed file read as empty, with no
+ * auth-file). The rest of such a line is skipped.
+ */
+static int
+config_getline(FILE *f, char *buf, size_t size)
+{
+	size_t	n = 0;
+	int	ch, r = 1;
+
+	while ((ch = getc(f)) != EOF && ch != '\n') {
+		if (ch == '\0')
+			r = CONFIG_LINE_NUL;
+		else if (n + 2 >= size)
+			r = r == 1 ? CONFIG_LINE_LONG : r;
+		else
+			buf[n++] = (char)ch;
+	}
+	buf[n] = '\0';
+	return ch == EOF && n == 0 && r == 1 ? 0 : r;
+}
+
+/* Whether st is /dev/null's: the empty configuration tests and CI give. */
+static bool
+config_is_dev_null(const struct stat *st)
+{
+	struct stat	null;
+
+	return S_ISCHR(st->st_mode) && stat("/dev/null", &null) == 0 &&
+	    S_ISCHR(null.st_mode) && st->st_rdev == null.st_rdev;
+}
+
+/*
+ * Returns the number of problems, each printed as FILE:LINE: message. The
+ * file must be a regular file (or /dev/null): opened without blocking, so
+ * a FIFO named by mistake is an error, not a start or a reload that hangs
+ * until someone writes into it; and a device (/dev/zero) is not read.
+ */
 static int
 config_read_file(struct config *cfg, const char *path)
 {
@@ -425,23 +472,36 @@ config_read_file(struct config *cfg, const char *path)
 	char			 line[4096], *name, *val;
 	const struct setting	*s;
 	const char		*err;
-	int			 lineno = 0, nerr = 0;
+	struct stat		 st;
+	int			 fd, r, lineno = 0, nerr = 0;
 	bool			 fresh = true;
 
-	if ((f = fopen(path, "r")) == NULL) {
+	if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) == -1) {
 		fprintf(stderr, "%s: %s\n", path, strerror(errno));
 		return 1;
 	}
-	while (fgets(line, sizeof(line), f) != NULL) {
+	if (fstat(fd, &st) == -1 || (!S_ISREG(st.st_mode) &&
+	    !config_is_dev_null(&st))) {
+		fprintf(stderr, "%s: not a regular file\n", path);
+		close(fd);
+		return 1;
+	}
+	if ((f = fdopen(fd, "r")) == NULL) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		close(fd);
+		return 1;
+	}
+	while (nerr < CONFIG_PROBLEMS_MAX &&
+	    (r = config_getline(f, line, sizeof(line))) != 0) {
 		lineno++;
-		if (strchr(line, '\n') == NULL && !feof(f)) {
-			int	ch;
-
-			fprintf(stderr, "%s:%d: line longer than %zu bytes\n",
-			    path, lineno, sizeof(line) - 2);
+		if (r < 0) {
+			if (r == CONFIG_LINE_NUL)
+				fprintf(stderr, "%s:%d: a NUL byte: not a text "
+				    "file\n", path, lineno);
+			else
+				fprintf(stderr, "%s:%d: line longer than %zu "
+				    "bytes\n", path, lineno, sizeof(line) - 2);
 			nerr++;
-			while ((ch = fgetc(f)) != EOF && ch != '\n')
-				;
 			continue;
 		}
 		if (!config_split(line, &name, &val))
@@ -458,6 +518,9 @@ config_read_file(struct config *cfg, const char *path)
 			nerr++;
 		}
 	}
+	if (nerr >= CONFIG_PROBLEMS_MAX && !feof(f))
+		fprintf(stderr, "%s: %d problems: the rest is not read\n",
+		    path, nerr);
 	if (ferror(f)) {
 		fprintf(stderr, "%s: %s\n", path, strerror(errno));
 		nerr++;
@@ -623,6 +686,14 @@ config_check(const struct config *cfg)
 	}
 	if (cfg->tls_key != NULL && cfg->tls_cert == NULL) {
 		fprintf(stderr, "keylockd: tls-key needs tls-cert\n");
+		return EX_KL_CONFIG;
+	}
+	if (cfg->max_output_total != KL_NONE &&
+	    cfg->max_output_total < cfg->max_output) {
+		fprintf(stderr, "keylockd: max-output-total %" PRId64 " is "
+		    "under max-output %" PRId64 ": one reply a client reads "
+		    "could close it\n", cfg->max_output_total,
+		    cfg->max_output);
 		return EX_KL_CONFIG;
 	}
 	return config_check_backend(cfg);

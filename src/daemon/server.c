@@ -5,6 +5,7 @@
  * end of every event-loop turn, and shutdown. The server owns the lock
  * table and every connection; it never parses a request.
  */
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -443,6 +444,30 @@ server_reload_tls(struct server *srv, const struct config *next,
 	return (*tls = server_tls_new(next, err, errlen)) != NULL;
 }
 
+/*
+ * Says so when the process's descriptor limit is under what max-clients
+ * and reserved-slots promise: past it, accept() fails and the listener
+ * pauses, the unix socket's reserved slots included (keylockd.conf(5),
+ * max-clients). 64 descriptors are kept for listeners, the log, the
+ * state directory, HTTP and etcd.
+ */
+static void
+server_check_nofile(const struct config *cfg)
+{
+	struct rlimit	rl;
+	uint64_t	want = (uint64_t)cfg->max_clients +
+			    (uint64_t)cfg->reserved_slots + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur !=
+	    RLIM_INFINITY && (uint64_t)rl.rlim_cur < want)
+		log_warnx("the descriptor limit (ulimit -n, LimitNOFILE=) is "
+		    "%llu, under max-clients %" PRId64 " + reserved-slots %"
+		    PRId64 " + 64: past about %llu connections new ones "
+		    "wait, the operator's too", (unsigned long long)
+		    rl.rlim_cur, cfg->max_clients, cfg->reserved_slots,
+		    (unsigned long long)rl.rlim_cur);
+}
+
 /* SIGHUP: a new configuration, or, if it has errors, the old one. Locks
  * and waiters are untouched. */
 static void
@@ -471,6 +496,7 @@ server_reload(struct server *srv)
 			    "CRL read again: new connections use them");
 		}
 		config_update(srv->cfg, &next);
+		server_check_nofile(srv->cfg);
 		log_set_level(srv->cfg->log_level);
 		conns_reload(srv->conns);
 	}
@@ -567,6 +593,7 @@ server_listen(struct server *srv)
 		server_open_configured(srv);
 	if (srv->nlisteners == 0)
 		fatalx("nothing to listen on: give --bind or --unix");
+	server_check_nofile(cfg);
 	if (cfg->metrics != NULL && (srv->metrics = metrics_new(srv,
 	    cfg->metrics, -1, err, sizeof(err))) == NULL)
 		fatalx("%s", err);
@@ -628,6 +655,15 @@ server_check(const struct config *cfg, char *err, size_t errlen)
 	if (cfg->unix_group != NULL && getgrnam(cfg->unix_group) == NULL) {
 		snprintf(err, errlen, "unix-group %s: no such group",
 		    cfg->unix_group);
+		return -1;
+	}
+	/* at a start (a reload cannot change these); the sockets systemd
+	 * passes, or a live upgrade's, stand in for all three */
+	if (cfg->no_tcp && cfg->tls_cert == NULL && (cfg->unix_path == NULL ||
+	    cfg->unix_path[0] == '\0') && getenv("LISTEN_FDS") == NULL &&
+	    getenv(KL_UPGRADE_ENV) == NULL) {
+		snprintf(err, errlen, "no-tcp, with no unix socket and no "
+		    "tls-cert: nothing to listen on");
 		return -1;
 	}
 	if (commands_check(cfg, err, errlen) == -1)

@@ -6,6 +6,8 @@
  * moving write buffer are allowed, because the connection's output buffer
  * is compacted and grown between attempts. Never logs: callers do.
  */
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +32,25 @@ tls_err(char *err, size_t errlen, const char *what, const char *path)
 
 	ssl_rt.ERR_error_string_n(ssl_rt.ERR_get_error(), buf, sizeof(buf));
 	snprintf(err, errlen, "%s %s: %s", what, path, buf);
+}
+
+/* Whether path (tls-cert, tls-key, tls-client-ca, tls-crl) is a regular
+ * file: OpenSSL would open a FIFO and wait, a start or a SIGHUP hung
+ * until someone wrote into it. */
+static bool
+tls_file_check(const char *what, const char *path, char *err, size_t errlen)
+{
+	struct stat	st;
+
+	if (stat(path, &st) == -1) {
+		snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
+		return false;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s %s: not a regular file", what, path);
+		return false;
+	}
+	return true;
 }
 
 /* Client certificates are also checked against the CRLs in crl (PEM):
@@ -61,6 +82,12 @@ tls_ctx_new(const char *cert, const char *key, const char *ca,
 		    "client certificate is asked for", crl);
 		return NULL;
 	}
+	if (!tls_file_check("tls-cert", cert, err, errlen) ||
+	    !tls_file_check("tls-key", key, err, errlen) ||
+	    (ca != NULL && !tls_file_check("tls-client-ca", ca, err,
+	    errlen)) ||
+	    (crl != NULL && !tls_file_check("tls-crl", crl, err, errlen)))
+		return NULL;
 	if (!ssl_rt_load("TLS", err, errlen))
 		return NULL;
 	if ((ctx = kl_calloc(1, sizeof(*ctx))) == NULL ||

@@ -194,7 +194,9 @@ secret_file_read(const char *what, const char *path, char *out,
 	size_t		 n;
 	int		 fd;
 
-	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) == -1) {
+	/* O_NONBLOCK: a FIFO is refused below, not waited on */
+	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+	    O_CLOEXEC)) == -1) {
 		snprintf(err, errlen, "%s %s: %s", what, path,
 		    strerror(errno));
 		return false;

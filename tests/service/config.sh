@@ -122,3 +122,99 @@ then
 	expect_grep "more than 17 listeners" "$TMP/out" "the message says why"
 	pass "too many listeners: a startup error"
 fi
+
+# What is not a text file is refused, at start and at a reload: NUL bytes
+# (fgets() stopped at one and dropped the rest of the line: a zeroed file
+# read as empty, a line after a NUL lost), a FIFO (the start or the SIGHUP
+# waited for a writer), a device. Each within 10 s (timeout(1): 124 is a
+# hang) with exit 78 and FILE:LINE or the file's name.
+head -c 2000 /dev/zero >"$TMP/zero.conf"
+timeout 10 "$KEYLOCKD" --check-config --config "$TMP/zero.conf" \
+    >"$TMP/out" 2>&1
+expect_status 78 $? "a file of 2000 NUL bytes"
+expect_grep "^$TMP/zero.conf:1: a NUL byte" "$TMP/out" "the NUL's line"
+printf 'auth-file %s/nul.secret\n' "$TMP" >"$TMP/nul.conf"
+printf 'max-keys 3\0junk' >>"$TMP/nul.conf"
+timeout 10 "$KEYLOCKD" --check-config --config "$TMP/nul.conf" \
+    >"$TMP/out" 2>&1
+expect_status 78 $? "a last line with a NUL and no LF"
+expect_grep "^$TMP/nul.conf:2: a NUL byte" "$TMP/out" "line 2"
+printf 'max-keys 3\0\n' >"$TMP/nul2.conf"
+timeout 10 "$KEYLOCKD" --check-config --config "$TMP/nul2.conf" \
+    >"$TMP/out" 2>&1
+expect_status 78 $? "a NUL in a line that ends in LF"
+expect_nogrep "longer than" "$TMP/out" "a NUL said to be a long line"
+mkfifo "$TMP/fifo"
+for what in --config --auth-file --tls-cert; do
+	timeout 10 "$KEYLOCKD" --config /dev/null --check-config \
+	    "$what" "$TMP/fifo" >"$TMP/out" 2>&1
+	rc=$?
+	expect_status 78 "$rc" "$what naming a FIFO"
+	expect_grep "fifo: not a regular file" "$TMP/out" "$what's message"
+done
+timeout 10 "$KEYLOCKD" --check-config --config /dev/zero >"$TMP/out" 2>&1
+expect_status 78 $? "--config /dev/zero"
+expect_grep "^/dev/zero: not a regular file" "$TMP/out" "/dev/zero"
+pass "NUL bytes, a FIFO, a device: exit 78 within 10 s, saying so"
+
+# A reload: the running daemon needs AUTH; its file is overwritten with
+# NUL bytes and SIGHUP'd: the running configuration stays (AUTH still
+# asked for), the log says why, and PING is answered all along.
+printf 's3cret\n' >"$TMP/a.secret"
+chmod 600 "$TMP/a.secret"
+printf 'auth-file %s/a.secret\n' "$TMP" >"$TMP/live.conf"
+daemon_start --config "$TMP/live.conf"
+ask_tcp "INFO k" >"$TMP/out"
+expect_grep "^ERR AUTH" "$TMP/out" "INFO before AUTH"
+head -c 300 /dev/zero >>"$TMP/live.conf"
+kill -HUP "$DPID"
+wait_log "reload: the configuration has errors" "the refused reload"
+expect_grep "live.conf:2: a NUL byte" "$TMP/daemon.log" "the reload's reason"
+ask_tcp "INFO k" >"$TMP/out"
+expect_grep "^ERR AUTH" "$TMP/out" "INFO after the refused reload"
+rm -f "$TMP/live.conf"
+mkfifo "$TMP/live.conf"
+kill -HUP "$DPID"
+wait_log "live.conf: not a regular file" "the FIFO reload's reason"
+[ "$(ask_tcp PING)" = "OK PONG" ] || fail "PING after a FIFO reload"
+# a reload that does drop the secret is said as a warning, not an info
+rm -f "$TMP/live.conf"
+printf 'max-keys 5\n' >"$TMP/live.conf"
+kill -HUP "$DPID"
+wait_log "warn: reload: AUTH off: no secret is asked for now" \
+    "the reload that drops AUTH"
+daemon_stop
+pass "a reload of NUL bytes or a FIFO keeps the running configuration;" \
+    "one that drops AUTH warns"
+
+# Settings that cannot work together: max-output-total under max-output
+# (one reply a client reads would close it); no-tcp with no unix socket
+# and no TLS (nothing to listen on, found at --check-config, not at the
+# start).
+run_keylockd --check-config --max-output-total 65536 >"$TMP/out" 2>&1
+expect_status 78 $? "max-output-total under max-output"
+expect_grep "max-output-total 65536 is under max-output" "$TMP/out" \
+    "the message"
+run_keylockd --check-config --max-output-total 65536 --max-output 65536 \
+    >"$TMP/out" 2>&1
+expect_status 0 $? "max-output-total equal to max-output"
+run_keylockd --check-config --no-tcp --unix '' >"$TMP/out" 2>&1
+expect_status 78 $? "no-tcp with no unix socket"
+expect_grep "nothing to listen on" "$TMP/out" "the message"
+pass "max-output-total under max-output, and nothing to listen on: exit 78"
+
+# A descriptor limit under max-clients + reserved-slots + 64 is said at
+# the start (the listener would pause before max-clients, the operator's
+# reserved unix slots included).
+(ulimit -n 256 && exec "$KEYLOCKD" --config /dev/null --bind 127.0.0.1 \
+    --port 0 --unix '' --state-dir "$TMP" --max-clients 1000 \
+    >"$TMP/nofile.log" 2>&1) &
+npid=$!
+wait_for "grep -q 'descriptor limit' '$TMP/nofile.log'" "$READY_S" ||
+    { kill "$npid"; fail "no warning of the descriptor limit:" \
+    "$(head -c 600 "$TMP/nofile.log")"; }
+kill -TERM "$npid"
+wait "$npid"
+expect_grep "descriptor limit .* is 256, under max-clients 1000" \
+    "$TMP/nofile.log" "the warning"
+pass "a descriptor limit under max-clients: a warning at the start"
