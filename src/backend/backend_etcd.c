@@ -137,6 +137,8 @@ struct ebe {
 						 * the first digits of H */
 	struct erview		**views_l;	/* ... and by its lease */
 	struct etcd_call	*views_call;	/* their range (ev_load) */
+	uint64_t		 reap_log_ms;	/* the last reap's log line */
+	uint64_t		 reap_unlogged;	/* reaps since, not logged */
 };
 
 static void	ebe_step(struct ebe *e);
@@ -3175,6 +3177,102 @@ ebe_fail_cb(void *arg, const char *why)
 	ebe_fail(arg, "%s", why);
 }
 
+/* The end of a reap's transaction: made, or found the entry gone or put
+ * again (a REFRESH's, its front end alive after all), or failed (the
+ * replica asks again while the entry lives). */
+static void
+ebe_reaped(void *arg, const struct etcd_result *r)
+{
+	if (r->status != ETCD_OK)
+		log_debug("backend etcd: a reap's delete failed: %s",
+		    r->message != NULL ? r->message :
+		    etcd_status_name(r->status));
+	ebe_end_turn(arg);
+}
+
+/*
+ * The replica: another front end's r outlived its ttl (x) or its wait's
+ * deadline (x NULL) by the reap margin, so that front end is dead or cut
+ * off (reap_due() in the replica says when). A session's, whose REFRESH
+ * every replica sees (ebe_refresh_put()), is deleted here as its front
+ * end would have deleted it: the hold ends, the wait is withdrawn, on
+ * every replica, at the delete's revision, as an UNLOCK's delete does.
+ * Each entry only if it is still the put this replica applied (its mod
+ * revision): a REFRESH that etcd took meanwhile, a delete by its own
+ * front end or another reaper's make this one do nothing. Apart from the
+ * group commit (a failed compare fails the whole transaction): deletes
+ * alone, which no put of ours waits for. A plain connection's is left to
+ * its front end's lease (its REFRESH is written nowhere).
+ */
+static bool
+ebe_reap(void *arg, struct ereq *r, struct eentry *x)
+{
+	struct ebe	*e = arg;
+	struct etcd_txn	*t;
+	uint64_t	 now = kl_now_ms(), late;
+	size_t		 n = 0;
+	char		 key[96];
+
+	if (ev_of_lease(e, r->owner->fe) == NULL)
+		return false;
+	if (e->state != EBE_READY || (t = etcd_txn_new()) == NULL)
+		return true;		/* asked again */
+	for (size_t i = 0; i < r->nent; i++) {
+		struct eentry *y = &r->ent[i];
+
+		if ((x != NULL && y != x) || (y->rep != ENT_LIVE &&
+		    y->rep != ENT_HELD) || y->mrev <= 0)
+			continue;
+		if (etcd_txn_compare(t, y->ekey, y->ekeylen, ETCD_CMP_MOD,
+		    ETCD_CMP_EQUAL, y->mrev) != 0 || etcd_txn_delete(t, true,
+		    y->ekey, y->ekeylen, NULL, 0) != 0) {
+			etcd_txn_free(t);
+			return true;
+		}
+		n++;
+	}
+	if (n == 0 || etcd_txn_nops(t) > e->max_ops * 2) {
+		etcd_txn_free(t);
+		return n > 0;
+	}
+	if (etcd_txn(e->etcd, t, ETCD_RETRY, ebe_reaped, e) == NULL)
+		return true;
+	if (e->reap_log_ms != 0 && now < e->reap_log_ms + 1000) {
+		e->reap_unlogged++;
+		return true;
+	}
+	x = x != NULL ? x : &r->ent[0];
+	late = x->due_ms != 0 && now > x->due_ms ? now - x->due_ms :
+	    now - r->put_ms - r->a.timeout_ms;
+	ebe_log_safe(x->lkey, x->lkeylen, key, sizeof(key));
+	log_info("backend etcd: client %" PRIu64 " of session lease %016"
+	    PRIx64 ": its %s %s outlived its %s by %" PRIu64 " ms, and its "
+	    "front end has not ended it: deleting it (%" PRIu64 " more since "
+	    "the last such line)", r->owner->client, r->owner->fe,
+	    r->state == REQ_HELD ? "hold on" : "wait for", key,
+	    r->state == REQ_HELD ? "ttl" : "deadline", late,
+	    e->reap_unlogged);
+	e->reap_log_ms = now;
+	e->reap_unlogged = 0;
+	return true;
+}
+
+/* The replica: our o's hold was deleted by someone else while its
+ * client may still believe it has it: its locks are lost. */
+static void
+ebe_lost_cb(void *arg, struct eowner *o)
+{
+	struct ebe	*e = arg;
+	const char	*why = "lock lost: etcd deleted a hold of it before "
+			    "its ttl ran out here";
+
+	log_warnx("backend etcd: client %" PRIu64 ": %s", o->client, why);
+	if (o->sess != NULL)
+		es_lost(o->sess, why);
+	else if (locktable_owner_udata(o->lo) != NULL)
+		e->hooks.drop(e->hooks.arg, o->lo, why);
+}
+
 static const struct replica_hooks ebe_replica_hooks = {
 	.answer = ebe_answer,
 	.queued = ebe_queued,
@@ -3184,6 +3282,8 @@ static const struct replica_hooks ebe_replica_hooks = {
 	.heartbeat = ebe_heartbeat_seen,
 	.record = ebe_record,
 	.fe_gone = ebe_fe_gone,
+	.reap = ebe_reap,
+	.lost = ebe_lost_cb,
 	.lease_safe = ebe_lease_safe_cb,
 	.lose = ebe_lose_cb,
 	.fail = ebe_fail_cb,
@@ -3255,6 +3355,9 @@ ebe_create(const struct config *cfg, struct event_base *base,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* past what a live front end needs to end its own (its commit,
+	 * etcd-timeout at most, and the watch's lag) */
+	replica_set_reap(e->rp, (uint64_t)e->timeout_ms + EBE_REAP_LAG_MS);
 	return e;
 fail:
 	ebe_free(&e->be);

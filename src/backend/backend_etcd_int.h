@@ -73,6 +73,13 @@ struct event;
 					 * nothing on the wire, for the
 					 * client's next LOCK */
 #define EBE_MARGIN_MIN_MS 1000		/* least lease safety margin */
+#define EBE_REAP_LAG_MS	1000		/* a session's hold or wait that
+					 * outlived its ttl or deadline by
+					 * etcd-timeout and this much is
+					 * ended by any front end (its own
+					 * would have ended it by then): the
+					 * watch's lag between two front
+					 * ends, and the owner's commit */
 #define EBE_CHAN_CLIENT	(UINT64_C(1) << 62)	/* a session channel's
 					 * client id: this bit, and a SEQ
 					 * (unique under L, as SEQ is); no
@@ -169,9 +176,16 @@ struct eentry {
 					 * apply it: the reads' epoch it
 					 * counts in (backend_etcd.c); 0:
 					 * none */
-	struct event	*ttl;		/* ours: its expiry */
+	struct event	*ttl;		/* its ttl's end: ours, its
+					 * expiry; another's, a session's
+					 * hold its front end has not
+					 * ended (replica_ttl_arm()) */
+	uint64_t	 due_ms;	/* the replica's clock when its
+					 * ttl runs out; 0: none */
 	int64_t		 crev;		/* the replica's: its put's
 					 * revision (0: not applied) */
+	int64_t		 mrev;		/* the replica's: the revision of
+					 * its last put (a REFRESH's) */
 	struct eentry	*hnext;		/* replica's entries, by ekey */
 	struct eentry	*knext;		/* replica's held, by owner, lkey */
 };
@@ -196,10 +210,13 @@ struct ereq {
 	uint64_t		 put_ms;	/* the replica's clock when
 						 * its first put was applied
 						 * here (its wait's start) */
-	struct event		*wait;		/* ours, taken over with a
-						 * session: its wait's
-						 * deadline (a.timeout_ms,
-						 * the value's w=) */
+	struct event		*wait;		/* its wait's deadline
+						 * (a.timeout_ms, the value's
+						 * w=): ours, taken over with
+						 * a session; another's, a
+						 * session's wait its front
+						 * end has not ended
+						 * (replica_wait_arm()) */
 	int			 refs;		/* commit items holding it */
 	bool			 late;		/* the committer's: a try of
 						 * its put may be carried out
@@ -278,6 +295,7 @@ struct erange_kv {
 	char	*value;
 	size_t	 valuelen;
 	int64_t	 create_revision;
+	int64_t	 mod_revision;
 	int64_t	 lease;		/* the lease it carries now */
 	uint64_t fe, seq;
 };
@@ -333,6 +351,20 @@ struct replica_hooks {
 	/* Front end fe's heartbeat is deleted: its lease has ended. May
 	 * be NULL. */
 	void	(*fe_gone)(void *arg, uint64_t fe);
+	/*
+	 * Another front end's r outlived its ttl (x, a hold) or its wait's
+	 * deadline (x NULL) by the reap margin: if its owner is a
+	 * session's (whose REFRESH every replica sees), delete x, or r's
+	 * live entries, each on the condition that it is still the put
+	 * this replica applied (x->mrev). True if that was asked (the
+	 * replica asks again later, until the delete is applied). May be
+	 * NULL.
+	 */
+	bool	(*reap)(void *arg, struct ereq *r, struct eentry *x);
+	/* Our o's hold was deleted by someone else before its ttl ran out
+	 * here (or it has none): its client's locks are lost. May be
+	 * NULL. */
+	void	(*lost)(void *arg, struct eowner *o);
 	/* May a grant be told to a client now (ebe_lease_safe)? */
 	bool	(*lease_safe)(void *arg);
 	void	(*lose)(void *arg, const char *why);	/* everything */
@@ -350,6 +382,9 @@ struct replica	*replica_new(struct event_base *base, struct etcd *etcd,
 void		 replica_free(struct replica *rp);
 /* Our lease id (0: none): our requests' entries are named by it. */
 void		 replica_set_fe(struct replica *rp, uint64_t fe);
+/* How long past its ttl or deadline another front end's hold or wait
+ * is left to it before hooks.reap (0: never). */
+void		 replica_set_reap(struct replica *rp, uint64_t ms);
 /* Shutdown: no grant is told to a client from now on. */
 void		 replica_freeze(struct replica *rp);
 const struct locktable *replica_table(const struct replica *rp);
@@ -410,7 +445,14 @@ struct ereq	*ereq_new(struct replica *rp, struct eowner *o, uint64_t fe,
 struct eentry	*eentry_held(struct replica *rp, const struct eowner *o,
 		    const char *key, size_t keylen);
 int		 ereq_value(struct ereq *r, const char *name);
+/*
+ * The one rule of a hold's ttl and a wait's deadline, as this replica
+ * counts them: x's ttl runs out ms from now, r's wait put_ms +
+ * a.timeout_ms. Ours end then (a delete asked, a timeout); another
+ * front end's are left to it for the reap margin more, then reaped.
+ */
 void		 replica_ttl_arm(struct eentry *x, uint64_t ms);
+void		 replica_wait_arm(struct ereq *r);
 /* REFRESH of our ents: their ttl timers and the table's ttl restart. */
 void		 replica_refresh(struct replica *rp, struct eowner *o,
 		    struct eentry **ents, size_t n, uint64_t ttl_ms);

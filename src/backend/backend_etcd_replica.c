@@ -52,6 +52,9 @@ struct replica {
 	size_t			 prefixlen;
 	struct be_counters	*count;		/* bad_entries */
 	uint64_t		 fe;		/* our lease id; 0: none */
+	uint64_t		 reap_ms;	/* another's hold or wait is
+						 * reaped this long past its
+						 * ttl or deadline; 0: never */
 	struct locktable	*lt;
 	uint64_t		 seed;
 	int64_t			 rev;		/* applied revision */
@@ -924,13 +927,41 @@ replica_next_token(void *arg)
 	return (uint64_t)rp->rev << EBE_TOKEN_SHIFT | n;
 }
 
+/*
+ * Another front end's r outlived its ttl or deadline by the reap margin
+ * (replica_ttl_arm(), replica_wait_arm()): its own front end would have
+ * ended it by now if it were running and reached etcd, so it is dead or
+ * cut off. A session's hold or wait (the backend says which: a session's
+ * REFRESH is written for every replica, a plain connection's is not)
+ * is deleted by us, as its front end would have at its ttl or deadline;
+ * asked again a while later until the delete is applied (a failed or
+ * lost transaction). Only while we apply events with a safe lease: a
+ * front end cut off from etcd reaps nothing.
+ */
+static void
+reap_due(struct replica *rp, struct ereq *r, struct eentry *x)
+{
+	struct event	*ev = x != NULL ? x->ttl : r->wait;
+	struct timeval	 tv = { EBE_RETRY_MAX_MS / 1000,
+	    (EBE_RETRY_MAX_MS % 1000) * 1000 };
+
+	if (rp->hooks.reap == NULL)
+		return;
+	if (rp->mode == REP_APPLYING && rp->hooks.lease_safe(rp->hooks.arg) &&
+	    !rp->hooks.reap(rp->hooks.arg, r, x))
+		return;		/* not a session's: its lease ends it */
+	evtimer_add(ev, &tv);
+}
+
 static void
 ttl_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct eentry	*x = arg;
 	struct replica	*rp = x->req->rp;
 
-	if (x->rep == ENT_HELD && x->w < W_DEL_WAIT &&
+	if (x->rep == ENT_HELD && x->req->side == SIDE_THEIRS)
+		reap_due(rp, x->req, x);
+	else if (x->rep == ENT_HELD && x->w < W_DEL_WAIT &&
 	    rp->hooks.lease_safe(rp->hooks.arg)) {
 		x->why = LT_WHY_EXPIRED;
 		rp->hooks.del(rp->hooks.arg, x->req, x);
@@ -938,18 +969,44 @@ ttl_cb(evutil_socket_t fd, short what, void *arg)
 	rp->hooks.end_turn(rp->hooks.arg);
 }
 
-void
-replica_ttl_arm(struct eentry *x, uint64_t ms)
+static bool
+timer_arm(struct replica *rp, struct event **ev, event_callback_fn cb,
+    void *arg, uint64_t ms)
 {
 	struct timeval tv = { (time_t)(ms / 1000),
 	    (suseconds_t)(ms % 1000) * 1000 };
 
-	if (x->ttl == NULL && (x->ttl = evtimer_new(x->req->rp->base, ttl_cb,
-	    x)) == NULL) {
-		log_warnx("backend etcd: no memory for a ttl timer");
+	if (*ev == NULL && (*ev = evtimer_new(rp->base, cb, arg)) == NULL)
+		return false;
+	evtimer_add(*ev, &tv);
+	return true;
+}
+
+void
+replica_ttl_arm(struct eentry *x, uint64_t ms)
+{
+	struct replica	*rp = x->req->rp;
+	bool		 theirs = x->req->side == SIDE_THEIRS;
+
+	x->due_ms = kl_now_ms() + ms;
+	if (theirs && rp->reap_ms == 0) {
+		if (x->ttl != NULL)
+			evtimer_del(x->ttl);
 		return;
 	}
-	evtimer_add(x->ttl, &tv);
+	if (!timer_arm(rp, &x->ttl, ttl_cb, x, ms + (theirs ? rp->reap_ms :
+	    0)))
+		log_warnx("backend etcd: no memory for a ttl timer");
+}
+
+/* x's ttl timer again, from the time its ttl has left (a hold moving
+ * between ours and another front end's); none: none. */
+static void
+ttl_rearm(struct eentry *x, uint64_t now)
+{
+	if (x->due_ms == 0)
+		return;
+	replica_ttl_arm(x, x->due_ms > now ? x->due_ms - now : 0);
 }
 
 void
@@ -970,15 +1027,18 @@ replica_refresh(struct replica *rp, struct eowner *o, struct eentry **ents,
 	}
 }
 
-/* The deadline of a wait taken over with its session: it ends as a
- * timeout the daemon asked (ebe_withdraw()) would. */
+/* The deadline of a wait: ours (taken over with its session) ends as a
+ * timeout the daemon asked (ebe_withdraw()) would; another front end's
+ * is reaped. */
 static void
 wait_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct ereq	*r = arg;
 	struct replica	*rp = r->rp;
 
-	if (r->side == SIDE_ASKED && r->owner->open == r &&
+	if (r->side == SIDE_THEIRS && r->state == REQ_WAITING)
+		reap_due(rp, r, NULL);
+	else if (r->side == SIDE_ASKED && r->owner->open == r &&
 	    (r->state == REQ_WAITING || r->state == REQ_PUTTING) &&
 	    rp->mode == REP_APPLYING && rp->hooks.lease_safe(rp->hooks.arg)) {
 		r->why = LT_WHY_TIMEOUT;
@@ -992,47 +1052,37 @@ wait_cb(evutil_socket_t fd, short what, void *arg)
 	rp->hooks.end_turn(rp->hooks.arg);
 }
 
-/* The time left of o's holds, and of its wait r (NULL: none), as this
- * replica counts them from their grant and put: their timers armed, as
- * the front end they were asked through had them (the session is ours
- * now). */
-struct adopt_walk {
-	struct replica	*rp;
-	struct eowner	*o;
-};
-
-static bool
-adopt_ttl(void *arg, const struct lt_own_view *v)
+void
+replica_wait_arm(struct ereq *r)
 {
-	struct adopt_walk	*w = arg;
-	struct eentry		*x;
+	struct replica	*rp = r->rp;
+	bool		 theirs = r->side == SIDE_THEIRS;
+	uint64_t	 now = kl_now_ms(), end;
 
-	if (v->expires_in_ms > 0 && (x = eentry_held(w->rp, w->o, v->key,
-	    v->keylen)) != NULL && x->w < W_DEL_WAIT)
-		replica_ttl_arm(x, v->expires_in_ms);
-	return true;
+	if (r->a.timeout_ms == 0 || r->a.try || (theirs && rp->reap_ms == 0))
+		return;
+	end = r->put_ms + r->a.timeout_ms + (theirs ? rp->reap_ms : 0);
+	if (!timer_arm(rp, &r->wait, wait_cb, r, end > now ? end - now : 0))
+		log_warnx("backend etcd: no memory for a wait's deadline");
 }
 
+/* The timers of o's holds and of its wait r (NULL: none), from the time
+ * they have left as this replica counts them since their grant and put:
+ * o just became ours (its session was resumed here: they end as they
+ * would have on the front end they were asked through) or another's. */
 static void
-adopt_timers(struct replica *rp, struct eowner *o, struct ereq *r)
+owner_timers(struct replica *rp, struct eowner *o, struct ereq *r)
 {
-	struct adopt_walk	 w = { rp, o };
-	uint64_t		 now = kl_now_ms(), end;
-	struct timeval		 tv;
+	uint64_t	 now = kl_now_ms();
+	struct ereq	*q;
 
-	locktable_owner_hold_walk(rp->lt, o->lo, now, adopt_ttl, &w);
-	if (r == NULL || r->a.timeout_ms == 0 || r->a.try)
-		return;
-	end = r->put_ms + r->a.timeout_ms;
-	end = end > now ? end - now : 0;
-	if (r->wait == NULL && (r->wait = evtimer_new(rp->base, wait_cb,
-	    r)) == NULL) {
-		log_warnx("backend etcd: no memory for a wait's deadline");
-		return;
-	}
-	tv.tv_sec = (time_t)(end / 1000);
-	tv.tv_usec = (suseconds_t)(end % 1000) * 1000;
-	evtimer_add(r->wait, &tv);
+	TAILQ_FOREACH(q, &o->reqs, entry)
+		for (size_t i = 0; q->state == REQ_HELD && i < q->nent; i++)
+			if (q->ent[i].rep == ENT_HELD &&
+			    q->ent[i].w < W_DEL_WAIT)
+				ttl_rearm(&q->ent[i], now);
+	if (r != NULL)
+		replica_wait_arm(r);
 }
 
 /* r is granted: its keys are held. */
@@ -1045,12 +1095,13 @@ req_held(struct replica *rp, struct ereq *r, uint64_t token)
 
 		if (x->rep == ENT_LIVE)
 			x->rep = ENT_HELD;	/* ABSENT: at its put */
-		if (r->side != SIDE_THEIRS) {
+		if (r->side != SIDE_THEIRS)
 			held_add(rp, x);
-			if (r->ttl_ms > 0)
-				replica_ttl_arm(x, r->ttl_ms);
-		}
+		if (r->ttl_ms > 0)
+			replica_ttl_arm(x, r->ttl_ms);
 	}
+	if (r->wait != NULL)
+		evtimer_del(r->wait);
 	if (r->side != SIDE_ASKED && r->side != SIDE_DEADLINE)
 		return;		/* a hold that ends at our delete */
 	if (rp->mode != REP_APPLYING || !rp->hooks.lease_safe(rp->hooks.arg)) {
@@ -1103,8 +1154,10 @@ req_decide(struct replica *rp, struct ereq *r)
 	}
 	if (err == KL_OK) {
 		r->state = REQ_WAITING;
-		if (r->side == SIDE_THEIRS)
+		if (r->side == SIDE_THEIRS) {
+			replica_wait_arm(r);
 			return;
+		}
 		if (r->side == SIDE_ASKED && rp->mode != REP_BUILDING) {
 			rp->hooks.queued(rp->hooks.arg, r);
 			return;
@@ -1182,7 +1235,7 @@ replica_adopt(struct replica *rp, struct eowner *o)
 			break;
 		}
 	}
-	adopt_timers(rp, o, o->open);
+	owner_timers(rp, o, o->open);
 }
 
 /* Ours o becomes another front end's: its session was resumed there.
@@ -1207,6 +1260,12 @@ replica_disown(struct replica *rp, struct eowner *o)
 		if (r->wait != NULL)
 			evtimer_del(r->wait);
 		r->side = SIDE_THEIRS;
+		/* the front end it moved to ends them; if it dies, we */
+		for (size_t i = 0; r->state == REQ_HELD && i < r->nent; i++)
+			if (r->ent[i].rep == ENT_HELD)
+				ttl_rearm(&r->ent[i], kl_now_ms());
+		if (r->state == REQ_WAITING)
+			replica_wait_arm(r);
 	}
 	if (TAILQ_EMPTY(&o->reqs)) {
 		eowner_maybe_free(o);
@@ -1275,15 +1334,26 @@ apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 	    &seq) || (r = ereq_find(rp, fe, seq)) == NULL)
 		return;
 	o = r->owner;
+	if ((x = eentry_find(rp, kv->key, kv->keylen)) != NULL &&
+	    (x->rep == ENT_LIVE || x->rep == ENT_HELD))
+		x->mrev = kv->mod_revision;	/* what a reap compares */
 	/* a REFRESH of a session's hold, put again with r=TTL: its ttl
-	 * restarts here too (for INFO, and for the front end that takes
-	 * the session over) */
+	 * restarts here too (for INFO, for the front end that takes the
+	 * session over, and for the reap of a hold whose front end died) */
 	if (r->state == REQ_HELD && value_parse(kv->value, kv->valuelen,
 	    &client, &ch, &a, keys, keylens, KL_KEYS_HARD_MAX, &refresh) ==
-	    NULL && refresh > 0 && (x = eentry_find(rp, kv->key,
-	    kv->keylen)) != NULL && x->rep == ENT_HELD)
+	    NULL && refresh > 0 && x != NULL && x->rep == ENT_HELD) {
 		(void)locktable_refresh(rp->lt, o->lo, &x->lkey, &x->lkeylen,
 		    1, refresh, kl_now_ms(), &(size_t){ 0 }, &(size_t){ 0 });
+		if (r->side == SIDE_THEIRS)
+			replica_ttl_arm(x, refresh);
+	} else if (r->side == SIDE_THEIRS && x != NULL &&
+	    x->rep == ENT_HELD) {
+		/* put again under a session's lease: reaped if need be */
+		ttl_rearm(x, kl_now_ms());
+	}
+	if (r->side == SIDE_THEIRS && r->state == REQ_WAITING)
+		replica_wait_arm(r);
 	if (o->state != OWN_THEIRS || o->fe != fe ||
 	    (uint64_t)kv->lease == fe)
 		return;
@@ -1372,6 +1442,7 @@ apply_put(struct replica *rp, const struct etcd_kv *kv,
 		return;
 	x->rep = r->state == REQ_HELD ? ENT_HELD : ENT_LIVE;
 	x->crev = kv->create_revision;
+	x->mrev = kv->mod_revision;
 	r->nlive++;
 	if (r->state == REQ_PUTTING)
 		req_decide(rp, r);
@@ -1409,6 +1480,7 @@ apply_delete(struct replica *rp, const struct etcd_kv *kv)
 {
 	struct eentry		*x = eentry_find(rp, kv->key, kv->keylen);
 	struct ereq		*r;
+	struct eowner		*lost = NULL;
 	struct be_result	 res;
 	bool			 held;
 
@@ -1418,6 +1490,24 @@ apply_delete(struct replica *rp, const struct etcd_kv *kv)
 	held = x->rep == ENT_HELD;
 	x->rep = ENT_GONE;
 	r->nlive--;
+	if (r->side != SIDE_THEIRS && x->w < W_DEL_WAIT) {
+		/* ours, deleted by someone else: another front end ended
+		 * it past its ttl or deadline (reap_due()), or its lease
+		 * ended. Our client's wait ends as a timeout; a hold whose
+		 * ttl ran out here too ends as its expiry would; one that
+		 * our client may still believe it has is lost (its
+		 * connection closes: no client holds what the cluster let
+		 * go) */
+		if (r->state == REQ_WAITING && r->side == SIDE_ASKED)
+			r->why = LT_WHY_TIMEOUT;
+		else if (!held || r->side != SIDE_ANSWERED)
+			;	/* no client of ours has it */
+		else if (x->due_ms != 0 && kl_now_ms() >= x->due_ms)
+			x->why = LT_WHY_EXPIRED;
+		else if (r->owner->state != OWN_THEIRS &&
+		    r->owner->state != OWN_GONE)
+			lost = r->owner;	/* not freed below */
+	}
 	switch (r->state) {
 	case REQ_HELD:
 		if (held) {
@@ -1457,6 +1547,8 @@ apply_delete(struct replica *rp, const struct etcd_kv *kv)
 	if (r->side != SIDE_THEIRS)
 		rp->hooks.deleted(rp->hooks.arg, x);
 	ereq_maybe_free(r);
+	if (lost != NULL && rp->hooks.lost != NULL)
+		rp->hooks.lost(rp->hooks.arg, lost);
 }
 
 static void
@@ -1639,6 +1731,12 @@ void
 replica_set_fe(struct replica *rp, uint64_t fe)
 {
 	rp->fe = fe;
+}
+
+void
+replica_set_reap(struct replica *rp, uint64_t ms)
+{
+	rp->reap_ms = ms;
 }
 
 void
@@ -1866,7 +1964,8 @@ replica_build(struct replica *rp, struct erange_kv *kvs, size_t n,
 		kv.value = kvs[i].value;
 		kv.valuelen = kvs[i].valuelen;
 		kv.version = 1;
-		kv.create_revision = kv.mod_revision = kvs[i].create_revision;
+		kv.create_revision = kvs[i].create_revision;
+		kv.mod_revision = kvs[i].mod_revision;
 		kv.lease = kvs[i].lease;
 		rp->rev = rev;
 		apply_put(rp, &kv, &kvs[first], end - first);
@@ -1991,6 +2090,7 @@ range_cb(void *arg, const struct etcd_result *res)
 		d->keylen = kv->keylen;
 		d->valuelen = kv->valuelen;
 		d->create_revision = kv->create_revision;
+		d->mod_revision = kv->mod_revision;
 		d->lease = kv->lease;
 		g->n++;
 	}

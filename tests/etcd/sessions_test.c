@@ -1511,6 +1511,193 @@ START_TEST(a_front_end_started_later_shows_the_session)
 }
 END_TEST
 
+/*
+ * keylockd-protocol(7), SESSIONS: Across front ends (issue 23, section
+ * 4): a grant's ttl and a wait's deadline end on time, as through
+ * backend local, while the front end the session is attached to is dead.
+ * Any live front end deletes such a hold or wait once it outlived its
+ * ttl or deadline by the reap margin, etcd-timeout + 1 s (SS_REAP_MS),
+ * more than a live front end needs to end its own; before, they lasted
+ * until the session's lease went, one and a half times its grace.
+ */
+#define SS_REAP_MS	(900 + 1000)	/* SS_TIMEOUT + EBE_REAP_LAG_MS */
+#define SS_LONG_MS	30000		/* a grace far past everything */
+
+/* RESUME of s through d: OK, with no grant and no wait (they ended while
+ * the session was without its front end, as through backend local a
+ * detached session's do), and nothing follows. */
+static void
+ss_resume_empty(struct ss_sess *s, struct kt_daemon *d)
+{
+	struct kt_conn	*n = kt_connect_to(d, KT_TCP);
+	char		 why[160];
+	json_t		*r;
+
+	kt_send(n, "RESUME %s", s->id);
+	kt_recv_within(n, kt_ms(10000));
+	r = kt_parse_ok_json(n->line, n->linelen, why, sizeof(why));
+	ck_assert_msg(r != NULL, "RESUME through B: %s: %s", why, n->line);
+	ck_assert_msg(json_array_size(json_object_get(r, "held")) == 0 &&
+	    json_is_null(json_object_get(r, "waiting")), "RESUME through B "
+	    "after the ttl or deadline: %s", n->line);
+	json_decref(r);
+	kt_req(n, "OK PONG", "PING");
+	kt_req(n, "OK", "QUIT");
+}
+
+/* SS_DEFAULTS=1: the front ends at their default etcd-lease-ttl and
+ * etcd-timeout (5000 ms: a reap margin of 6000), a grace of 15000 ms, for
+ * the figure at the defaults. */
+START_TEST(a_dead_front_ends_session_grant_ends_at_its_ttl)
+{
+	bool			 dflt = getenv("SS_DEFAULTS") != NULL;
+	struct kt_daemon	*a = dflt ? et_fe_start(NULL, NULL, NULL) :
+				    et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = dflt ? et_fe_start(NULL, NULL, NULL) :
+				    et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct ss_sess		 s;
+	int64_t			 ttl = kt_ms(3000), late = kt_ms(1500);
+	int64_t			 reap = dflt ? 5000 + 1000 : SS_REAP_MS;
+	int64_t			 grace = ss_grace(dflt ? 15000 : SS_LONG_MS);
+	uint64_t		 lock_us, locked_us, kill_us, now;
+
+	ss_open(&s, 0, a, grace);
+	lock_us = kt_now_us();
+	kt_lock(s.c, "LOCK s0 ttl=%" PRId64, ttl);
+	locked_us = kt_now_us();
+	kt_send(p, "LOCK s0 timeout=%" PRId64, kt_ms(60000));
+	json_decref(kt_wait_queue(ob, "s0", 1, 1));
+	kill_us = kt_now_us();
+	ss_kill(a);
+
+	/* B's waiter: granted once B has deleted the hold, the reap margin
+	 * after its ttl, not when the session's lease goes */
+	kt_recv_within(p, ttl + reap + late + kt_ms(5000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "B's waiter for s0: "
+	    "%s", p->line);
+	ck_assert_msg(now >= lock_us + (uint64_t)(ttl + reap) * 1000,
+	    "s0 (ttl %" PRId64 " ms) reaped %" PRIu64 " ms after its LOCK, "
+	    "before the margin of %" PRId64 " ms", ttl, (now - lock_us) / 1000,
+	    reap);
+	ck_assert_msg(now <= locked_us + (uint64_t)(ttl + reap + late) * 1000,
+	    "s0 (ttl %" PRId64 " ms) ended %" PRIu64 " ms after its grant, "
+	    "with A dead", ttl, (now - locked_us) / 1000);
+	ck_assert_int_ge(ss_log_count(b, "outlived its ttl"), 1);
+	ss_resume_empty(&s, b);
+	kt_req(p, "OK 1", "UNLOCK s0");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "A SIGKILLed %" PRIu64 " ms after a session's grant "
+	    "with ttl=%" PRId64 " (grace %" PRId64 " ms): B's waiter granted %"
+	    PRIu64 " ms after the grant (ttl + reap margin %" PRId64 " ms)\n",
+	    (kill_us - locked_us) / 1000, ttl, grace, (now - locked_us) / 1000,
+	    reap);
+}
+END_TEST
+
+START_TEST(a_dead_front_ends_session_wait_ends_at_its_deadline)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*q = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct ss_sess		 s;
+	int64_t			 wait = kt_ms(2000), late = kt_ms(1500);
+	uint64_t		 wait_us, gone_us, deadline;
+	json_t			*info;
+
+	kt_lock(q, "LOCK s1");
+	ss_open(&s, 0, a, ss_grace(SS_LONG_MS));
+	wait_us = kt_now_us();
+	kt_send(s.c, "LOCK s1 timeout=%" PRId64, wait);
+	ss_wait_queued(ob, 1, "sess-0");
+	kt_send(p, "LOCK s1 timeout=%" PRId64, kt_ms(60000));
+	json_decref(kt_wait_queue(ob, "s1", 1, 2));
+	ss_kill(a);
+
+	/* the dead front end's wait leaves the queue at its deadline and
+	 * the margin: the waiter behind it is next */
+	deadline = wait_us / 1000 + (uint64_t)(wait + SS_REAP_MS + late);
+	for (;;) {
+		json_int_t n;
+
+		info = kt_info(ob, "s1");
+		n = kt_jint(info, "waiters_total");
+		json_decref(info);
+		if (n == 1)
+			break;
+		if (kt_now_ms() > deadline)
+			kt_fail("the session's wait for s1 (timeout %" PRId64
+			    " ms) still queued %" PRIu64 " ms after its LOCK, "
+			    "with A dead", wait, kt_now_ms() - wait_us / 1000);
+		kt_sleep_ms(20);
+	}
+	gone_us = kt_now_us();
+	ck_assert_msg(gone_us >= wait_us + (uint64_t)(wait + SS_REAP_MS) *
+	    1000, "the session's wait went %" PRIu64 " ms after its LOCK, "
+	    "before its deadline and the margin", (gone_us - wait_us) / 1000);
+	ck_assert_int_ge(ss_log_count(b, "outlived its deadline"), 1);
+	kt_req(q, "OK 1", "UNLOCK s1");
+	kt_recv_within(p, kt_ms(5000));
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "the waiter behind "
+	    "the session's: %s", p->line);
+	/* as backend local's detached session: in neither, nothing
+	 * follows */
+	ss_resume_empty(&s, b);
+	kt_req(p, "OK 1", "UNLOCK s1");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "A SIGKILLed with a session's wait (timeout=%" PRId64
+	    "): it left B's queue %" PRIu64 " ms after its LOCK (deadline + "
+	    "reap margin %d ms)\n", wait, (gone_us - wait_us) / 1000,
+	    SS_REAP_MS);
+}
+END_TEST
+
+/* Both front ends alive: the owner's front end ends the hold at its ttl,
+ * counts it once (expired 1 there, 0 on B), and B deletes nothing. */
+START_TEST(a_live_front_end_ends_its_own_ttl)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct ss_sess		 s;
+	int64_t			 ttl = kt_ms(2000);
+	uint64_t		 locked_us, now;
+
+	ss_open(&s, 0, a, ss_grace(SS_LONG_MS));
+	kt_lock(s.c, "LOCK s2 ttl=%" PRId64, ttl);
+	locked_us = kt_now_us();
+	kt_send(p, "LOCK s2 timeout=%" PRId64, kt_ms(60000));
+	kt_recv_within(p, ttl + kt_ms(5000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "B's waiter for s2: "
+	    "%s", p->line);
+	/* by A, before B's margin could have run out */
+	ck_assert_msg(now < locked_us + (uint64_t)(ttl + SS_REAP_MS) * 1000,
+	    "s2 (ttl %" PRId64 " ms) ended %" PRIu64 " ms after its grant: "
+	    "not by A", ttl, (now - locked_us) / 1000);
+	kt_wait_stat(oa, "expired", 1);
+	/* past B's margin: nothing more, on either */
+	kt_sleep_ms((uint64_t)SS_REAP_MS + 1000);
+	ck_assert_int_eq(kt_stat(oa, "expired"), 1);
+	ck_assert_int_eq(kt_stat(ob, "expired"), 0);
+	ck_assert_int_eq(ss_log_count(b, "outlived its"), 0);
+	ck_assert_int_eq(ss_log_count(a, "outlived its"), 0);
+	kt_req_err(s.c, "NOTHELD", "UNLOCK s2");
+	kt_req(s.c, "OK", "QUIT");
+	kt_req(p, "OK 1", "UNLOCK s2");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "both alive: s2 (ttl=%" PRId64 ") ended by A %" PRIu64
+	    " ms after its grant; expired 1 on A, 0 on B; B reaped nothing\n",
+	    ttl, (now - locked_us) / 1000);
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -1541,6 +1728,14 @@ sessions_suite(void)
 	    a_ttl_and_a_deadline_survive_resume_through_another_front_end);
 	tcase_add_test(tc,
 	    a_refresh_goes_with_the_session_to_another_front_end);
+	suite_add_tcase(s, tc);
+	/* CK_RUN_CASE=reap: these alone */
+	tc = tcase_create("reap");
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, a_dead_front_ends_session_grant_ends_at_its_ttl);
+	tcase_add_test(tc, a_dead_front_ends_session_wait_ends_at_its_deadline);
+	tcase_add_test(tc, a_live_front_end_ends_its_own_ttl);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -529,6 +530,7 @@ w_range(struct world *w, int64_t rev, struct erange_kv *kvs)
 		kvs[n].value = l->kv.value;
 		kvs[n].valuelen = strlen(l->kv.value);
 		kvs[n].create_revision = l->rev;
+		kvs[n].mod_revision = l->rev;	/* never put again here */
 		kvs[n].fe = l->kv.fe;
 		kvs[n].seq = l->kv.seq;
 		n++;
@@ -1317,6 +1319,295 @@ START_TEST(session_records_decode)
 }
 END_TEST
 
+/*
+ * keylockd-protocol(7), SESSIONS: Across front ends: a session's hold and
+ * wait whose front end is dead end at their ttl and deadline. A replica
+ * alone (hooks of the test's, the reap margin 100 ms), B, applies
+ * another front end's session (lease SESS_L): client 7 holds k0 with
+ * ttl=150 ms, client 8 waits for k0 with timeout=150 ms; and a plain
+ * connection's hold of k1 with ttl=150 ms (front end C). Its REFRESH
+ * (k0 put again, r=300) restarts the hold's ttl here. hooks.reap is
+ * asked for the wait at its deadline + the margin, for the hold at the
+ * REFRESH + 300 + the margin, each with the mod revision this replica
+ * applied, never earlier; for the plain connection's once (the backend
+ * says no: it is left to the lease), and not again; once the deletes
+ * are applied, nothing more.
+ */
+struct reaped {
+	uint64_t	client;
+	bool		hold;		/* a hold (x), or a wait */
+	int64_t		mrev;
+	uint64_t	at_ms;
+};
+
+struct reap_test {
+	struct reaped	got[16];
+	size_t		n;
+};
+
+static void	rt_answer(void *arg, struct ereq *r,
+		    const struct be_result *res) { }
+static void	rt_queued(void *arg, struct ereq *r) { }
+static void	rt_del(void *arg, struct ereq *r, struct eentry *x) { }
+static void	rt_deleted(void *arg, struct eentry *x) { }
+static void	rt_built(void *arg, int64_t rev) { }
+static void	rt_heartbeat(void *arg, int64_t rev) { }
+static void	rt_record(void *arg, const char *hash,
+		    const struct erecord *rec, int64_t rev) { }
+static bool	rt_safe(void *arg) { return true; }
+static void	rt_lose(void *arg, const char *why) { ck_abort_msg("%s", why); }
+static void	rt_end_turn(void *arg) { }
+
+static bool
+rt_reap(void *arg, struct ereq *r, struct eentry *x)
+{
+	struct reap_test *t = arg;
+
+	ck_assert_uint_lt(t->n, 16);
+	t->got[t->n].client = r->owner->client;
+	t->got[t->n].hold = x != NULL;
+	t->got[t->n].mrev = x != NULL ? x->mrev : r->ent[0].mrev;
+	t->got[t->n].at_ms = kl_now_ms();
+	t->n++;
+	return r->owner->fe == SESS_L;	/* a session's */
+}
+
+static void
+rt_event(struct etcd_event *ev, const char *key, const char *value,
+    int64_t crev, int64_t mrev, int64_t version, int64_t lease)
+{
+	memset(ev, 0, sizeof(*ev));
+	ev->is_delete = value == NULL;
+	ev->kv.key = key;
+	ev->kv.keylen = strlen(key);
+	ev->kv.value = value;
+	ev->kv.valuelen = value != NULL ? strlen(value) : 0;
+	ev->kv.create_revision = crev;
+	ev->kv.mod_revision = mrev;
+	ev->kv.version = version;
+	ev->kv.lease = lease;
+}
+
+static void
+rt_run(struct event_base *base, uint64_t until_ms)
+{
+	uint64_t	now = kl_now_ms();
+	struct timeval	tv = { 0, 0 };
+
+	if (until_ms > now) {
+		tv.tv_sec = (time_t)((until_ms - now) / 1000);
+		tv.tv_usec = (suseconds_t)((until_ms - now) % 1000) * 1000;
+	}
+	event_base_loopexit(base, &tv);
+	event_base_dispatch(base);
+}
+
+static const struct reaped *
+rt_find(const struct reap_test *t, uint64_t client, size_t *count)
+{
+	const struct reaped *first = NULL;
+
+	*count = 0;
+	for (size_t i = 0; i < t->n; i++)
+		if (t->got[i].client == client) {
+			if (first == NULL)
+				first = &t->got[i];
+			(*count)++;
+		}
+	return first;
+}
+
+START_TEST(a_dead_session_hold_and_wait_are_reaped)
+{
+	static const char	 k0[] = "t/q/k0/" SESS_L_HEX "-0000000000000001";
+	static const char	 w0[] = "t/q/k0/" SESS_L_HEX "-0000000000000002";
+	static const char	 k1[] = "t/q/k1/00000000000000c0-0000000000000001";
+	struct reap_test	 t;
+	struct replica_hooks	 h = { rt_answer, rt_queued, rt_del,
+	    rt_deleted, rt_built, rt_heartbeat, rt_record, NULL, rt_reap, NULL,
+	    rt_safe, rt_lose, rt_lose, rt_end_turn, &t };
+	struct be_counters	 count;
+	struct event_base	*base = event_base_new();
+	struct replica		*rp;
+	struct etcd_event	 ev[3];
+	const struct reaped	*g;
+	uint64_t		 t0, refreshed;
+	size_t			 n;
+
+	memset(&t, 0, sizeof(t));
+	memset(&count, 0, sizeof(count));
+	ck_assert_ptr_nonnull(base);
+	ck_assert_ptr_nonnull(rp = replica_new(base, NULL, "t/", &count, &h));
+	replica_set_fe(rp, FE_B);
+	replica_set_reap(rp, 100);
+	t0 = kl_now_ms();
+	rt_event(&ev[0], k0, "k1 7 x 1 -1 0 0 1 k0 t=150\n", 10, 10, 1,
+	    SESS_L);
+	rt_event(&ev[1], k1, "k1 3 x 1 -1 0 0 1 k1 t=150\n", 10, 10, 1,
+	    FE_C);
+	replica_events(rp, ev, 2, 10);
+	rt_event(&ev[0], w0, "k1 8 x 1 -1 0 0 1 k0 w=150\n", 11, 11, 1,
+	    SESS_L);
+	replica_events(rp, ev, 1, 11);
+	ck_assert_uint_eq(locktable_counters(replica_table(rp))->waiting, 1);
+	/* the session's REFRESH of k0, 50 ms on */
+	rt_run(base, t0 + 50);
+	ck_assert_uint_eq(t.n, 0);
+	refreshed = kl_now_ms();
+	rt_event(&ev[0], k0, "k1 7 x 1 -1 0 0 1 k0 t=150 r=300\n", 10, 12, 2,
+	    SESS_L);
+	replica_events(rp, ev, 1, 12);
+
+	/* nothing before a deadline and the margin */
+	rt_run(base, t0 + 240);
+	ck_assert_msg(t.n == 0, "a reap %" PRIu64 " ms in, before 250",
+	    t.n > 0 ? t.got[0].at_ms - t0 : 0);
+	/* the wait, and the plain connection's (which is not reaped) */
+	rt_run(base, refreshed + 380);
+	g = rt_find(&t, 8, &n);
+	ck_assert_uint_eq(n, 1);
+	ck_assert(!g->hold);
+	ck_assert_int_eq(g->mrev, 11);
+	ck_assert_uint_ge(g->at_ms, t0 + 250);
+	g = rt_find(&t, 3, &n);
+	ck_assert_uint_eq(n, 1);
+	ck_assert(g->hold);
+	ck_assert_uint_ge(g->at_ms, t0 + 250);
+	g = rt_find(&t, 7, &n);
+	ck_assert_msg(n == 0, "the REFRESHed hold reaped %" PRIu64 " ms after "
+	    "its REFRESH", g != NULL ? g->at_ms - refreshed : 0);
+	/* the hold: 300 ms after its REFRESH, and the margin */
+	rt_run(base, refreshed + 700);
+	g = rt_find(&t, 7, &n);
+	ck_assert_uint_eq(n, 1);
+	ck_assert(g->hold);
+	ck_assert_int_eq(g->mrev, 12);
+	ck_assert_uint_ge(g->at_ms, refreshed + 400);
+	/* the deletes applied (a reap's, say): nothing more is asked; the
+	 * plain connection's hold is never asked for again */
+	rt_event(&ev[0], k0, NULL, 0, 13, 0, 0);
+	rt_event(&ev[1], w0, NULL, 0, 13, 0, 0);
+	replica_events(rp, ev, 2, 13);
+	ck_assert_uint_eq(locktable_counters(replica_table(rp))->waiting, 0);
+	n = t.n;
+	rt_run(base, kl_now_ms() + EBE_RETRY_MAX_MS + 300);
+	ck_assert_uint_eq(t.n, n);
+	(void)rt_find(&t, 3, &n);
+	ck_assert_uint_eq(n, 1);
+
+	replica_clear(rp);
+	replica_free(rp);
+	event_base_free(base);
+}
+END_TEST
+
+/*
+ * Ours, deleted by someone else (another front end's reap, or a lease's
+ * end): on A, the owner's front end, a hold whose ttl ran out here ends
+ * as its expiry (expired 1, no drop); a wait ends ERR TIMEOUT (timeouts
+ * 1); a hold whose ttl has not run out here is lost: the client is
+ * dropped (it must not believe it holds what the cluster let go).
+ */
+static void
+ours_lock(struct world *w, struct rep *a, struct lt_owner *lo,
+    const char *key, uint64_t ttl_ms)
+{
+	struct lt_acquire	 acq;
+	struct be_result	 r;
+	struct ereq		*q;
+	const char		*keys[1] = { key };
+	size_t			 keylens[1] = { strlen(key) };
+
+	memset(&acq, 0, sizeof(acq));
+	acq.keys = keys;
+	acq.keylens = keylens;
+	acq.nkeys = 1;
+	acq.mode = LT_EXCLUSIVE;
+	acq.limit = 1;
+	acq.max_waiters = -1;
+	acq.ttl_ms = ttl_ms;
+	ck_assert_int_eq(a->be->ops->acquire(a->be, lo, &acq, kl_now_ms(),
+	    &r), BE_PENDING);
+	ck_assert_ptr_nonnull(q = eowner_of(a->rp, lo)->open);
+	w->rev++;
+	w_put(w, q->ent[0].ekey, q->ent[0].ekeylen, q->value, q->valuelen,
+	    q->fe, q->seq);
+	w_apply(w, (int)w->rev);
+}
+
+START_TEST(ours_deleted_by_another_front_end_ends_as_its_ttl_or_is_lost)
+{
+	static int		 conn_a, conn_b;	/* the daemon's */
+	struct world		*w = calloc(1, sizeof(*w));
+	struct rep		*a, *b;
+	struct lt_owner		*lo, *lw;
+	struct be_result	 got;
+	size_t			 k0, k1, k2, foreign;
+
+	ck_assert_ptr_nonnull(w);
+	w->rng = 5;
+	w->rev = 100;
+	w->r[0] = a = rep_new(FE_A);
+	w->r[1] = b = rep_new(FE_B);
+	ck_assert_ptr_nonnull(lo = a->be->ops->owner_new(a->be, 7, &conn_a));
+	ck_assert_ptr_nonnull(lw = a->be->ops->owner_new(a->be, 9, &conn_b));
+	/* k0 with ttl=50, k1 with ttl=60000; k2 held by a third front end,
+	 * waited for by lw */
+	k0 = w->nkv;
+	ours_lock(w, a, lo, "k0", 50);
+	k1 = w->nkv;
+	ours_lock(w, a, lo, "k1", 60000);
+	w->rev++;
+	foreign = w->nkv;
+	w_put(w, "t/q/k2/000000000000001f-0000000000000001", 40,
+	    "k1 3 x 1 -1 0 0 1 k2\n", 21, 0x1f, 1);
+	w_apply(w, 1);
+	k2 = w->nkv;
+	ours_lock(w, a, lw, "k2", 0);
+	ck_assert_uint_eq(replies_of(a, lo, &got), 2);
+	ck_assert(locktable_owner_is_waiting(lw));
+	a->ngot = 0;
+
+	/* k0 past its ttl here, deleted by someone else: its expiry */
+	usleep(80 * 1000);
+	w->rev++;
+	w_del(w, &w->kv[k0]);
+	w_apply(w, 2);
+	ck_assert_uint_eq(locktable_counters(replica_table(a->rp))->expired,
+	    1);
+	ck_assert_uint_eq(locktable_counters(replica_table(b->rp))->expired,
+	    0);
+	ck_assert_uint_eq(a->ndropped, 0);
+	/* lw's wait, deleted: ERR TIMEOUT */
+	w->rev++;
+	w_del(w, &w->kv[k2]);
+	w_apply(w, 3);
+	ck_assert_uint_eq(replies_of(a, lw, &got), 1);
+	ck_assert_int_eq(got.err, KL_ERR_TIMEOUT);
+	ck_assert_uint_eq(locktable_counters(replica_table(a->rp))->timeouts,
+	    1);
+	ck_assert(!locktable_owner_is_waiting(lw));
+	/* k1, long before its ttl: lost, lo's client dropped */
+	w->rev++;
+	w_del(w, &w->kv[k1]);
+	w_apply(w, 4);
+	ck_assert_uint_eq(a->ndropped, 1);
+	ck_assert_ptr_eq(a->dropped[0], lo);
+	ck_assert_uint_eq(locktable_counters(replica_table(a->rp))->expired,
+	    1);
+
+	a->be->ops->owner_free(a->be, lo, kl_now_ms());
+	a->be->ops->owner_free(a->be, lw, kl_now_ms());
+	w->rev++;
+	w_del(w, &w->kv[foreign]);
+	w_apply(w, 5);
+	rep_free(a);
+	rep_free(b);
+	free(w->log);
+	free(w);
+}
+END_TEST
+
 static Suite *
 replica_suite(void)
 {
@@ -1332,6 +1623,9 @@ replica_suite(void)
 	tcase_add_test(tc, a_session_moves_from_one_replica_to_another);
 	tcase_add_test(tc, session_records_decode);
 	tcase_add_test(tc, a_session_after_a_lock_keeps_its_token);
+	tcase_add_test(tc, a_dead_session_hold_and_wait_are_reaped);
+	tcase_add_test(tc,
+	    ours_deleted_by_another_front_end_ends_as_its_ttl_or_is_lost);
 	suite_add_tcase(s, tc);
 	return s;
 }
