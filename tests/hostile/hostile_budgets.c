@@ -409,15 +409,15 @@ START_TEST(idle_timeout_is_off_by_default_and_live)
 END_TEST
 
 /* keylockd.conf(5), max-output-total, both sides: two clients that do
- * not read, each under max-output; when their buffers together come to
- * the budget the one with the most is closed, and the other keeps all
- * its replies. */
+ * not read, each under max-output (as large as the total may have it);
+ * when their buffers together come to the budget the one with the most
+ * is closed, and the other keeps all its replies. */
 START_TEST(max_output_total_closes_the_largest_unread_output)
 {
 	struct kt_conn	*m;
 	int		 small, big;
 
-	kt_start("--max-output-total", "4194304", "--max-output", "67108864",
+	kt_start("--max-output-total", "4194304", "--max-output", "4194304",
 	    "--write-timeout", "0");
 	m = kt_connect();
 	/* about 260 KB of STATS replies: past the kernel's buffers, under
