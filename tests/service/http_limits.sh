@@ -1,10 +1,11 @@
 #!/bin/sh
 # The HTTP listener's bounds (keylockd(8), SECURITY, The HTTP listener):
-# header and body sizes, GET and HEAD only, the Host check against DNS
-# rebinding, nosniff and no-store on every reply, the connection cap on
-# both sides of its limit, a flood of slow clients that leaves the lock
-# service answering, client names in /status.json only with status-names,
-# and the warning for a listener beyond loopback.
+# header and body sizes, GET and HEAD only (405 for any other method),
+# the Host check against DNS rebinding, nosniff and no-store on every
+# reply, the connection cap on both sides of its limit, a flood of slow
+# clients that leaves the lock service answering, client names in
+# /status.json only with status-names, and the warning for a listener
+# beyond loopback.
 . "$(dirname "$0")/lib.sh"
 need nc curl python3
 CAP=4
@@ -40,6 +41,38 @@ curl -sS -o /dev/null -D "$TMP/h" -X PUT "$URL/metrics" || fail "PUT"
 expect_grep '^Allow: GET, HEAD' "$TMP/h" "405's Allow"
 expect_eq 200 "$(code -I "$URL/metrics")" "HEAD /metrics"
 pass "nosniff and no-store on every reply; POST, PUT, DELETE 405 with Allow"
+
+# Any method but GET and HEAD, one evhttp knows or not, is 405 with Allow
+# (libevent's own answer would be 501).
+cat >"$TMP/method.py" <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+for line in sys.argv[2:]:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(line.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Connection: close\r\n\r\n")
+    r = b""
+    while b"\r\n\r\n" not in r:
+        b = s.recv(4096)
+        if not b:
+            break
+        r += b
+    s.close()
+    head = r.split(b"\r\n\r\n")[0].split(b"\r\n")
+    allow = [h for h in head if h.lower().startswith(b"allow:")]
+    print("%s: %s; %s" % (line, head[0].decode(errors="replace") or "none",
+        allow[0].decode() if allow else "no Allow"))
+PY
+python3 "$TMP/method.py" "$MPORT" "TRACE /metrics" "CONNECT 127.0.0.1:80" \
+    "FOO /metrics" "get /healthz" "OPTIONS *" "PATCH /stats" \
+    "CONNECT /metrics" >"$TMP/method.out" 2>&1 ||
+    fail "method.py: $(cat "$TMP/method.out")"
+for m in "TRACE /metrics" "CONNECT 127.0.0.1:80" "FOO /metrics" \
+    "get /healthz" "OPTIONS \*" "PATCH /stats" "CONNECT /metrics"; do
+	expect_grep "^$m: HTTP/1\.1 405 Method Not Allowed; Allow: GET, HEAD\$" \
+	    "$TMP/method.out" "$m"
+done
+pass "TRACE, CONNECT, OPTIONS, PATCH and unknown methods 405 with Allow"
 
 # Sizes: headers up to 8192 bytes pass, beyond them 400; no body at all.
 pad() {
