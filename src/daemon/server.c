@@ -106,9 +106,12 @@ server_pause_accept_cb(evutil_socket_t fd, short what, void *arg)
 
 	for (int i = 0; i < srv->nlisteners; i++)
 		event_add(srv->listeners[i].ev, NULL);
+	if (srv->metrics != NULL)
+		metrics_pause(srv->metrics, false);
 }
 
-/* Out of descriptors: stop accepting for a moment instead of spinning. */
+/* Out of descriptors: stop accepting for a moment instead of spinning;
+ * on every listener, the metrics one too, as they share the descriptors. */
 static void
 server_pause_accept(struct server *srv)
 {
@@ -123,7 +126,20 @@ server_pause_accept(struct server *srv)
 	}
 	for (int i = 0; i < srv->nlisteners; i++)
 		event_del(srv->listeners[i].ev);
+	if (srv->metrics != NULL)
+		metrics_pause(srv->metrics, true);
 	evtimer_add(srv->accept_pause, &tv);
+}
+
+void
+server_accept_failed(struct server *srv, const char *name)
+{
+	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+	    errno == ENOMEM)
+		server_pause_accept(srv);
+	else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+	    errno != ECONNABORTED)
+		log_warn("accept on %s", name);
 }
 
 static void
@@ -150,12 +166,7 @@ server_accept_cb(evutil_socket_t lfd, short what, void *arg)
 		fd = accept4(lfd, (struct sockaddr *)&ss, &sl,
 		    SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd == -1) {
-			if (errno == EMFILE || errno == ENFILE ||
-			    errno == ENOBUFS || errno == ENOMEM)
-				server_pause_accept(srv);
-			else if (errno != EAGAIN && errno != EWOULDBLOCK &&
-			    errno != EINTR && errno != ECONNABORTED)
-				log_warn("accept on %s", l->name);
+			server_accept_failed(srv, l->name);
 			break;
 		}
 		/* The unix socket keeps a few slots past max-clients, so an

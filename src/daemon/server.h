@@ -38,6 +38,10 @@ const struct config *server_config(const struct server *srv);
 const struct stats *server_stats(const struct server *srv);
 const struct backend *server_backend(const struct server *srv);
 struct conns	*server_conns(const struct server *srv);
+/* An accept(2) on listener name failed (errno): out of descriptors or
+ * memory, every listener pauses for a moment (the warning at most once per
+ * 10 s); a retry is nothing; anything else is logged. */
+void		 server_accept_failed(struct server *srv, const char *name);
 /* The end of a top-level callback of a module that has no conns. */
 void		 server_end_turn(struct server *srv);
 

@@ -11,14 +11,17 @@
  * connection idle for METRICS_TIMEOUT_S closed, at most
  * metrics-max-connections open at once (past that, a new one is closed at
  * once), GET and HEAD only, and a Host header that names this listener,
- * an address, localhost or one of metrics-hosts (DNS rebinding). Every
- * reply this file or status.c sends says nosniff and no-store.
+ * an address, localhost or one of metrics-hosts (DNS rebinding). Out of
+ * descriptors, it pauses with the server's listeners
+ * (server_accept_failed). Every reply this file or status.c sends says
+ * nosniff and no-store.
  */
 #include <sys/socket.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 
 #include "backend.h"
 #include "clock.h"
@@ -48,11 +52,16 @@ struct metrics {
 	char		 host[256];	/* as configured, no brackets */
 	int		 port;
 	int		 fd;		/* the listening socket */
+	struct evconnlistener *lev;	/* evhttp's, on fd */
 	int64_t		 nconns;	/* open HTTP connections */
 	struct http_conn *pending;	/* accepted, not yet adopted */
 	uint64_t	 refused;	/* past the cap since warned_ms */
 	uint64_t	 warned_ms;
+	struct metrics	*next;		/* metrics_all */
 };
+
+/* Every listener, for metrics_accept_error, whose argument is evhttp's. */
+static struct metrics	*metrics_all;
 
 /* A connection evhttp has just accepted, until http_conn_adopt. */
 struct http_conn {
@@ -484,6 +493,33 @@ http_conn_new(struct event_base *base, void *arg)
 	return hc->bev;
 }
 
+/* evhttp's listener could not accept: out of descriptors, it pauses with
+ * the others (server_accept_failed), where libevent would try again and
+ * log each failure as long as a connection waits. */
+static void
+metrics_accept_error(struct evconnlistener *lev, void *arg)
+{
+	struct metrics	*m;
+	int		 err = EVUTIL_SOCKET_ERROR();
+
+	(void)arg;	/* evhttp's */
+	for (m = metrics_all; m != NULL && m->lev != lev; m = m->next)
+		continue;
+	if (m == NULL)
+		return;
+	errno = err;
+	server_accept_failed(m->srv, "the metrics listener");
+}
+
+void
+metrics_pause(struct metrics *m, bool pause)
+{
+	if (pause)
+		evconnlistener_disable(m->lev);
+	else
+		evconnlistener_enable(m->lev);
+}
+
 /* Whether the configured host is a loopback address or localhost. */
 static bool
 metrics_host_is_loopback(const char *host)
@@ -542,6 +578,10 @@ metrics_new(struct server *srv, const char *addr, int fd, char *errbuf,
 		return NULL;
 	}
 	m->fd = evhttp_bound_socket_get_fd(h);
+	m->lev = evhttp_bound_socket_get_listener(h);
+	evconnlistener_set_error_cb(m->lev, metrics_accept_error);
+	m->next = metrics_all;
+	metrics_all = m;
 	if (getsockname(m->fd, (struct sockaddr *)&ss, &sl) == 0)
 		m->port = ntohs(ss.ss_family == AF_INET6 ?
 		    ((struct sockaddr_in6 *)&ss)->sin6_port :
@@ -572,9 +612,15 @@ void
 metrics_free(struct metrics *m)
 {
 	struct http_conn	*hc;
+	struct metrics		**pp;
 
 	if (m == NULL)
 		return;
+	for (pp = &metrics_all; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
 	/* evhttp_free ends the adopted connections (http_conn_closed);
 	 * the others are let go here. */
 	if (m->http != NULL)

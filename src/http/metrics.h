@@ -32,6 +32,8 @@ void		 metrics_free(struct metrics *m);
 int		 metrics_port(const struct metrics *m);
 /* The listening socket (live upgrade hands it over). */
 int		 metrics_fd(const struct metrics *m);
+/* Stops accepting (pause) or starts again; server.c's pause on EMFILE. */
+void		 metrics_pause(struct metrics *m, bool pause);
 
 /* Splits "HOST:PORT" or "[V6]:PORT" into host (no brackets) and port;
  * -1 if addr is not of that form. */
