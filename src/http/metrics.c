@@ -7,12 +7,13 @@
  * cumulative le buckets ending at +Inf. It only reads the server's state.
  *
  * The listener is bounded (keylockd(8), THE HTTP LISTENER): a request's
- * line and headers at METRICS_MAX_HEADERS bytes, no body at all, a
- * connection idle for METRICS_TIMEOUT_S closed, at most
- * metrics-max-connections open at once (past that, a new one is closed at
- * once), GET and HEAD only, and a Host header that names this listener,
- * an address, localhost or one of metrics-hosts (DNS rebinding). Out of
- * descriptors, it pauses with the server's listeners
+ * line and headers at METRICS_MAX_HEADERS bytes, and in within
+ * METRICS_TIMEOUT_S of the connection's accept or the request's first
+ * byte, no body at all, a connection idle for METRICS_TIMEOUT_S closed, at
+ * most metrics-max-connections open at once (past that, a new one is
+ * closed at once), GET and HEAD only, and a Host header that names this
+ * listener, an address, localhost or one of metrics-hosts (DNS rebinding).
+ * Out of descriptors, it pauses with the server's listeners
  * (server_accept_failed). Every reply this file or status.c sends says
  * nosniff and no-store.
  */
@@ -54,20 +55,27 @@ struct metrics {
 	int		 fd;		/* the listening socket */
 	struct evconnlistener *lev;	/* evhttp's, on fd */
 	int64_t		 nconns;	/* open HTTP connections */
-	struct http_conn *pending;	/* accepted, not yet adopted */
-	uint64_t	 refused;	/* past the cap since warned_ms */
-	uint64_t	 warned_ms;
+	struct http_conn *conns;	/* each of them */
+	uint64_t	 refused;	/* past the cap since refused_ms */
+	uint64_t	 refused_ms;
+	uint64_t	 late;		/* past a deadline since late_ms */
+	uint64_t	 late_ms;
 	struct metrics	*next;		/* metrics_all */
 };
 
 /* Every listener, for metrics_accept_error, whose argument is evhttp's. */
 static struct metrics	*metrics_all;
 
-/* A connection evhttp has just accepted, until http_conn_adopt. */
+/* A connection evhttp has accepted, from http_conn_new to its end,
+ * http_conn_closed (or metrics_free). */
 struct http_conn {
 	struct metrics		*m;
 	struct bufferevent	*bev;	/* evhttp's; a reference ours */
-	struct event		*ev;	/* http_conn_adopt, once */
+	struct evhttp_connection *evcon; /* from http_conn_adopt on */
+	struct evbuffer_cb_entry *incb;	/* http_conn_input */
+	struct event		*adopt;	/* http_conn_adopt, once */
+	struct event		*deadline; /* the request's line and headers */
+	bool			 reading; /* a request not yet whole */
 	struct http_conn	*next;
 };
 
@@ -323,6 +331,8 @@ metrics_host_ok(const char *hdr, const char *own, const char *hosts)
 	    (hosts != NULL && metrics_list_has(hosts, name, len));
 }
 
+static void	http_conn_whole(struct metrics *, struct evhttp_connection *);
+
 static void
 metrics_request_cb(struct evhttp_request *req, void *arg)
 {
@@ -334,6 +344,7 @@ metrics_request_cb(struct evhttp_request *req, void *arg)
 	struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
 	char		*body = NULL;
 
+	http_conn_whole(m, evhttp_request_get_connection(req));
 	/* on every reply, errors too: nothing here is to be cached or
 	 * read as another type than it says */
 	evhttp_add_header(oh, "X-Content-Type-Options", "nosniff");
@@ -411,14 +422,106 @@ metrics_split(const char *addr, char *host, size_t hostlen, uint16_t *port)
 	return 0;
 }
 
+/* Counts a connection closed for a reason, and says how many at most once
+ * per KL_WARN_INTERVAL_MS. */
+static void
+metrics_count_close(uint64_t *n, uint64_t *warned_ms, const char *why)
+{
+	uint64_t	now = kl_now_ms();
+
+	(*n)++;
+	if (*warned_ms == 0 || now - *warned_ms >= KL_WARN_INTERVAL_MS) {
+		log_warnx("metrics: %" PRIu64 " HTTP connection(s) %s", *n,
+		    why);
+		*n = 0;
+		*warned_ms = now;
+	}
+}
+
+static void
+http_conn_free(struct http_conn *hc)
+{
+	struct http_conn	**pp;
+
+	for (pp = &hc->m->conns; *pp != hc; pp = &(*pp)->next)
+		continue;
+	*pp = hc->next;
+	evbuffer_remove_cb_entry(bufferevent_get_input(hc->bev), hc->incb);
+	if (hc->adopt != NULL)
+		event_free(hc->adopt);
+	event_free(hc->deadline);
+	bufferevent_decref(hc->bev);
+	kl_free(hc);
+}
+
 /* An open HTTP connection ends (evhttp_connection_free). */
 static void
 http_conn_closed(struct evhttp_connection *evcon, void *arg)
 {
-	struct metrics	*m = arg;
+	struct http_conn	*hc = arg;
 
 	(void)evcon;
-	m->nconns--;
+	hc->m->nconns--;
+	http_conn_free(hc);
+}
+
+/* A request begins: its line and headers have METRICS_TIMEOUT_S. */
+static void
+http_conn_begin(struct http_conn *hc)
+{
+	struct timeval	tv = { METRICS_TIMEOUT_S, 0 };
+
+	hc->reading = true;
+	evtimer_add(hc->deadline, &tv);
+}
+
+/* Bytes came in; the first since the last request was whole begin one. */
+static void
+http_conn_input(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct http_conn	*hc = arg;
+
+	(void)buf;
+	if (info->n_added > 0 && !hc->reading)
+		http_conn_begin(hc);
+}
+
+/* evcon's request is whole (metrics_request_cb): its deadline is off, and
+ * a next one's, if any of it came with it, on. */
+static void
+http_conn_whole(struct metrics *m, struct evhttp_connection *evcon)
+{
+	struct http_conn	*hc;
+
+	for (hc = m->conns; hc != NULL && hc->evcon != evcon; hc = hc->next)
+		continue;
+	if (hc == NULL)
+		return;
+	hc->reading = false;
+	evtimer_del(hc->deadline);
+	if (evbuffer_get_length(bufferevent_get_input(hc->bev)) > 0)
+		http_conn_begin(hc);
+}
+
+/* A request's line and headers are not in after METRICS_TIMEOUT_S (a
+ * slow sender would have kept evhttp's idle timeout from ending it for as
+ * long as its 8192 bytes lasted): the connection ends, unanswered, as an
+ * idle one does. */
+static void
+http_conn_late(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn	*hc = arg;
+	char			 why[128];
+
+	(void)fd;
+	(void)what;
+	if (hc->evcon == NULL)
+		return;
+	snprintf(why, sizeof(why), "closed: a request's line and headers "
+	    "not in within %d s", METRICS_TIMEOUT_S);
+	metrics_count_close(&hc->m->late, &hc->m->late_ms, why);
+	evhttp_connection_free(hc->evcon);	/* and hc */
 }
 
 /* Once per accepted connection, after evhttp has made it: the
@@ -427,47 +530,39 @@ http_conn_closed(struct evhttp_connection *evcon, void *arg)
 static void
 http_conn_adopt(evutil_socket_t fd, short what, void *arg)
 {
-	struct http_conn		*hc = arg, **pp;
+	struct http_conn		*hc = arg;
 	struct metrics			*m = hc->m;
 	bufferevent_event_cb		 ecb;
 	void				*cbarg;
 	int64_t				 cap = server_config(m->srv)->
 					    metrics_max_connections;
-	uint64_t			 now;
+	char				 why[128];
 
 	(void)fd;
 	(void)what;
-	for (pp = &m->pending; *pp != hc; pp = &(*pp)->next)
-		continue;
-	*pp = hc->next;
+	event_free(hc->adopt);
+	hc->adopt = NULL;
 	bufferevent_getcb(hc->bev, NULL, NULL, &ecb, &cbarg);
-	if (ecb == NULL || cbarg == NULL)
+	if (ecb == NULL || cbarg == NULL) {
 		m->nconns--;	/* evhttp has freed it already */
-	else {
-		evhttp_connection_set_closecb(cbarg, http_conn_closed, m);
-		if (m->nconns > cap) {
-			m->refused++;
-			now = kl_now_ms();
-			if (m->warned_ms == 0 || now - m->warned_ms >= 10000) {
-				log_warnx("metrics: %" PRIu64 " HTTP "
-				    "connection(s) refused: "
-				    "metrics-max-connections %" PRId64
-				    " are open", m->refused, cap);
-				m->refused = 0;
-				m->warned_ms = now;
-			}
-			/* no reply: it would cost what the cap saves */
-			evhttp_connection_free(cbarg);
-		}
+		http_conn_free(hc);
+		return;
 	}
-	event_free(hc->ev);
-	bufferevent_decref(hc->bev);
-	kl_free(hc);
+	hc->evcon = cbarg;
+	evhttp_connection_set_closecb(hc->evcon, http_conn_closed, hc);
+	if (m->nconns > cap) {
+		snprintf(why, sizeof(why), "refused: metrics-max-connections "
+		    "%" PRId64 " are open", cap);
+		metrics_count_close(&m->refused, &m->refused_ms, why);
+		/* no reply: it would cost what the cap saves */
+		evhttp_connection_free(hc->evcon);	/* and hc */
+	}
 }
 
 /* evhttp's bufferevent for a connection it has just accepted (libevent
- * 2.1 has no other hook there); it is counted from now, and adopted as
- * soon as the loop runs again. */
+ * 2.1 has no other hook there); it is counted from now, its first
+ * request's deadline runs from now, and it is adopted as soon as the loop
+ * runs again. */
 static struct bufferevent *
 http_conn_new(struct event_base *base, void *arg)
 {
@@ -479,17 +574,25 @@ http_conn_new(struct event_base *base, void *arg)
 	hc->m = m;
 	if ((hc->bev = bufferevent_socket_new(base, -1,
 	    BEV_OPT_CLOSE_ON_FREE)) == NULL ||
-	    (hc->ev = evtimer_new(base, http_conn_adopt, hc)) == NULL) {
+	    (hc->adopt = evtimer_new(base, http_conn_adopt, hc)) == NULL ||
+	    (hc->deadline = evtimer_new(base, http_conn_late, hc)) == NULL ||
+	    (hc->incb = evbuffer_add_cb(bufferevent_get_input(hc->bev),
+	    http_conn_input, hc)) == NULL) {
+		if (hc->adopt != NULL)
+			event_free(hc->adopt);
+		if (hc->deadline != NULL)
+			event_free(hc->deadline);
 		if (hc->bev != NULL)
 			bufferevent_free(hc->bev);
 		kl_free(hc);
 		return NULL;
 	}
-	bufferevent_incref(hc->bev);	/* until http_conn_adopt */
-	hc->next = m->pending;
-	m->pending = hc;
+	bufferevent_incref(hc->bev);	/* until http_conn_free */
+	hc->next = m->conns;
+	m->conns = hc;
 	m->nconns++;
-	event_active(hc->ev, EV_TIMEOUT, 1);
+	http_conn_begin(hc);
+	event_active(hc->adopt, EV_TIMEOUT, 1);
 	return hc->bev;
 }
 
@@ -611,8 +714,7 @@ metrics_fd(const struct metrics *m)
 void
 metrics_free(struct metrics *m)
 {
-	struct http_conn	*hc;
-	struct metrics		**pp;
+	struct metrics	**pp;
 
 	if (m == NULL)
 		return;
@@ -625,11 +727,7 @@ metrics_free(struct metrics *m)
 	 * the others are let go here. */
 	if (m->http != NULL)
 		evhttp_free(m->http);
-	while ((hc = m->pending) != NULL) {
-		m->pending = hc->next;
-		event_free(hc->ev);
-		bufferevent_decref(hc->bev);
-		kl_free(hc);
-	}
+	while (m->conns != NULL)
+		http_conn_free(m->conns);
 	kl_free(m);
 }

@@ -17,7 +17,9 @@
 /* request line and header lines, their line ends not counted (evhttp's
  * measure; keylockd(8), The HTTP listener) */
 #define METRICS_MAX_HEADERS	8192
-#define METRICS_TIMEOUT_S	10	/* idle, reading or writing */
+/* idle, reading or writing; and a request's line and headers, from the
+ * connection's accept or the request's first byte */
+#define METRICS_TIMEOUT_S	10
 
 struct server;
 struct metrics;

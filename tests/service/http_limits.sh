@@ -3,9 +3,10 @@
 # header and body sizes, GET and HEAD only (405 for any other method),
 # the Host check against DNS rebinding, nosniff and no-store on every
 # reply, the connection cap on both sides of its limit, a flood of slow
-# clients that leaves the lock service answering, client names in
-# /status.json only with status-names, the warning for a listener beyond
-# loopback, and, out of descriptors, a paused listener instead of a
+# clients that leaves the lock service answering, a request's line and
+# headers ended 10 s after its start however slowly they come, client
+# names in /status.json only with status-names, the warning for a listener
+# beyond loopback, and, out of descriptors, a paused listener instead of a
 # spinning one.
 . "$(dirname "$0")/lib.sh"
 need nc curl python3
@@ -152,35 +153,59 @@ for h in "rebind.example:$MPORT" "rebind.example" "localhost.rebind.example" \
 done
 pass "Host: addresses, localhost and metrics-hosts 200; a rebinding name 403"
 
-# slow PORT N SECONDS: N clients that trickle a request's headers, a line
-# every half second (so that no idle timeout ends them), for SECONDS.
+# slow.py PORT N SECONDS EVERY [back]: N clients that trickle a request's
+# headers, a byte every EVERY seconds (so that no idle timeout ends them),
+# for SECONDS; each prints "closed S" when the server closes it after S
+# seconds, and with "back" comes back at once if S >= 5 (a deadline, not
+# the cap's refusal); at the end, "open N".
 cat >"$TMP/slow.py" <<'PY'
-import socket, sys, time
-port, n, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-socks = []
-for i in range(n):
+import select, socket, sys, time
+port, n, secs, every = int(sys.argv[1]), int(sys.argv[2]), \
+    float(sys.argv[3]), float(sys.argv[4])
+back = sys.argv[5:] == ["back"]
+def connect():
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=2)
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        socks.append(s)
+        s.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        socks[s] = time.time()
     except OSError:
         pass
-print("open", len(socks), flush=True)
+socks = {}
+for i in range(n):
+    connect()
+print("started", len(socks), flush=True)
 end = time.time() + secs
+tick = time.time()
 while time.time() < end:
-    for s in list(socks):
+    r = select.select(list(socks), [], [], max(0, tick - time.time()))[0]
+    for s in r:
         try:
-            s.sendall(b"X-Slow: 1\r\n")
+            data = s.recv(4096)
         except OSError:
-            socks.remove(s)
-    time.sleep(0.5)
+            data = b""
+        if data:
+            continue
+        lived = time.time() - socks.pop(s)
+        s.close()
+        print("closed %.1f" % lived, flush=True)
+        if back and lived >= 5:
+            connect()
+    if time.time() >= tick:
+        for s in list(socks):
+            try:
+                s.sendall(b"a")
+            except OSError:
+                pass
+        tick = time.time() + every
+print("open", len(socks), flush=True)
 PY
-# slow_start NAME N: N slow clients in the background, until killed.
+# slow_start NAME N: N slow clients in the background, until killed; one
+# closed by the request deadline below comes back.
 slow_start() {
-	python3 "$TMP/slow.py" "$MPORT" "$2" 600 >"$TMP/$1.out" 2>&1 &
+	python3 "$TMP/slow.py" "$MPORT" "$2" 600 0.5 back >"$TMP/$1.out" 2>&1 &
 	eval "SLOW_$1=$!"
 	BGPIDS="$BGPIDS $!"
-	wait_for "grep -q '^open' '$TMP/$1.out'" "$READY_S" ||
+	wait_for "grep -q '^started' '$TMP/$1.out'" "$READY_S" ||
 	    fail "the slow clients $1 did not start: $(cat "$TMP/$1.out")"
 }
 
@@ -221,6 +246,75 @@ wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
 exec 3>&- 4>&-
 SESSIONS=
 pass "200 slow HTTP clients: the lock service answers, HTTP once they go"
+
+# The request deadline: a client that trickles a request's headers, a byte
+# every 2 s, keeps evhttp's idle timeout from ending it; without a bound
+# of its own it would hold its connection for as long as its 8192 bytes
+# last (4.5 hours at this pace). CAP-1 of them and a kept-alive client
+# hold every slot; each trickler is closed 10 s after its accept, and
+# /healthz is answered again. The kept-alive client's second request,
+# trickled a byte a second from 3 s after its first, has its own 10 s from
+# its first byte (so it ends 13 s after the accept, not 10).
+cat >"$TMP/keepalive.py" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+r = b""
+while not r.endswith(b"ok\n"):
+    b = s.recv(4096)
+    if not b:
+        break
+    r += b
+print("first", r.split(b" ")[1].decode() if r else "000", flush=True)
+time.sleep(3)
+t0 = time.time()
+s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+s.settimeout(1)
+while True:
+    try:
+        b = s.recv(4096)
+    except socket.timeout:
+        s.sendall(b"a")
+        continue
+    except OSError:
+        b = b""
+    if not b:
+        break
+    print("reply", b[:20], flush=True)
+print("closed %.1f" % (time.time() - t0), flush=True)
+PY
+python3 "$TMP/keepalive.py" "$MPORT" >"$TMP/ka.out" 2>&1 &
+BGPIDS="$BGPIDS $!"
+wait_for "grep -q '^first' '$TMP/ka.out'" "$READY_S" ||
+    fail "the kept-alive client: $(cat "$TMP/ka.out")"
+expect_grep '^first 200$' "$TMP/ka.out" "the kept-alive client's first request"
+python3 "$TMP/slow.py" "$MPORT" $((CAP - 1)) $((15 + 10 * SLOW)) 2 \
+    >"$TMP/deadline.out" 2>&1 &
+BGPIDS="$BGPIDS $!"
+wait_for "grep -q '^started $((CAP - 1))\$' '$TMP/deadline.out'" "$READY_S" ||
+    fail "the tricklers did not start: $(cat "$TMP/deadline.out")"
+wait_for "[ \$(code '$URL/healthz') = 000 ]" "$REPLY_S" ||
+    fail "a request while the tricklers hold every slot is answered"
+wait_for "[ \$(grep -c '^closed' '$TMP/deadline.out') -eq $((CAP - 1)) ]" \
+    $((10 + 5 * SLOW)) ||
+    fail "tricklers still open $((10 + 5 * SLOW)) s after their accept: \
+$(cat "$TMP/deadline.out")"
+wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
+    fail "no answer once the tricklers are closed"
+wait_log 'HTTP connection\(s\) closed: a request.s line and headers not in within 10 s' \
+    "the deadline's warning"
+for t in $(sed -n 's/^closed //p' "$TMP/deadline.out"); do
+	awk "BEGIN { exit !($t >= 9.5) }" ||
+	    fail "a trickler closed after $t s, before the deadline"
+done
+wait_for "grep -q '^closed' '$TMP/ka.out'" $((10 + 5 * SLOW)) ||
+    fail "the kept-alive client's trickled request: $(cat "$TMP/ka.out")"
+t=$(sed -n 's/^closed //p' "$TMP/ka.out")
+expect_nogrep '^reply' "$TMP/ka.out" "a reply to the trickled request"
+awk "BEGIN { exit !($t >= 9.5) }" ||
+    fail "the trickled second request was closed $t s after its first byte"
+pass "tricklers closed after $(sed -n 's/^closed //p' "$TMP/deadline.out" |
+    tr '\n' ' ')s; a kept-alive one's second request $t s after its first byte"
 
 # Names: hidden by default, client ids still there; shown with
 # status-names.
