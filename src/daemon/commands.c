@@ -56,6 +56,10 @@ struct commands {
 	bool			 client_changed, admin_changed;
 	bool			 need_auth;	/* a secret or a user is set */
 	bool			 has_users;	/* NOPERM is possible */
+	/* From how many arguments a command's request goes through
+	 * cmd_execute_checked(), by cmd_apply() from the settings and
+	 * the three flags above, once per configuration. */
+	size_t			 check_from[CMD__COUNT];
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
 	/* UPGRADE starts a live upgrade through the server's hook. */
 	bool			(*upgrade)(void *, struct conn *, char *,
@@ -69,6 +73,8 @@ struct cmd_entry {
 	void		(*run)(struct commands *, struct conn *,
 			    const struct request *);
 };
+
+static void	cmd_apply(struct commands *);
 
 /* ---- the secret ---- */
 
@@ -172,6 +178,7 @@ commands_new(const struct config *cfg, struct stats *st, struct backend *be,
 	}
 	cmds->has_users = users_count(cmds->users) > 0;
 	cmds->need_auth = cmds->client.s != NULL || cmds->has_users;
+	cmd_apply(cmds);
 	return cmds;
 }
 
@@ -296,6 +303,7 @@ commands_reauth(struct commands *cmds, struct conns *cs)
 	users_free(cmds->old_users);
 	cmds->old_users = NULL;
 	cmds->client_changed = cmds->admin_changed = false;
+	cmd_apply(cmds);	/* the live settings are the new ones now */
 }
 
 const struct users *
@@ -1560,28 +1568,36 @@ cmd_execute_checked(struct commands *cmds, struct conn *c,
 }
 
 /*
- * Whether cmd_execute_checked() has anything to look at: a command of
- * the connection's or the operator's, a server that asks for AUTH, users
- * whose keys are limited, or more keys than max-keys. The part of each
- * check that needs no call, so that this is a few tests.
+ * Whether cmd_execute_checked() has anything to look at, for each
+ * command, as the request's argument count that reaches it: 0 (always)
+ * for a command of the connection's or the operator's, a server that
+ * asks for AUTH or users whose keys are limited; max-keys + 1 for a
+ * command of keys; else none. The part of each check that needs no
+ * request, once per configuration: after commands_new(), and after a
+ * reload in commands_reauth(), when the live settings are the new ones.
  */
-static inline bool
-cmd_may_refuse(const struct commands *cmds, const struct request *req)
+static void
+cmd_apply(struct commands *cmds)
 {
-	unsigned	flags = cmd_table[req->cmd].flags;
+	for (size_t i = 0; i < CMD__COUNT; i++) {
+		unsigned	flags = cmd_table[i].flags;
 
-	return (flags & (CMD_CONN | CMD_ADMIN)) ||
-	    (!(flags & CMD_NO_AUTH) && cmds->need_auth) ||
-	    ((flags & CMD_PERM) && cmds->has_users) ||
-	    ((flags & CMD_KEYS) &&
-	    req->nargs > (size_t)cmds->cfg->max_keys);
+		if ((flags & (CMD_CONN | CMD_ADMIN)) ||
+		    (!(flags & CMD_NO_AUTH) && cmds->need_auth) ||
+		    ((flags & CMD_PERM) && cmds->has_users))
+			cmds->check_from[i] = 0;
+		else if (flags & CMD_KEYS)
+			cmds->check_from[i] = (size_t)cmds->cfg->max_keys + 1;
+		else
+			cmds->check_from[i] = SIZE_MAX;
+	}
 }
 
 void
 commands_execute(struct commands *cmds, struct conn *c,
     const struct request *req)
 {
-	if (cmd_may_refuse(cmds, req))
+	if (req->nargs >= cmds->check_from[req->cmd])
 		cmd_execute_checked(cmds, c, req);
 	else
 		cmd_table[req->cmd].run(cmds, c, req);

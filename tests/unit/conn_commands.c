@@ -191,6 +191,42 @@ START_TEST(a_reload_reaches_the_plain_lock_at_once)
 }
 END_TEST
 
+/*
+ * Which requests go through the shared checks is worked out once per
+ * configuration (commands.c, cmd_apply()): a reload that lowers
+ * max-keys, or sets a secret, must reach the very next LOCK.
+ */
+START_TEST(a_reload_reaches_the_shared_checks_at_once)
+{
+	char		 path[PATH_MAX + 32], secret[PATH_MAX + 32],
+			 text[2 * PATH_MAX], prog[] = "keylockd",
+			 conf[] = "--config", state[] = "--state-dir",
+			 unix_[] = "--unix", none[] = "", notcp[] = "--no-tcp";
+	char		*argv[] = { prog, conf, path, state, cc_dir, unix_,
+			    none, notcp, NULL };
+	struct client	*a;
+
+	snprintf(path, sizeof(path), "%s/reload.conf", cc_dir);
+	snprintf(secret, sizeof(secret), "%s/secret", cc_dir);
+	write_conf(secret, "s3cret\n");
+	ck_assert_int_eq(chmod(secret, 0600), 0);	/* a private secret */
+	write_conf(path, "max-keys 3\n");
+	cc_restart_server("--config", path, NULL);
+	a = cc_client_new();
+	cc_send_str(a, "LOCK s1 s2 s3\n");
+	cc_take_token(a);
+	reload_with(argv, 8, path, "max-keys 2\n");
+	cc_send_str(a, "LOCK s4 s5 s6\nLOCK s4 s5\n");
+	EXPECT_PREFIX(a, "ERR LIMIT ");
+	ck_assert_ptr_nonnull(strstr(cc_line, "max-keys is 2"));
+	cc_take_token(a);
+	snprintf(text, sizeof(text), "max-keys 2\nauth-file %s\n", secret);
+	reload_with(argv, 8, path, text);
+	cc_send_str(a, "LOCK s7\n");
+	EXPECT_PREFIX(a, "ERR AUTH ");
+}
+END_TEST
+
 START_TEST(default_max_waiters_0_refuses_instead_of_queueing)
 {
 	struct client	*a, *b;
@@ -495,6 +531,7 @@ cc_add_commands(Suite *s)
 	tcase_add_test(tc, locks_at_max_locks_work_and_one_more_gets_limit);
 	tcase_add_test(tc, default_max_waiters_0_refuses_instead_of_queueing);
 	tcase_add_test(tc, a_reload_reaches_the_plain_lock_at_once);
+	tcase_add_test(tc, a_reload_reaches_the_shared_checks_at_once);
 	tcase_add_test(tc, ttl_expiry_grants_the_next_waiter);
 	tcase_add_test(tc, refresh_restarts_the_ttl);
 	tcase_add_test(tc, unlockall_releases_every_hold);
