@@ -60,6 +60,13 @@ struct commands {
 	 * cmd_execute_checked(), by cmd_apply() from the settings and
 	 * the three flags above, once per configuration. */
 	size_t			 check_from[CMD__COUNT];
+	/* A LOCK's settings, by cmd_apply() too: its timeout without
+	 * timeout= (default-timeout within max-timeout), its max_waiters
+	 * without max_waiters= (default-max-waiters under max-waiters),
+	 * and max-table-bytes (UINT64_MAX: none). */
+	int64_t			 lock_timeout;
+	int64_t			 lock_max_waiters;
+	uint64_t		 table_bytes_max;
 	uint64_t		 auth_log_ms;	/* last AUTH failure warning */
 	/* UPGRADE starts a live upgrade through the server's hook. */
 	bool			(*upgrade)(void *, struct conn *, char *,
@@ -502,8 +509,10 @@ cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
 		*timeout = 0;
 	else if (req->opts & OPT_TIMEOUT)
 		*timeout = (int64_t)req->timeout_ms;
-	else
-		*timeout = cfg->default_timeout;
+	else {
+		*timeout = cmds->lock_timeout;	/* within max-timeout */
+		return true;
+	}
 	if (cfg->max_timeout == KL_NONE ||
 	    (*timeout >= 0 && *timeout <= cfg->max_timeout))
 		return true;
@@ -515,6 +524,16 @@ cmd_timeout(struct commands *cmds, struct conn *c, const struct request *req,
 	    "server's max-timeout of %" PRId64 " ms", *timeout,
 	    cfg->max_timeout);
 	return false;
+}
+
+/* max-waiters is a ceiling no request raises (review M9). */
+static int64_t
+cmd_max_waiters(const struct config *cfg, int64_t n)
+{
+	if (cfg->max_waiters != KL_NONE && (n == KL_NONE ||
+	    n > cfg->max_waiters))
+		return cfg->max_waiters;
+	return n;
 }
 
 static void __attribute__((noinline))
@@ -549,7 +568,6 @@ cmd_session_channel(struct commands *cmds, struct conn *c)
 static void
 cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 {
-	const struct config	*cfg = cmds->cfg;
 	struct backend		*be = cmds->be;
 	uint64_t		 now = kl_now_ms();
 	struct lt_acquire	 a;
@@ -561,8 +579,7 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	if (conn_channel(c) != 0 && be->ops->session_channel != NULL &&
 	    conn_session(c) != NULL && !cmd_session_channel(cmds, c))
 		return;
-	if (cfg->max_table_bytes != KL_NONE &&
-	    cmds->table->bytes >= (uint64_t)cfg->max_table_bytes) {
+	if (cmds->table->bytes >= cmds->table_bytes_max) {
 		cmd_table_full(cmds, c);
 		return;
 	}
@@ -573,13 +590,10 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	a.limit = req->limit;
 	a.try = timeout == 0;
 	a.max_waiters = (req->opts & OPT_MAX_WAITERS) ?
-	    (int64_t)req->max_waiters : cfg->default_max_waiters;
-	/* max-waiters is a ceiling no request raises (review M9). */
-	if (cfg->max_waiters != KL_NONE && (a.max_waiters == KL_NONE ||
-	    a.max_waiters > cfg->max_waiters))
-		a.max_waiters = cfg->max_waiters;
+	    cmd_max_waiters(cmds->cfg, (int64_t)req->max_waiters) :
+	    cmds->lock_max_waiters;
 	a.ttl_ms = (req->opts & OPT_TTL) ? req->ttl_ms : 0;
-	a.max_holds = (size_t)cfg->max_locks;
+	a.max_holds = (size_t)cmds->cfg->max_locks;
 	a.timeout_ms = timeout > 0 ? (uint64_t)timeout : 0;
 	if (be->ops->acquire(be, conn_owner(c), &a, now, &r) == BE_PENDING)
 		conn_pend(c, true, timeout, now);
@@ -1568,7 +1582,8 @@ cmd_execute_checked(struct commands *cmds, struct conn *c,
 }
 
 /*
- * Whether cmd_execute_checked() has anything to look at, for each
+ * LOCK's settings that need no request (cmds->lock_timeout, ...), and
+ * whether cmd_execute_checked() has anything to look at, for each
  * command, as the request's argument count that reaches it: 0 (always)
  * for a command of the connection's or the operator's, a server that
  * asks for AUTH or users whose keys are limited; max-keys + 1 for a
@@ -1579,6 +1594,16 @@ cmd_execute_checked(struct commands *cmds, struct conn *c,
 static void
 cmd_apply(struct commands *cmds)
 {
+	const struct config	*cfg = cmds->cfg;
+
+	/* config_check() refuses a default-timeout over max-timeout */
+	cmds->lock_timeout = cfg->default_timeout;
+	if (cfg->max_timeout != KL_NONE && cmds->lock_timeout < 0)
+		cmds->lock_timeout = cfg->max_timeout;
+	cmds->lock_max_waiters = cmd_max_waiters(cfg,
+	    cfg->default_max_waiters);
+	cmds->table_bytes_max = cfg->max_table_bytes == KL_NONE ?
+	    UINT64_MAX : (uint64_t)cfg->max_table_bytes;
 	for (size_t i = 0; i < CMD__COUNT; i++) {
 		unsigned	flags = cmd_table[i].flags;
 
