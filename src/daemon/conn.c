@@ -1033,16 +1033,19 @@ conn_reply_err(struct conn *c, enum kl_err err, const char *fmt, ...)
 /* ---- input ---- */
 
 /* Executes one request line of c's channel (its LF, and a CR, gone); r
- * is c's connection (c->root, which its callers have at hand). */
+ * is c's connection (c->root, which its callers have at hand). A line
+ * that starts with a word (a byte over '@': conn_frame()'s common line)
+ * is not blank, so its caller says so and that test goes. */
 static inline __attribute__((always_inline)) void
-conn_exec(struct conn *r, struct conn *c, const char *line, size_t len)
+conn_exec(struct conn *r, struct conn *c, const char *line, size_t len,
+    bool word)
 {
 	struct conns	*cs = c->cs;
 	struct request	*req = &cs->req;
 	enum kl_err	 err;
 
 	err = proto_parse(line, len, req);
-	if (err == KL_OK && req->cmd == CMD_NONE)
+	if (!word && err == KL_OK && req->cmd == CMD_NONE)
 		return;	/* keylockd-protocol(7), TRANSPORT: no reply */
 	cs->st->requests++;
 	if (!r->admitted && !commands_need_auth(cs->cmds))
@@ -1417,7 +1420,7 @@ conn_route(struct conn *r, const char *line, size_t len, uint32_t chan)
 	if (line == NULL)
 		conn_reply_toolong(ch);
 	else
-		conn_exec(r, ch, rest, restlen);
+		conn_exec(r, ch, rest, restlen, false);
 	conn_chan_idle(ch);
 }
 
@@ -1485,7 +1488,7 @@ conn_frame(struct conn *r, char *buf, size_t len)
 		 * other line ('@', blanks, bytes below '@') is routed. */
 		if ((unsigned char)p[0] > '@' && r->state == CONN_READY &&
 		    r->qlen == 0)
-			conn_exec(r, r, p, n);
+			conn_exec(r, r, p, n, true);
 		else
 			conn_route(r, p, n, 0);
 		handled++;
@@ -1522,7 +1525,7 @@ conn_run_queue(struct conn *c)
 		else if (c == r && conn_is_bad_at(p, n))
 			conn_line_channel(c, p, n, &rest, &restlen, true);
 		else
-			conn_exec(r, c, p, n);
+			conn_exec(r, c, p, n, false);
 		handled++;
 	}
 	if (c->state == CONN_CLOSED || off == 0)
