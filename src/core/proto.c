@@ -380,18 +380,22 @@ proto_find_cmd(const char *line, size_t len, const struct proto_tok *tok)
 	size_t			 i = (size_t)(tok->p - line);
 	uint64_t		 hi = 0;
 
+	uint64_t		 lo = proto_load_tail(u, len, i);
+
 	if (tok->len >= PROTO_CMD_NAME_SIZE)
 		return NULL;
 	if (tok->len > PROTO_WORD)
 		hi = proto_load_tail(u, i + tok->len, i + PROTO_WORD);
-	return proto_find_word(proto_load_tail(u, len, i), hi, tok->len);
+	if (tok->len < PROTO_WORD)
+		lo &= (UINT64_C(1) << (8 * tok->len)) - 1;
+	return proto_find_word(lo, hi, tok->len);
 }
 
 /*
  * The command named by a word of len bytes, its first eight bytes in lo
- * (any bytes past len are ignored) and the rest in hi, zero-padded: the
- * busiest names first, then every name. Inline: it runs for every
- * request, from two places.
+ * and the rest in hi, both zero-padded past len by the caller (who may
+ * know a cheaper mask): the busiest names first, then every name.
+ * Inline: it runs for every request, from two places.
  */
 static inline const struct proto_cmd *
 proto_find_word(uint64_t lo, uint64_t hi, size_t len)
@@ -402,8 +406,6 @@ proto_find_word(uint64_t lo, uint64_t hi, size_t len)
 
 	lo &= fold;
 	hi &= fold;
-	if (len < PROTO_WORD)
-		lo &= (UINT64_C(1) << (8 * len)) - 1;
 #pragma GCC unroll 8
 	for (k = 0; k < PROTO_NBUSY; k++)
 		if (proto_cmd_is(proto_cmd_busy[k], lo, hi, len))
@@ -870,8 +872,10 @@ proto_parse_short(const char *line, size_t len, struct request *req)
 	if (t < PROTO_WORD)
 		plain |= m >> (8 * t);
 	marks = ~plain & (0x0101010101010101ULL << 7);
+	/* m is bit 7 of byte sp alone: (m >> 7) - 1 keeps the bytes before */
 	if ((marks | (m & (m - 1))) != 0 || u[sp] != ' ' ||
-	    (cmd = proto_find_word(w, 0, sp)) == NULL || !cmd->short_ok)
+	    (cmd = proto_find_word(w & ((m >> 7) - 1), 0, sp)) == NULL ||
+	    !cmd->short_ok)
 		return SHORT_NO;
 	req->cmd = cmd->id;
 	req->nargs = 1;
