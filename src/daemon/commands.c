@@ -1554,8 +1554,9 @@ cmd_noperm(struct commands *cmds, struct conn *c, const struct request *req)
 /*
  * The shared checks in the protocol's order: AUTH, operator, NOPERM,
  * LIMIT; then the handler. Out of line and reached only for a request
- * that one of them may refuse (cmd_may_refuse()), so that the handler of
- * any other request is reached with no stack frame on the way.
+ * that one of them may refuse (cmds->check_from, by cmd_apply()), so
+ * that the handler of any other request is reached with no stack frame
+ * on the way.
  */
 static void __attribute__((noinline))
 cmd_execute_checked(struct commands *cmds, struct conn *c,
