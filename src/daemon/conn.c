@@ -924,6 +924,16 @@ conn_appended_chan(struct conn *c, size_t n)
 	conn_schedule(r);
 }
 
+/* conn_appended() of a connection (c->plen 0): a caller that tested
+ * that before writing need not test it again after its stores. */
+static inline __attribute__((always_inline)) void
+conn_appended_root(struct conn *c, size_t n)
+{
+	c->olen += n;
+	c->produced += n;
+	conn_schedule(c);
+}
+
 static inline __attribute__((always_inline)) void
 conn_appended(struct conn *c, size_t n)
 {
@@ -931,9 +941,7 @@ conn_appended(struct conn *c, size_t n)
 		conn_appended_chan(c, n);	/* c is a channel */
 		return;
 	}
-	c->olen += n;
-	c->produced += n;
-	conn_schedule(c);
+	conn_appended_root(c, n);
 }
 
 /* "HEAD TEXT\n", or "HEAD\n" for an empty text. */
@@ -1011,7 +1019,7 @@ conn_reply_u64(struct conn *c, uint64_t v)
 {
 	if (c->plen == 0 && c->ocap - c->olen >= KL_U64_OK_ROOM &&
 	    c->state != CONN_CLOSED && v < 100000000) {
-		conn_appended(c, kl_u64_put_ok(c->obuf + c->olen, v));
+		conn_appended_root(c, kl_u64_put_ok(c->obuf + c->olen, v));
 		return;
 	}
 	conn_reply_u64_room(c, v);
