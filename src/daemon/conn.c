@@ -1737,8 +1737,8 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 		case CONN_IO_DATA:
 			if (cs->cfg->idle_timeout != 0)
 				conn_dl_join(c, CONN_DL_IDLE, kl_now_ms());
-			/* a reply scheduled c: conns_end_turn() flushes it */
-			conn_consume(c, buf, len);
+			if (conn_consume(c, buf, len))
+				conn_flush(c);
 			if (c->tls != NULL)
 				conn_schedule(c);	/* conn_run: pending */
 			break;
