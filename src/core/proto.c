@@ -781,18 +781,20 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	if (cmd->hi > 1 && req->nargs > (size_t)cmd->hi)
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "%s takes at most %d arguments", cmd->name, cmd->hi);
-	/* duplicates count once against max-keys, but the server reads
-	 * no more than this many, duplicates or not */
-	if (req->nargs > KL_KEYS_HARD_MAX)
-		return proto_fail(req, KL_ERR_LIMIT, "%zu keys in one request: "
-		    "at most %d are read, duplicates included", req->nargs,
-		    KL_KEYS_HARD_MAX);
 	if (req->shared && (req->opts & OPT_LIMIT))
 		return proto_fail(req, KL_ERR_SYNTAX,
 		    "option limit cannot be used with mode=shared");
 	if ((cmd->needs & OPT_TTL) && (req->opts & OPT_TTL) == 0)
 		return proto_fail(req, KL_ERR_SYNTAX, "%s needs option ttl",
 		    cmd->name);
+	/* duplicates count once against max-keys, but the server reads
+	 * no more than this many, duplicates or not; last of the parser's
+	 * checks (SYNTAX wins), before AUTH's (keylockd-protocol(7),
+	 * LIMITS) */
+	if (req->nargs > KL_KEYS_HARD_MAX)
+		return proto_fail(req, KL_ERR_LIMIT, "%zu keys in one request: "
+		    "at most %d are read, duplicates included", req->nargs,
+		    KL_KEYS_HARD_MAX);
 	return KL_OK;
 }
 

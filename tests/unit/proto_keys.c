@@ -255,7 +255,7 @@ START_TEST(keys_past_hard_max_are_limit)
 	    "REFRESH" };
 	struct request	 req;
 	size_t		 n = KL_KEYS_HARD_MAX + 1, len = 0;
-	char		*line = malloc(32 + 2 * n), *buf;
+	char		*line = malloc(64 + 2 * n), *buf;
 
 	ck_assert_ptr_nonnull(line);
 	for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
@@ -279,6 +279,22 @@ START_TEST(keys_past_hard_max_are_limit)
 		ck_assert_uint_eq(req.nargs, KL_KEYS_HARD_MAX);
 		free(buf);
 	}
+	/* SYNTAX wins over it (PROTOCOL.md, which error wins): a REFRESH
+	 * without ttl=, a shared LOCK with limit= */
+	len = (size_t)sprintf(line, "REFRESH");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)sprintf(line + len, " a");
+	ck_assert_int_eq(cp_parse_exact(line, len, &req, &buf), KL_ERR_SYNTAX);
+	ck_assert_str_eq(req.why, "REFRESH needs option ttl");
+	free(buf);
+	len = (size_t)sprintf(line, "LOCK");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)sprintf(line + len, " a");
+	len += (size_t)sprintf(line + len, " mode=shared limit=2");
+	ck_assert_int_eq(cp_parse_exact(line, len, &req, &buf), KL_ERR_SYNTAX);
+	ck_assert_str_eq(req.why, "option limit cannot be used with "
+	    "mode=shared");
+	free(buf);
 	free(line);
 }
 END_TEST
