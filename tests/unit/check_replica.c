@@ -100,6 +100,23 @@ rep_moved(void *arg, struct lt_owner *o)
 	p->moved[p->nmoved++] = o;
 }
 
+/* An event base timed as the daemon's is (server.c: a precise clock, not
+ * CLOCK_MONOTONIC_COARSE's 4 ms steps, by which a timer fires early
+ * against kl_now_ms()). */
+static struct event_base *
+rt_base_new(void)
+{
+	struct event_config	*ec = event_config_new();
+	struct event_base	*base;
+
+	ck_assert_ptr_nonnull(ec);
+	event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+	base = event_base_new_with_config(ec);
+	event_config_free(ec);
+	ck_assert_ptr_nonnull(base);
+	return base;
+}
+
 static struct rep *
 rep_new(uint64_t fe)
 {
@@ -122,7 +139,7 @@ rep_new(uint64_t fe)
 	cfg.etcd_connections = 2;
 	hooks.arg = p;
 	hooks.counters = &p->count;
-	ck_assert_ptr_nonnull(p->base = event_base_new());
+	p->base = rt_base_new();
 	p->e = ebe_create(&cfg, p->base, &hooks, err, sizeof(err));
 	ck_assert_msg(p->e != NULL, "%s", err);
 	ebe_assume(p->e, fe);
@@ -1427,7 +1444,7 @@ START_TEST(a_dead_session_hold_and_wait_are_reaped)
 	    rt_deleted, rt_built, rt_heartbeat, rt_record, NULL, rt_reap, NULL,
 	    rt_safe, rt_lose, rt_lose, rt_end_turn, &t };
 	struct be_counters	 count;
-	struct event_base	*base = event_base_new();
+	struct event_base	*base = rt_base_new();
 	struct replica		*rp;
 	struct etcd_event	 ev[3];
 	const struct reaped	*g;
