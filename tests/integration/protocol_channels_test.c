@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,10 +522,11 @@ START_TEST(a_channel_whose_last_hold_expires_is_forgotten)
 	kt_start("--max-channels", "2");
 	c = kt_connect();
 	b = kt_connect();
-	kt_send(c, "@1 LOCK xt:a ttl=100");
+	/* (ttls that outlast the STATS below on a loaded machine) */
+	kt_send(c, "@1 LOCK xt:a ttl=%" PRIu64, (uint64_t)kt_ms(1000));
 	pc_token(c, 1);
 	kt_lock(b, "LOCK xt:b");
-	kt_send(c, "@2 LOCK xt:b ttl=100");
+	kt_send(c, "@2 LOCK xt:b ttl=%" PRIu64, (uint64_t)kt_ms(1000));
 	json_decref(kt_wait_queue(b, "xt:b", 1, 1));
 	kt_req(b, "OK 1", "UNLOCK xt:b");
 	pc_token(c, 2);		/* granted after a wait, then its ttl */
