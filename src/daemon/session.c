@@ -274,6 +274,14 @@ sessions_unlink(struct sessions *ss, struct session *s)
 	ss->n--;
 }
 
+/* s's kept channels leave STATS channels: taken back by a connection
+ * (which counts them again) or ended with s. */
+static void
+session_chans_uncount(struct session *s)
+{
+	s->ss->st->channels -= s->nchans;
+}
+
 /* Frees s, which owns nothing in the backend any more. */
 static void
 session_free(struct session *s)
@@ -290,6 +298,7 @@ session_free(struct session *s)
 		event_free(s->timer);
 	for (size_t i = 0; i < s->nchans; i++)
 		kl_free(s->chans[i]);
+	session_chans_uncount(s);
 	kl_free(s->chans);
 	kl_free(s->name);
 	explicit_bzero(s->raw, sizeof(s->raw));
@@ -514,6 +523,8 @@ session_keep_channel(struct session *s, uint32_t n, struct lt_owner *owner,
 	sc->wait_deadline_ms = wait_deadline_ms;
 	locktable_owner_set_udata(owner, &sc->h);
 	s->chans[s->nchans++] = sc;
+	/* still in use: STATS channels counts it */
+	s->ss->st->channels++;
 	return true;
 }
 
@@ -548,6 +559,7 @@ session_take_channels(struct session *s, bool (*fn)(void *, uint32_t,
 			    kl_now_ms());
 		kl_free(sc);
 	}
+	session_chans_uncount(s);
 	s->nchans = 0;
 }
 

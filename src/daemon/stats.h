@@ -113,7 +113,7 @@ struct stats {
 	X(sessions_expired, counter, st->sessions_expired,		\
 	    "Detached sessions whose grace ran out.")			\
 	X(channels, gauge, st->channels, "Channels in use, besides each "	\
-	    "connection's own channel 0.")				\
+	    "connection's own channel 0, detached sessions' included.")	\
 	X(upgrades, counter, st->upgrades,				\
 	    "Live upgrades this state has been handed through.")	\
 	X(upgrade_pause, gauge_ms, st->upgrade_pause_ms,		\

@@ -72,6 +72,7 @@ hostile_suite(void)
 	ht_add_flood(s);
 	ht_add_resources(s);
 	ht_add_budgets(s);
+	ht_add_memory(s);
 	return s;
 }
 

@@ -36,5 +36,8 @@ void		 ht_add_resources(Suite *s);
 /* hostile_budgets.c: write-timeout, output before AUTH, reply too large,
  * CLIENTS' cut, max-waiters, max-table-bytes */
 void		 ht_add_budgets(Suite *s);
+/* hostile_memory.c: input behind a waiting LOCK, channels' memory and
+ * count */
+void		 ht_add_memory(Suite *s);
 
 #endif /* HOSTILE_TEST_H */

@@ -19,6 +19,7 @@ tests_hostile_hostile_test_SOURCES = \
 	tests/hostile/hostile_flood.c \
 	tests/hostile/hostile_resources.c \
 	tests/hostile/hostile_budgets.c \
+	tests/hostile/hostile_memory.c \
 	tests/hostile/hostile_util.c \
 	tests/hostile/hostile_util.h
 tests_hostile_hostile_test_CFLAGS = $(HOSTILE_CFLAGS)
