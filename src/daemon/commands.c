@@ -539,10 +539,10 @@ cmd_max_waiters(const struct config *cfg, int64_t n)
 static void __attribute__((noinline))
 cmd_table_full(struct commands *cmds, struct conn *c)
 {
-	conn_reply_err(c, KL_ERR_LIMIT, "the lock table uses %" PRIu64
-	    " bytes, max-table-bytes is %" PRId64 ": no LOCK until "
-	    "releases free some", cmds->table->bytes,
-	    cmds->cfg->max_table_bytes);
+	conn_reply_err(c, KL_ERR_LIMIT, "the lock table and channels use %"
+	    PRIu64 " bytes, max-table-bytes is %" PRId64 ": no LOCK until "
+	    "releases free some", cmds->table->bytes +
+	    cmds->st->channel_bytes, cmds->cfg->max_table_bytes);
 }
 
 /* A LOCK on channel c of a session's connection: the backend makes the
@@ -579,7 +579,8 @@ cmd_lock(struct commands *cmds, struct conn *c, const struct request *req)
 	if (conn_channel(c) != 0 && be->ops->session_channel != NULL &&
 	    conn_session(c) != NULL && !cmd_session_channel(cmds, c))
 		return;
-	if (cmds->table->bytes >= cmds->table_bytes_max) {
+	if (cmds->table->bytes + cmds->st->channel_bytes >=
+	    cmds->table_bytes_max) {
 		cmd_table_full(cmds, c);
 		return;
 	}

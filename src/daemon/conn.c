@@ -49,6 +49,13 @@
 #define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
 #define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
 #define CONN_PREAUTH_OUTPUT	16384	/* unread reply bytes before AUTH */
+/* What a channel takes besides the table's owner and its queue: its
+ * struct conn with malloc's header, and its two bucket slots at most
+ * (keylockd.conf(5), max-table-bytes; STATS channel_bytes). */
+#define CONN_CHAN_BYTES		(sizeof(struct conn) + 16 + \
+				 2 * sizeof(struct conn *))
+/* and a channel's timer, once a LOCK with a timeout made one */
+#define CONN_TIMER_BYTES	(event_get_struct_event_size() + 16)
 
 /*
  * A connection's life, in the manner of memcached's conn_states: one state
@@ -309,6 +316,8 @@ conns_free_dead(struct conns *cs)
 	conns_release_closed(cs);
 	while ((c = TAILQ_FIRST(&cs->dead)) != NULL) {
 		TAILQ_REMOVE(&cs->dead, c, qentry);
+		if (c != c->root)
+			cs->st->channel_bytes -= CONN_CHAN_BYTES;
 		kl_free(c->q);
 		kl_free(c->ibuf);
 		kl_free(c->obuf);
@@ -1187,6 +1196,7 @@ conn_chan_new(struct conn *r, uint32_t n, struct lt_owner *o)
 	r->chans[b] = ch;
 	r->nchans++;
 	cs->st->channels++;
+	cs->st->channel_bytes += CONN_CHAN_BYTES;
 	return ch;
 }
 
@@ -1221,8 +1231,11 @@ conn_chan_idle(struct conn *ch)
 		TAILQ_REMOVE(&cs->runq, ch, qentry);
 	conn_undefer(ch);
 	cs->be->ops->owner_free(cs->be, ch->h.owner, kl_now_ms());
-	if (ch->timer != NULL)
+	if (ch->timer != NULL) {
 		event_free(ch->timer);
+		cs->st->channel_bytes -= CONN_TIMER_BYTES;
+	}
+	cs->st->channel_bytes -= CONN_CHAN_BYTES;
 	kl_free(ch->q);
 	kl_free(ch);
 }
@@ -1237,8 +1250,10 @@ conn_chans_close(struct conn *r)
 		for (ch = r->chans[i]; ch != NULL; ch = next) {
 			next = ch->chnext;
 			ch->chnext = NULL;
-			if (ch->timer != NULL)
+			if (ch->timer != NULL) {
 				event_free(ch->timer);
+				ch->cs->st->channel_bytes -= CONN_TIMER_BYTES;
+			}
 			ch->timer = NULL;
 			conn_set_state(ch, CONN_CLOSED);
 			ch->cs->st->channels--;
@@ -1859,10 +1874,14 @@ conn_pend(struct conn *c, bool is_lock, int64_t timeout_ms,
 	if (timeout_ms < 0)
 		return;
 	c->deadline_ms = start_ms + (uint64_t)timeout_ms;
-	if (c->timer == NULL && (c->timer = evtimer_new(c->cs->base,
-	    conn_timer_cb, c)) == NULL) {
-		conn_close_nomem(c, "a timer");
-		return;
+	if (c->timer == NULL) {
+		if ((c->timer = evtimer_new(c->cs->base, conn_timer_cb, c)) ==
+		    NULL) {
+			conn_close_nomem(c, "a timer");
+			return;
+		}
+		if (c != c->root)	/* kept while the channel is */
+			c->cs->st->channel_bytes += CONN_TIMER_BYTES;
 	}
 	left = (uint64_t)timeout_ms;
 	left = now - start_ms >= left ? 0 : left - (now - start_ms);
@@ -2742,6 +2761,8 @@ conn_state_get_chan(struct conns *cs, struct ks_reader *r, struct conn *ch)
 		if ((ch->timer = evtimer_new(cs->base, conn_timer_cb, ch)) ==
 		    NULL)
 			return ks_fail(r, "out of memory");
+		if (ch != ch->root)
+			cs->st->channel_bytes += CONN_TIMER_BYTES;
 		left = ch->deadline_ms > now ? ch->deadline_ms - now : 0;
 		tv.tv_sec = (time_t)(left / 1000);
 		tv.tv_usec = (suseconds_t)(left % 1000) * 1000;

@@ -274,12 +274,18 @@ sessions_unlink(struct sessions *ss, struct session *s)
 	ss->n--;
 }
 
-/* s's kept channels leave STATS channels: taken back by a connection
- * (which counts them again) or ended with s. */
+/* A kept channel's memory (STATS channel_bytes): its struct with
+ * malloc's header and its slot. */
+#define SESSION_CHAN_BYTES	(sizeof(struct session_chan) + 16 + \
+				 sizeof(struct session_chan *))
+
+/* s's kept channels leave STATS channels and channel_bytes: taken back
+ * by a connection (which counts them again) or ended with s. */
 static void
 session_chans_uncount(struct session *s)
 {
 	s->ss->st->channels -= s->nchans;
+	s->ss->st->channel_bytes -= s->nchans * SESSION_CHAN_BYTES;
 }
 
 /* Frees s, which owns nothing in the backend any more. */
@@ -523,8 +529,9 @@ session_keep_channel(struct session *s, uint32_t n, struct lt_owner *owner,
 	sc->wait_deadline_ms = wait_deadline_ms;
 	locktable_owner_set_udata(owner, &sc->h);
 	s->chans[s->nchans++] = sc;
-	/* still in use: STATS channels counts it */
+	/* still in use: STATS channels and channel_bytes count it */
 	s->ss->st->channels++;
+	s->ss->st->channel_bytes += SESSION_CHAN_BYTES;
 	return true;
 }
 

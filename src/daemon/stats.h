@@ -42,6 +42,8 @@ struct stats {
 	uint64_t	sessions_resumed;	/* RESUMEs that took one */
 	uint64_t	sessions_expired;	/* grace ran out */
 	uint64_t	channels;		/* in use now, besides 0 */
+	/* conn.c and session.c write it. */
+	uint64_t	channel_bytes;		/* the channels' own memory */
 	/* keylockd(8), LIVE UPGRADE; server_upgrade.c writes them. */
 	uint64_t	pid;			/* this process */
 	uint64_t	upgrades;		/* hand-offs this state went through */
@@ -114,6 +116,9 @@ struct stats {
 	    "Detached sessions whose grace ran out.")			\
 	X(channels, gauge, st->channels, "Channels in use, besides each "	\
 	    "connection's own channel 0, detached sessions' included.")	\
+	X(channel_bytes, gauge, st->channel_bytes, "Memory the channels "	\
+	    "in use take besides the lock table's; counts against "	\
+	    "max-table-bytes.")						\
 	X(upgrades, counter, st->upgrades,				\
 	    "Live upgrades this state has been handed through.")	\
 	X(upgrade_pause, gauge_ms, st->upgrade_pause_ms,		\
