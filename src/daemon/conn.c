@@ -43,6 +43,7 @@
 #include "util.h"
 
 #define CONN_IBUF_MIN		256
+#define CONN_IBUF_SLACK		(16 * 1024)	/* unused, then shrunk */
 #define CONN_OBUF_MIN		512	/* kept while empty, freed when bigger */
 #define CONN_SCRATCH_SIZE	(64 * 1024)	/* one read per batch */
 #define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
@@ -316,6 +317,7 @@ conns_free_dead(struct conns *cs)
 	conns_release_closed(cs);
 	while ((c = TAILQ_FIRST(&cs->dead)) != NULL) {
 		TAILQ_REMOVE(&cs->dead, c, qentry);
+		cs->st->input_bytes -= c->qcap + c->icap;
 		if (c != c->root)
 			cs->st->channel_bytes -= CONN_CHAN_BYTES;
 		kl_free(c->q);
@@ -1235,6 +1237,7 @@ conn_chan_idle(struct conn *ch)
 		event_free(ch->timer);
 		cs->st->channel_bytes -= CONN_TIMER_BYTES;
 	}
+	cs->st->input_bytes -= ch->qcap;
 	cs->st->channel_bytes -= CONN_CHAN_BYTES;
 	kl_free(ch->q);
 	kl_free(ch);
@@ -1263,27 +1266,78 @@ conn_chans_close(struct conn *r)
 	r->nchans = r->nbuckets = 0;
 }
 
+/*
+ * Sizes an input buffer (a connection's ibuf, a channel's queue) to cap
+ * bytes, counted in STATS input_bytes; false if no memory. Growth doubles
+ * but stops at what a connection may hold (conn_input_cap()), so a
+ * buffer costs about what it holds: one line plus one read, as
+ * keylockd.conf(5), max-line, says, not the next power of two.
+ */
+static bool
+conn_ibuf_size(struct conns *cs, char **buf, size_t *cap, size_t ncap)
+{
+	char	*p;
+
+	if (ncap == 0) {
+		kl_free(*buf);
+		*buf = NULL;
+	} else if ((p = kl_realloc(*buf, ncap)) == NULL)
+		return false;
+	else
+		*buf = p;
+	cs->st->input_bytes += ncap;
+	cs->st->input_bytes -= *cap;
+	*cap = ncap;
+	return true;
+}
+
+/* The size for a buffer of cap bytes that must hold need: doubled while
+ * small, and past CONN_IBUF_SLACK at once to max, what a connection may
+ * hold, so that a queue that fills does not leave a trail of freed
+ * smaller copies behind it in the heap (never below need). */
+static size_t
+conn_ibuf_grown(size_t cap, size_t need, size_t max)
+{
+	if (cap == 0)
+		cap = CONN_IBUF_MIN;
+	while (cap < need)
+		cap *= 2;
+	if (cap > CONN_IBUF_SLACK && max > cap)
+		cap = max;
+	return cap > max && max >= need ? max : cap;
+}
+
+/* A buffer with more than 16 KiB it does not use gives them back (glibc
+ * shrinks in place, without a copy), so that one that held a full input
+ * costs what it still holds as it drains, and a connection's two buffers
+ * together stay near its bound, not twice it. A smaller realloc that
+ * fails keeps the larger. */
+static void
+conn_ibuf_shrink(struct conns *cs, char **buf, size_t *cap, size_t len)
+{
+	size_t	ncap;
+
+	if (*cap - len <= CONN_IBUF_SLACK)
+		return;
+	ncap = (len + 4095) & ~(size_t)4095;
+	(void)conn_ibuf_size(cs, buf, cap, ncap > CONN_IBUF_MIN ? ncap :
+	    CONN_IBUF_MIN);
+}
+
 /* Appends a line (NULL: one over max-line) to c's queue; false if c's
  * connection was closed for it. */
 static bool
 conn_enqueue(struct conn *c, const char *line, size_t len)
 {
 	struct conn	*r = c->root;
-	size_t		 cap;
-	char		*p;
 
 	if (line == NULL)
 		len = 0;
-	if (c->qlen + len + 1 > c->qcap) {
-		cap = c->qcap > 0 ? c->qcap : CONN_IBUF_MIN;
-		while (cap < c->qlen + len + 1)
-			cap *= 2;
-		if ((p = kl_realloc(c->q, cap)) == NULL) {
-			conn_close_nomem(c, "input");
-			return false;
-		}
-		c->q = p;
-		c->qcap = cap;
+	if (c->qlen + len + 1 > c->qcap && !conn_ibuf_size(c->cs, &c->q,
+	    &c->qcap, conn_ibuf_grown(c->qcap, c->qlen + len + 1,
+	    conn_input_cap(r)))) {
+		conn_close_nomem(c, "input");
+		return false;
 	}
 	if (len > 0)
 		memcpy(c->q + c->qlen, line, len);
@@ -1557,11 +1611,10 @@ conn_run_queue(struct conn *c)
 	c->qlen -= off;
 	r->nqueued -= off;
 	c->cancel_scan = c->cancel_scan > off ? c->cancel_scan - off : 0;
-	if (c->qlen == 0 && c->qcap > CONN_IBUF_MIN) {
-		kl_free(c->q);
-		c->q = NULL;
-		c->qcap = 0;
-	}
+	if (c->qlen == 0 && c->qcap > CONN_IBUF_MIN)
+		(void)conn_ibuf_size(c->cs, &c->q, &c->qcap, 0);
+	else
+		conn_ibuf_shrink(c->cs, &c->q, &c->qcap, c->qlen);
 	conn_scan_cancel(c);
 	conn_pause_reading(r, r->ilen + r->nqueued >= conn_input_cap(r));
 }
@@ -1570,32 +1623,23 @@ conn_run_queue(struct conn *c)
 static bool
 conn_keep(struct conn *c, const char *buf, size_t len)
 {
-	size_t	 cap;
-	char	*p;
-
 	if (len == 0) {
 		/* nothing held before either (the common case): no free() */
-		if (c->ibuf != NULL) {
-			kl_free(c->ibuf);
-			c->ibuf = NULL;
-			c->icap = 0;
-		}
+		if (c->ibuf != NULL)
+			(void)conn_ibuf_size(c->cs, &c->ibuf, &c->icap, 0);
 		c->ilen = 0;
 		return true;
 	}
-	if (len > c->icap) {
-		cap = c->icap > 0 ? c->icap : CONN_IBUF_MIN;
-		while (cap < len)
-			cap *= 2;
-		if ((p = kl_realloc(c->ibuf, cap)) == NULL) {
-			conn_close_nomem(c, "input");
-			return false;
-		}
-		c->ibuf = p;
-		c->icap = cap;
+	/* buf is the scratch buffer when ibuf has to grow: conn_recv()
+	 * reads into ibuf only with room for the read */
+	if (len > c->icap && !conn_ibuf_size(c->cs, &c->ibuf, &c->icap,
+	    conn_ibuf_grown(c->icap, len, conn_input_cap(c)))) {
+		conn_close_nomem(c, "input");
+		return false;
 	}
 	memmove(c->ibuf, buf, len);
 	c->ilen = len;
+	conn_ibuf_shrink(c->cs, &c->ibuf, &c->icap, len);
 	return true;
 }
 
@@ -1667,9 +1711,16 @@ conn_scan_cancel(struct conn *c)
 static enum conn_io
 conn_recv(struct conn *c, char **buf, size_t *len)
 {
-	size_t	room, cap = conn_input_cap(c);
+	size_t	room, cap = conn_input_cap(c), held = c->ilen + c->nqueued;
 	ssize_t	n;
 
+	/* A read takes no more than fits under the connection's bound with
+	 * what it holds already, queued lines included: one line plus one
+	 * read in all (keylockd.conf(5), max-line), not that per buffer. */
+	if (held >= cap) {
+		conn_pause_reading(c, true);	/* max-line made smaller */
+		return CONN_IO_AGAIN;
+	}
 	if (c->ilen == 0) {
 		*buf = c->cs->scratch;
 		room = CONN_SCRATCH_SIZE;
@@ -1683,24 +1734,19 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 		*buf = c->cs->scratch;
 		room = CONN_SCRATCH_SIZE - c->ilen;
 	} else {
-		room = cap - c->ilen;
-		if (room > CONN_SCRATCH_SIZE)
-			room = CONN_SCRATCH_SIZE;
-		if (c->ilen + room > c->icap) {
-			size_t	ncap = c->icap;
-			char	*p;
-
-			while (ncap < c->ilen + room)
-				ncap *= 2;
-			if ((p = kl_realloc(c->ibuf, ncap)) == NULL)
-				return CONN_IO_NOMEM;
-			c->ibuf = p;
-			c->icap = ncap;
-		}
+		/* a large part held: the read goes after it, in ibuf */
+		*buf = NULL;
+		room = CONN_SCRATCH_SIZE;
+	}
+	if (room > cap - held)
+		room = cap - held;
+	if (*buf == NULL) {
+		if (c->ilen + room > c->icap && !conn_ibuf_size(c->cs,
+		    &c->ibuf, &c->icap, conn_ibuf_grown(c->icap,
+		    c->ilen + room, cap)))
+			return CONN_IO_NOMEM;
 		*buf = c->ibuf;
 	}
-	if (room == 0)
-		return CONN_IO_AGAIN;
 	if (c->tls != NULL) {
 		n = tls_read(c->tls, *buf + c->ilen, room,
 		    &c->tls_read_wants_write);
@@ -2728,6 +2774,7 @@ conn_state_get_chan(struct conns *cs, struct ks_reader *r, struct conn *ch)
 	if (!conn_state_bytes(r, &ch->q, &ch->qlen, &ch->qcap,
 	    (size_t)cs->cfg->max_line + CONN_SCRATCH_SIZE))
 		return false;
+	cs->st->input_bytes += ch->qcap;
 	ch->pending_lock = ks_get_bool(r);
 	ch->deadline_ms = ks_get_u64(r);
 	ch->cancel_scan = (size_t)ks_get_u64(r);
@@ -2866,8 +2913,11 @@ conn_state_get_root(struct conns *cs, struct ks_reader *r,
 	if (c->id > *max_id)
 		*max_id = c->id;
 	if (!conn_state_bytes(r, &c->ibuf, &c->ilen, &c->icap,
-	    conn_input_cap(c)) || !conn_state_bytes(r, &c->obuf, &c->olen,
-	    &c->ocap, (size_t)cs->cfg->max_output + CONN_TURN_OUTPUT))
+	    conn_input_cap(c)))
+		return false;
+	cs->st->input_bytes += c->icap;
+	if (!conn_state_bytes(r, &c->obuf, &c->olen, &c->ocap,
+	    (size_t)cs->cfg->max_output + CONN_TURN_OUTPUT))
 		return false;
 	cs->out_bytes += c->ocap;
 	c->discarding = ks_get_bool(r);

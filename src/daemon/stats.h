@@ -42,8 +42,9 @@ struct stats {
 	uint64_t	sessions_resumed;	/* RESUMEs that took one */
 	uint64_t	sessions_expired;	/* grace ran out */
 	uint64_t	channels;		/* in use now, besides 0 */
-	/* conn.c and session.c write it. */
+	/* conn.c and session.c write them. */
 	uint64_t	channel_bytes;		/* the channels' own memory */
+	uint64_t	input_bytes;		/* input buffers, all clients */
 	/* keylockd(8), LIVE UPGRADE; server_upgrade.c writes them. */
 	uint64_t	pid;			/* this process */
 	uint64_t	upgrades;		/* hand-offs this state went through */
@@ -119,6 +120,8 @@ struct stats {
 	X(channel_bytes, gauge, st->channel_bytes, "Memory the channels "	\
 	    "in use take besides the lock table's; counts against "	\
 	    "max-table-bytes.")						\
+	X(input_bytes, gauge, st->input_bytes, "Memory of the input "	\
+	    "buffers of all clients: unframed and queued lines.")	\
 	X(upgrades, counter, st->upgrades,				\
 	    "Live upgrades this state has been handed through.")	\
 	X(upgrade_pause, gauge_ms, st->upgrade_pause_ms,		\

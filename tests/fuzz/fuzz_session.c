@@ -184,10 +184,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * keep channels (keylockd-protocol(7), SESSIONS), and server_free()
 	 * ends them. */
 	assert(server_stats(srv)->clients == 0);
+	assert(server_stats(srv)->input_bytes == 0);
 	assert(server_stats(srv)->sessions ==
 	    server_stats(srv)->sessions_detached);
 	if (server_stats(srv)->sessions == 0) {
 		assert(server_stats(srv)->channels == 0);
+		assert(server_stats(srv)->channel_bytes == 0);
 		assert(locktable_counters(backend_table(
 		    server_backend(srv)))->keys == 0);
 		assert(locktable_counters(backend_table(

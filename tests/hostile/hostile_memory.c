@@ -2,10 +2,11 @@
  * keylockd: a lock server. SPDX-License-Identifier: MIT
  *
  * What a connection's input and its channels cost, as the daemon counts
- * it in STATS (channel_bytes, channels), so that the bounds hold under
- * ASan too, where RSS says little: channels that wait (max-table-bytes
- * covers them), and the channels a detached session keeps (STATS
- * channels counts them).
+ * it in STATS (input_bytes, channel_bytes, channels), so that the bounds
+ * hold under ASan too, where RSS says little: lines pipelined behind a
+ * waiting LOCK (keylockd.conf(5), max-line: one line plus one read per
+ * client), channels that wait (max-table-bytes covers them), and the
+ * channels a detached session keeps (STATS channels counts them).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -27,6 +28,128 @@
 #include "hostile_test.h"
 #include "hostile_util.h"
 #include "kltest.h"
+
+/* Polls STATS member m until it stays the same for 500 ms; returns it. */
+static json_int_t
+hm_settled(struct kt_conn *c, const char *m)
+{
+	json_int_t	v, prev = -1;
+	uint64_t	since = kt_now_ms(), end = since + (uint64_t)kt_ms(20000);
+
+	for (;;) {
+		v = kt_stat(c, m);
+		if (v != prev)
+			since = kt_now_ms();
+		prev = v;
+		if (kt_now_ms() - since >= (uint64_t)kt_ms(500))
+			return v;
+		ck_assert_msg(kt_now_ms() < end, "%s never settled", m);
+		kt_sleep_ms(50);
+	}
+}
+
+/*
+ * The hostile reader's attack, scaled down: clients that each send a
+ * LOCK that waits and 40000 PINGs behind it in one go. Each is read up
+ * to one line plus one read (max-line 4096 + 64 KiB), its buffers sized
+ * to that, not to two 128 KiB ones; once its LOCK is granted it gets
+ * every reply, and its input buffers are given back.
+ */
+START_TEST(input_behind_a_waiting_lock_is_one_line_plus_one_read)
+{
+	enum { N = 20, PINGS = 40000 };
+	struct kt_conn	*h, *m;
+	int		 fds[N];
+	char		*msg[N];
+	size_t		 len[N], off[N], lines[N];
+	json_int_t	 in, bound = N * (4096 + 65536 + 8192);
+	long		 rss0, rss1;
+
+	kt_start_default();
+	h = kt_connect();
+	m = kt_connect();
+	for (int i = 0; i < N; i++)
+		kt_lock(h, "LOCK ib:%d", i);
+	rss0 = hu_rss_kib(kt_d->pid);
+	for (int i = 0; i < N; i++) {
+		int	k;
+
+		ck_assert_ptr_nonnull(msg[i] = malloc(64 + PINGS * 5));
+		k = snprintf(msg[i], 64, "LOCK ib:%d\n", i);
+		for (int j = 0; j < PINGS; j++)
+			memcpy(msg[i] + k + j * 5, "PING\n", 5);
+		len[i] = (size_t)k + PINGS * 5;
+		off[i] = lines[i] = 0;
+		fds[i] = hu_socket(kt_d, KT_UNIX, 0);
+		ck_assert(fds[i] != -1);
+	}
+	/* all the kernel takes; the daemon reads what its bound allows */
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < N; i++) {
+			ssize_t	r;
+
+			if (off[i] == len[i])
+				continue;
+			r = send(fds[i], msg[i] + off[i], len[i] - off[i],
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (r > 0)
+				off[i] += (size_t)r;
+			else
+				ck_assert_msg(errno == EAGAIN ||
+				    errno == EWOULDBLOCK, "send: %s",
+				    strerror(errno));
+		}
+		kt_sleep_ms(20);
+	}
+	kt_wait_stat(m, "waiting", N);
+	in = hm_settled(m, "input_bytes");
+	rss1 = hu_rss_kib(kt_d->pid);
+	fprintf(stderr, "input behind a wait: %d clients, %d PINGs each "
+	    "behind a waiting LOCK: input_bytes %" JSON_INTEGER_FORMAT
+	    " (%" JSON_INTEGER_FORMAT " per client; bound %" JSON_INTEGER_FORMAT
+	    "), RSS +%ld KiB%s\n", N, PINGS, in, in / N, bound / N,
+	    rss1 - rss0, ht_rss_note());
+	ck_assert_msg(in >= N * 65536, "input_bytes %" JSON_INTEGER_FORMAT
+	    ": the clients' input was not read up to the bound", in);
+	ck_assert_msg(in <= bound, "input_bytes %" JSON_INTEGER_FORMAT
+	    " over %" JSON_INTEGER_FORMAT ": more than one line plus one "
+	    "read per client", in, bound);
+	kt_req(m, "OK PONG", "PING");
+
+	/* granted: every reply comes, and the buffers go */
+	kt_send(h, "UNLOCKALL");
+	kt_expect_prefix(h, "OK ");
+	for (int i = 0; i < N; i++) {
+		char	buf[65536];
+
+		while (lines[i] < 1 + PINGS) {
+			struct pollfd	pfd = { fds[i], POLLIN, 0 };
+			ssize_t		r;
+
+			if (off[i] < len[i])
+				pfd.events |= POLLOUT;
+			ck_assert_msg(poll(&pfd, 1, (int)kt_ms(10000)) == 1,
+			    "client %d: %zu of %d replies", i, lines[i],
+			    1 + PINGS);
+			if ((pfd.revents & POLLOUT) && (r = send(fds[i],
+			    msg[i] + off[i], len[i] - off[i], MSG_NOSIGNAL |
+			    MSG_DONTWAIT)) > 0)
+				off[i] += (size_t)r;
+			if (!(pfd.revents & (POLLIN | POLLHUP)))
+				continue;
+			r = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
+			ck_assert_msg(r > 0 || (r == -1 && errno == EAGAIN),
+			    "client %d closed after %zu replies", i, lines[i]);
+			for (ssize_t k = 0; k < r; k++)
+				lines[i] += buf[k] == '\n';
+		}
+		close(fds[i]);
+		free(msg[i]);
+	}
+	kt_wait_stat(m, "input_bytes", 0);
+	kt_wait_stat(m, "clients", 2);
+}
+END_TEST
 
 /*
  * keylockd.conf(5), max-table-bytes covers the channels: 3000 channels
@@ -140,6 +263,8 @@ ht_add_memory(Suite *s)
 	TCase	*tc;
 
 	tc = kt_tcase(s, "memory", KT_PRIVATE, 120, kt_setup_none);
+	tcase_add_test(tc,
+	    input_behind_a_waiting_lock_is_one_line_plus_one_read);
 	tcase_add_test(tc, channels_count_against_max_table_bytes);
 	tcase_add_test(tc, stats_channels_counts_a_detached_sessions_channels);
 }
