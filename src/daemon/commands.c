@@ -853,6 +853,52 @@ cmd_auth(struct commands *cmds, struct conn *c, const struct request *req)
 		    "user or secret" : "secret");
 }
 
+/* The owners of a connection's or a detached session's channels besides
+ * 0, by channel number: RESUME's reply, CLIENTS. */
+struct cmd_chans {
+	const struct lt_owner	**list;
+	size_t			  n;
+};
+
+static bool
+cmd_chans_add(void *arg, struct conn *ch)
+{
+	struct cmd_chans	*cc = arg;
+
+	if (conn_channel(ch) != 0)
+		cc->list[cc->n++] = conn_owner(ch);
+	return true;
+}
+
+static int
+cmd_chans_cmp(const void *a, const void *b)
+{
+	uint32_t	x = owner_channel(*(const struct lt_owner *const *)a);
+	uint32_t	y = owner_channel(*(const struct lt_owner *const *)b);
+
+	return x < y ? -1 : x > y;
+}
+
+/* cc for c's channels, or for s's (c NULL). false: out of memory. */
+static bool
+cmd_chans_collect(struct cmd_chans *cc, struct conn *c,
+    const struct session *s)
+{
+	size_t	n = c != NULL ? conn_nchannels(c) : session_nchannels(s);
+
+	cc->n = 0;
+	if ((cc->list = kl_calloc(n + 1, sizeof(*cc->list))) == NULL)
+		return false;
+	if (c != NULL)
+		conn_channels_walk(c, cmd_chans_add, cc);
+	else
+		for (size_t i = 0; i < n; i++)
+			cc->list[cc->n++] = session_channel_owner(s, i);
+	if (cc->n > 1)
+		qsort(cc->list, cc->n, sizeof(*cc->list), cmd_chans_cmp);
+	return true;
+}
+
 /* ---- operator commands ---- */
 
 static const char *
@@ -865,6 +911,24 @@ struct cmd_clients {
 	struct stats_clients	*list;
 	uint64_t		 now;
 };
+
+/* sc into the list, with the waits of its channels (c's, or s's). */
+static bool
+cmd_clients_put(struct cmd_clients *cl, struct stats_client *sc,
+    struct conn *c, const struct session *s)
+{
+	struct cmd_chans	cc;
+
+	if (!cmd_chans_collect(&cc, c, s)) {
+		stats_clients_nomem(cl->list);
+		return false;
+	}
+	sc->chans = cc.list;
+	sc->nchans = cc.n;
+	stats_clients_add(cl->list, sc, cl->now);
+	kl_free(cc.list);
+	return true;
+}
 
 static bool
 cmd_clients_add(void *arg, struct conn *c)
@@ -884,8 +948,7 @@ cmd_clients_add(void *arg, struct conn *c)
 	sc.channels = conn_nchannels(c);
 	sc.held = conn_nholds(c);
 	sc.owner = conn_owner(c);
-	stats_clients_add(cl->list, &sc, cl->now);
-	return true;
+	return cmd_clients_put(cl, &sc, c, NULL);
 }
 
 /* keylockd-protocol(7), SESSIONS: Seen by operators. */
@@ -908,8 +971,7 @@ cmd_clients_add_detached(void *arg, const struct session *s,
 	sc.channels = (uint32_t)session_nchannels(s);
 	sc.held = session_nholds(s);
 	sc.owner = owner;
-	stats_clients_add(cl->list, &sc, cl->now);
-	return true;
+	return cmd_clients_put(cl, &sc, NULL, s);
 }
 
 static void
@@ -1180,31 +1242,6 @@ cmd_session_is_mine(struct conn *c, const struct session *s)
 	    strcmp(mine, its) == 0;
 }
 
-/* The owners of c's channels besides 0, for RESUME's reply. */
-struct cmd_chans {
-	const struct lt_owner	**list;
-	size_t			  n;
-};
-
-static bool
-cmd_chans_add(void *arg, struct conn *ch)
-{
-	struct cmd_chans	*cc = arg;
-
-	if (conn_channel(ch) != 0)
-		cc->list[cc->n++] = conn_owner(ch);
-	return true;
-}
-
-static int
-cmd_chans_cmp(const void *a, const void *b)
-{
-	uint32_t	x = owner_channel(*(const struct lt_owner *const *)a);
-	uint32_t	y = owner_channel(*(const struct lt_owner *const *)b);
-
-	return x < y ? -1 : x > y;
-}
-
 /* backend etcd: RESUME of a session this front end does not have; the
  * user check is the backend's (the record names its user). */
 static void
@@ -1251,15 +1288,10 @@ cmd_resume_reply(struct commands *cmds, struct conn *c,
 	struct cmd_chans	 cc;
 	char			*json;
 
-	cc.n = 0;
-	if ((cc.list = kl_calloc(conn_nchannels(c) + 1,
-	    sizeof(*cc.list))) == NULL) {
+	if (!cmd_chans_collect(&cc, c, NULL)) {
 		conn_close_nomem(c, "RESUME");
 		return false;
 	}
-	conn_channels_walk(c, cmd_chans_add, &cc);
-	if (cc.n > 1)
-		qsort(cc.list, cc.n, sizeof(*cc.list), cmd_chans_cmp);
 	json = stats_resume_json(backend_table(cmds->be), o, id, idlen, grace,
 	    kl_now_ms(), cc.list, cc.n);
 	kl_free(cc.list);

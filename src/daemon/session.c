@@ -905,6 +905,12 @@ session_nchannels(const struct session *s)
 	return s->nchans;
 }
 
+const struct lt_owner *
+session_channel_owner(const struct session *s, size_t i)
+{
+	return s->chans[i]->h.owner;
+}
+
 uint64_t
 session_grace(const struct session *s)
 {

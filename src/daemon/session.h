@@ -163,8 +163,11 @@ void		 session_moved(struct session *s);
 struct conn	*session_conn(const struct session *s);
 uint64_t	 session_client(const struct session *s);
 uint64_t	 session_grace(const struct session *s);
-/* Channels kept while detached, besides channel 0. */
+/* Channels kept while detached, besides channel 0; the owner of the
+ * i-th (0 to session_nchannels() - 1, in no set order). */
 size_t		 session_nchannels(const struct session *s);
+const struct lt_owner *session_channel_owner(const struct session *s,
+		    size_t i);
 /* Every hold of s's owners, channel 0's and its channels'. */
 size_t		 session_nholds(const struct session *s);
 /* When its first connection connected, and the enum conn_transport of

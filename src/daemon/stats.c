@@ -298,7 +298,8 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 {
 	struct wait_keys	 wk;
 	json_t		*o, *keys;
-	uint64_t	 since;
+	uint64_t	 since = 0;
+	bool		 waiting = false;
 
 	size_t			 w[2] = { 0, 0 }, est;
 
@@ -308,7 +309,9 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 		return;
 	/* The entry's size, about, before it is made: the list stops where
 	 * the budget would be passed, and "total" still counts every one. */
-	locktable_owner_wait_walk(c->owner, stats_wait_len, w, NULL);
+	for (size_t i = 0; i <= c->nchans; i++)
+		locktable_owner_wait_walk(i == 0 ? c->owner : c->chans[i - 1],
+		    stats_wait_len, w, NULL);
 	est = 256 + w[0] + stats_json_len(c->peer, strlen(c->peer)) +
 	    (c->name != NULL ? stats_json_len(c->name, strlen(c->name)) : 0);
 	if (l->bytes + est > l->budget) {
@@ -339,14 +342,32 @@ stats_clients_add(struct stats_clients *l, const struct stats_client *c,
 	SET_U(o, "held", c->held);
 	wk.keys = keys;
 	wk.n = 0;
-	if (locktable_owner_wait_walk(c->owner, stats_wait_key_capped, &wk,
-	    &since)) {
+	/* every channel's wait, channel 0's first: the keys in request
+	 * order, channel by channel; the longest wait's time */
+	for (size_t i = 0; i <= c->nchans; i++) {
+		uint64_t	at;
+
+		if (locktable_owner_wait_walk(i == 0 ? c->owner :
+		    c->chans[i - 1], stats_wait_key_capped, &wk, &at) &&
+		    (!waiting || at < since)) {
+			since = at;
+			waiting = true;
+		}
+	}
+	if (waiting) {
 		SET_U(o, "waited_ms", now_ms - since);
 		if (wk.n > KL_CLIENTS_WAIT_KEYS)
 			SET_U(o, "waiting_keys", wk.n);
 	}
 	json_object_set_new(o, "waiting_for", keys);
 	if (json_array_append_new(l->list, o) != 0)
+		l->failed = true;
+}
+
+void
+stats_clients_nomem(struct stats_clients *l)
+{
+	if (l != NULL)
 		l->failed = true;
 }
 

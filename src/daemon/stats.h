@@ -184,6 +184,9 @@ struct stats_client {
 	uint32_t		 channels;	/* in use besides channel 0 */
 	size_t			 held;		/* on every channel */
 	const struct lt_owner	*owner;		/* channel 0's wait */
+	const struct lt_owner *const *chans;	/* the other channels',
+						 * by channel number */
+	size_t			 nchans;
 };
 struct stats_clients;
 
@@ -193,6 +196,8 @@ struct stats_clients;
 struct stats_clients *stats_clients_new(size_t max, size_t budget);
 void	 stats_clients_add(struct stats_clients *l,
 	    const struct stats_client *c, uint64_t now_ms);
+/* The caller ran out of memory for an entry: the reply is NULL. */
+void	 stats_clients_nomem(struct stats_clients *l);
 /* The JSON line (free with free()), or NULL on no memory; frees l. */
 char	*stats_clients_json(struct stats_clients *l);
 

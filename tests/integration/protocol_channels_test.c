@@ -572,6 +572,64 @@ START_TEST(a_detached_sessions_idle_channel_is_not_resumed)
 }
 END_TEST
 
+/* PROTOCOL.md, CLIENTS: "the keys it waits for", on every channel:
+ * channel 0's first, then by channel number; the longest wait's time;
+ * a detached session's likewise. */
+START_TEST(clients_lists_the_waits_of_every_channel)
+{
+	struct kt_conn	*a = kt_connect(), *b = kt_connect();
+	struct kt_conn	*op = kt_connect_unix();
+	json_t		*r, *list, *e, *w;
+	uint64_t	 bid = 0;
+	size_t		 i;
+
+	kt_lock(a, "LOCK cw:1");
+	kt_lock(a, "LOCK cw:2");
+	kt_send(b, "SESSION grace=10000");
+	kt_expect_prefix(b, "OK ");
+	kt_send(b, "@5 LOCK cw:2 timeout=60000");
+	json_decref(kt_wait_queue(a, "cw:2", 1, 1));
+	kt_send(b, "@3 LOCK cw:1 cw:x timeout=60000");
+	json_decref(kt_wait_queue(a, "cw:1", 1, 1));
+	kt_send(b, "@4 LOCK other");
+	pc_token(b, 4);
+	for (int pass = 0; pass < 2; pass++) {
+		kt_send(op, "CLIENTS");
+		r = kt_expect_json(op);
+		list = json_object_get(r, "clients");
+		e = NULL;
+		for (i = 0; i < json_array_size(list); i++) {
+			json_t	*x = json_array_get(list, i);
+
+			if (json_object_get(x, "waited_ms") != NULL)
+				e = x;
+		}
+		ck_assert_msg(e != NULL, "no client waits in CLIENTS");
+		if (pass == 0)
+			bid = (uint64_t)kt_jint(e, "id");
+		ck_assert_uint_eq((uint64_t)kt_jint(e, "id"), bid);
+		ck_assert_int_eq(kt_jint(e, "channels"), 3);
+		ck_assert_int_eq(kt_jint(e, "held"), 1);
+		w = json_object_get(e, "waiting_for");
+		ck_assert_uint_eq(json_array_size(w), 3);
+		ck_assert_str_eq(json_string_value(json_array_get(w, 0)),
+		    "cw:1");
+		ck_assert_str_eq(json_string_value(json_array_get(w, 1)),
+		    "cw:x");
+		ck_assert_str_eq(json_string_value(json_array_get(w, 2)),
+		    "cw:2");
+		ck_assert_int_eq(json_object_get(e, "detached_ms") != NULL,
+		    pass == 1);
+		json_decref(r);
+		if (pass == 0) {
+			kt_conn_close(b);	/* the session detaches */
+			kt_wait_stat(a, "sessions_detached", 1);
+		}
+	}
+	kt_conn_close(op);
+}
+END_TEST
+
 static Suite *
 protocol_channels_suite(void)
 {
@@ -591,6 +649,7 @@ protocol_channels_suite(void)
 		tcase_add_test(tc, a_thousand_channels_queue_in_fifo_order);
 		tcase_add_test(tc, a_session_keeps_every_channel);
 		tcase_add_test(tc, a_session_expires_with_every_channel);
+		tcase_add_test(tc, clients_lists_the_waits_of_every_channel);
 	}
 	tc = kt_tcase(s, "settings", KT_PRIVATE, 60, kt_setup_none);
 	if (tc != NULL) {
