@@ -953,7 +953,7 @@ START_TEST(a_read_waits_for_an_unlocks_delete_tried_again)
 	struct kt_daemon	*a = et_fe_start(NULL, "30", "5000");
 	struct kt_conn		*h = kt_connect_to(a, KT_TCP);
 	struct kt_conn		*o = kt_connect_to(a, KT_TCP);
-	uint64_t		 deadline, failed_ms, t0;
+	uint64_t		 deadline, failed_ms, answered_ms, t0;
 	char			 why[160];
 	json_t			*st;
 
@@ -973,13 +973,28 @@ START_TEST(a_read_waits_for_an_unlocks_delete_tried_again)
 	et_member("cont", 2);
 	et_member("cont", 3);
 	kt_recv_within(o, kt_ms(20000));
+	answered_ms = kt_now_ms() - t0;
 	st = kt_parse_ok_json(o->line, o->linelen, why, sizeof(why));
 	ck_assert_msg(st != NULL, "STATS: %s: %s", why, o->line);
-	ck_assert_msg(kt_jint(st, "keys") == 0 && kt_jint(st, "held") == 0,
-	    "STATS after an answered UNLOCK whose delete failed (at %" PRIu64
-	    " ms) showed keys %lld held %lld, %" PRIu64 " ms after it",
-	    failed_ms, (long long)kt_jint(st, "keys"),
-	    (long long)kt_jint(st, "held"), kt_now_ms() - t0);
+	/* The read waits up to twice etcd-timeout (10 s) from the UNLOCK:
+	 * with the key still held it may be answered only once that bound
+	 * has passed (the members had not elected a leader again in time,
+	 * as once in CI at 10037 ms), never before (the old code answered
+	 * at once: 3096 ms, keys 1). */
+	if (kt_jint(st, "keys") != 0 || kt_jint(st, "held") != 0) {
+		ck_assert_msg(answered_ms >= 10000, "STATS after an answered "
+		    "UNLOCK whose delete failed (at %" PRIu64 " ms) showed "
+		    "keys %lld held %lld, %" PRIu64 " ms after it, before "
+		    "twice etcd-timeout", failed_ms,
+		    (long long)kt_jint(st, "keys"),
+		    (long long)kt_jint(st, "held"), answered_ms);
+		fprintf(stderr, "a read after an UNLOCK whose delete failed at "
+		    "%" PRIu64 " ms: answered at %" PRIu64 " ms, the bound, "
+		    "the delete not yet applied\n", failed_ms, answered_ms);
+		json_decref(st);
+		kt_req(h, "OK PONG", "PING");
+		return;
+	}
 	fprintf(stderr, "a read after an UNLOCK whose delete failed at %"
 	    PRIu64 " ms: answered at %" PRIu64 " ms, the key free\n",
 	    failed_ms, kt_now_ms() - t0);
