@@ -68,7 +68,8 @@ static const char *const status_texts[] = {
 	[KEYLOCK_ERR_CANCELLED] = "the lock request was cancelled",
 	[KEYLOCK_ERR_BACKEND] = "the server cannot reach its lock store",
 	[KEYLOCK_ERR_GONE] = "the session ended: its locks were released",
-	[KEYLOCK_ERR_NOPERM] = "the server's user may not use one of the keys",
+	[KEYLOCK_ERR_NOPERM] = "the server's user may not use one of the keys "
+	    "or this command",
 	[KEYLOCK_ERR_SESSION] = "the connection already has a session, a "
 	    "lock or a wait",
 	[KEYLOCK_ERR_UPGRADE] = "the live upgrade failed: the running server "

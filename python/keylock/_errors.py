@@ -105,7 +105,8 @@ class AuthError(Error):
 
 class NoPermission(Error, PermissionError):
     """``NOPERM``: the user the connection authenticated as may not use
-    one of the keys (keylockd-protocol(7), ACCESS CONTROL); nothing was
+    one of the keys, or this command (an operator command for a user who
+    is not an operator; keylockd-protocol(7), ACCESS CONTROL); nothing was
     changed. A user authenticates with ``secret="user secret"``."""
 
     CODE = "NOPERM"

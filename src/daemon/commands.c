@@ -1518,6 +1518,11 @@ cmd_refuse(struct commands *cmds, struct conn *c, const struct request *req,
 		    "this connection's user or secret changed or is gone");
 	else if (flag == CMD_NO_AUTH)
 		conn_reply_err(c, KL_ERR_AUTH, "authentication required");
+	else if (flag == CMD_ADMIN && conn_is_authed(c) &&
+	    conn_user(c) != NULL && user_name(conn_user(c)) != NULL)
+		conn_reply_err(c, KL_ERR_NOPERM, "%s is an operator command "
+		    "and user %s is not an operator: nothing was changed",
+		    proto_cmd_name(req->cmd), user_name(conn_user(c)));
 	else if (flag == CMD_ADMIN)
 		conn_reply_err(c, KL_ERR_AUTH, "%s is an operator command: "
 		    "connect over the unix socket from an operator's uid, or "

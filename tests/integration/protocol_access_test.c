@@ -427,10 +427,14 @@ START_TEST(unix_operators_go_by_uid)
 	bool		 found = false;
 
 	pa_start(&e, false, KT_ARGS("--unix-mode", "0666"));
-	/* carol is no operator: over TCP CLIENTS is refused */
+	/* carol is no operator: over TCP CLIENTS is refused, NOPERM
+	 * ("the authenticated user may not use ... this command"); AUTH is
+	 * for a connection that is no user */
 	t = pa_as("carol", "carol-Secret-1", KT_TCP);
-	kt_req_err(t, "AUTH", "CLIENTS");
-	kt_req_err(t, "AUTH", "KILL 1");
+	kt_req(t, "ERR NOPERM CLIENTS is an operator command and user carol "
+	    "is not an operator: nothing was changed", "CLIENTS");
+	kt_req_err(t, "NOPERM", "KILL 1");
+	kt_req_err(t, "NOPERM", "UPGRADE");
 	/* over the unix socket from this uid (the daemon's own), it may;
 	 * still after AUTH, like any connection while users are set */
 	u = kt_connect_unix();
@@ -468,8 +472,8 @@ START_TEST(unix_operators_go_by_uid)
 	ck_assert_int_eq(chmod(dirname(dir), 0711), 0);	/* kt_rundir */
 	free(dir);
 	pa_clients_as_uid(kt_d, PA_NOBODY, out, sizeof(out));
-	ck_assert_msg(strncmp(out, "OK\nERR AUTH CLIENTS is an operator "
-	    "command", 40) == 0, "uid %d: %s", PA_NOBODY, out);
+	ck_assert_msg(strncmp(out, "OK\nERR NOPERM CLIENTS is an operator "
+	    "command", 42) == 0, "uid %d: %s", PA_NOBODY, out);
 	/* operator-uids, reloaded */
 	pa_write_config(&e, "operator-uids 65534\n");
 	kt_daemon_signal(kt_d, SIGHUP);
