@@ -787,10 +787,10 @@ proto_check_line(struct request *req, const struct proto_cmd *cmd)
 	if ((cmd->needs & OPT_TTL) && (req->opts & OPT_TTL) == 0)
 		return proto_fail(req, KL_ERR_SYNTAX, "%s needs option ttl",
 		    cmd->name);
-	/* duplicates count once against max-keys, but the server reads
+	/* duplicates count once against max-keys, but the server keeps
 	 * no more than this many, duplicates or not; last of the parser's
-	 * checks (SYNTAX wins), before AUTH's (keylockd-protocol(7),
-	 * LIMITS) */
+	 * checks (SYNTAX wins); the caller answers AUTH and NOPERM of the
+	 * keys kept before it (keylockd-protocol(7), LIMITS) */
 	if (req->nargs > KL_KEYS_HARD_MAX)
 		return proto_fail(req, KL_ERR_LIMIT, "%zu keys in one request: "
 		    "at most %d are read, duplicates included", req->nargs,

@@ -1578,7 +1578,7 @@ cmd_noperm(struct commands *cmds, struct conn *c, const struct request *req)
 
 	if (u == NULL || user_has_all_keys(u))
 		return false;
-	for (size_t i = 0; i < req->nargs; i++)
+	for (size_t i = 0; i < req->nargs && i < KL_KEYS_HARD_MAX; i++)
 		if (!user_may_use(u, req->args[i], req->arglens[i])) {
 			conn_reply_err(c, KL_ERR_NOPERM, "%s may not use key "
 			    "%.*s: nothing was changed", user_name(u) != NULL ?
@@ -1612,6 +1612,8 @@ cmd_execute_checked(struct commands *cmds, struct conn *c,
 	else if ((flags & CMD_PERM) && cmds->has_users &&
 	    cmd_noperm(cmds, c, req))
 		;	/* answered NOPERM */
+	else if (req->nargs > KL_KEYS_HARD_MAX)	/* the parser's LIMIT */
+		conn_reply_err(c, KL_ERR_LIMIT, "%s", req->why);
 	else if ((flags & CMD_KEYS) &&
 	    req->nargs > (size_t)cmds->cfg->max_keys &&
 	    cmd_distinct_keys(req) > (size_t)cmds->cfg->max_keys)
@@ -1665,6 +1667,13 @@ commands_execute(struct commands *cmds, struct conn *c,
 		cmd_execute_checked(cmds, c, req);
 	else
 		cmd_table[req->cmd].run(cmds, c, req);
+}
+
+void
+commands_refuse_over(struct commands *cmds, struct conn *c,
+    const struct request *req)
+{
+	cmd_execute_checked(cmds, c, req);
 }
 
 /* ---- later completions ---- */

@@ -53,6 +53,11 @@ bool		 commands_need_auth(const struct commands *cmds);
  * with nothing). */
 void		 commands_execute(struct commands *cmds, struct conn *c,
 		    const struct request *req);
+/* req named more keys than the server reads (proto_parse()'s
+ * KL_ERR_LIMIT): answers the first check it fails, in the protocol's
+ * order (AUTH, NOPERM of the keys read, then that LIMIT). */
+void		 commands_refuse_over(struct commands *cmds, struct conn *c,
+		    const struct request *req);
 /* The backend completed o's open request: reply, resume its connection. */
 void		 commands_done(struct commands *cmds, struct lt_owner *o,
 		    const struct be_result *r);

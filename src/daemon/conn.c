@@ -1069,10 +1069,12 @@ conn_exec(struct conn *r, struct conn *c, const char *line, size_t len,
 	cs->st->requests++;
 	if (!r->admitted && !commands_need_auth(cs->cmds))
 		conn_admit(r);	/* a complete line, no secret set */
-	if (err != KL_OK)
-		conn_reply_err(c, err, "%s", req->why);
-	else
+	if (err == KL_OK)
 		commands_execute(cs->cmds, c, req);
+	else if (err == KL_ERR_LIMIT)	/* after AUTH and NOPERM */
+		commands_refuse_over(cs->cmds, c, req);
+	else
+		conn_reply_err(c, err, "%s", req->why);
 }
 
 /* A complete line answered without conn_exec() (an @ that names no

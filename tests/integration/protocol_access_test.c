@@ -122,6 +122,17 @@ pa_expect_queue(struct kt_conn *c, const char *key, size_t holders,
 	json_decref(o);
 }
 
+/* "LOCK" and 1025 copies of key (with its space) in buf. */
+static void
+pa_many(char *buf, size_t len, const char *key)
+{
+	size_t	n = (size_t)snprintf(buf, len, "LOCK");
+
+	for (int i = 0; i < 1025; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s", key);
+	ck_assert_uint_lt(n, len);
+}
+
 START_TEST(a_tenant_cannot_touch_another_tenants_keys)
 {
 	struct pa_env	 e;
@@ -130,6 +141,7 @@ START_TEST(a_tenant_cannot_touch_another_tenants_keys)
 	json_int_t	 grants;
 	uint64_t	 token;
 	const char	*l;
+	char		 many[4096];
 
 	pa_start(&e, false, KT_ARGS("--max-keys", "2"));
 	anon = kt_connect();
@@ -154,6 +166,15 @@ START_TEST(a_tenant_cannot_touch_another_tenants_keys)
 	kt_req_err(a, "NOPERM", "LOCK a:1 a:2 b:3");
 	kt_req_err(a, "LIMIT", "LOCK a:1 a:2 a:3");
 	kt_req_err(a, "SYNTAX", "LOCK b:1 mode=bad");	/* SYNTAX first */
+	/* Past the 1024 keys the server keeps, the same order: AUTH, then
+	 * NOPERM (of the keys kept), then LIMIT */
+	pa_many(many, sizeof(many), " x");
+	kt_req_err(anon, "AUTH", "%s", many);
+	pa_many(many, sizeof(many), " b");
+	kt_req_err(a, "NOPERM", "%s", many);
+	pa_many(many, sizeof(many), " a:");
+	kt_req(a, "ERR LIMIT 1025 keys in one request: at most 1024 are read, "
+	    "duplicates included", "%s", many);
 	/* A channel is its connection's user too. */
 	kt_send(a, "@7 LOCK b:1 timeout=0");
 	kt_expect_prefix(a, "@7 ERR NOPERM ");
