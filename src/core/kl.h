@@ -57,6 +57,8 @@ enum kl_err {
 #define KL_RESERVED_SLOTS_DEFAULT 4	/* unix connections past max-clients */
 #define KL_MAX_OUTPUT_DEFAULT	(1024 * 1024)	/* unread reply bytes */
 #define KL_MAX_OUTPUT_TOTAL_DEFAULT ((int64_t)256 << 20)	/* all clients' */
+#define KL_MAX_INPUT_TOTAL_DEFAULT ((int64_t)64 << 20)	/* all clients' input */
+#define KL_READ_BYTES		(64 * 1024)	/* one read of a client's input */
 #define KL_PORT_DEFAULT		7711
 #define KL_TLS_PORT_DEFAULT	7712
 #define KL_BIND_DEFAULT		"127.0.0.1"

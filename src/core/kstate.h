@@ -22,7 +22,7 @@
 #define KS_MAGIC	"KLDSTATE"	/* 8 bytes, no NUL */
 #define KS_MAGIC_LEN	8
 #ifndef KS_VERSION	/* a test builds a binary of another version */
-#define KS_VERSION	4		/* the one this binary writes and reads */
+#define KS_VERSION	5		/* the one this binary writes and reads */
 #endif
 #define KS_HEADER_LEN	24		/* magic, version, sections, length */
 #define KS_SECTION_HEAD	12		/* tag (4), length (8) */

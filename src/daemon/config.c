@@ -96,6 +96,10 @@ static const struct setting settings[] = {
 	    "channels one connection may have in use besides channel 0", true },
 	{ "max-line", "BYTES", SET_INT, OFF(max_line), KL_MAX_LINE_MIN,
 	    KL_MAX_LINE_MAX, "request line bytes, CR LF included", true },
+	{ "max-input-total", "BYTES|none", SET_INT_NONE,
+	    OFF(max_input_total), 65536, (int64_t)1 << 50, "input buffer "
+	    "bytes of all clients together; near it a client's partial "
+	    "line does not grow", true },
 	{ "max-output", "BYTES", SET_INT, OFF(max_output), 4096, 1073741824,
 	    "unread reply bytes per client (16384 before AUTH)", true },
 	{ "max-output-total", "BYTES|none", SET_INT_NONE,
@@ -240,6 +244,7 @@ config_defaults(struct config *cfg)
 	cfg->max_line = KL_MAX_LINE_DEFAULT;
 	cfg->max_output = KL_MAX_OUTPUT_DEFAULT;
 	cfg->max_output_total = KL_MAX_OUTPUT_TOTAL_DEFAULT;
+	cfg->max_input_total = KL_MAX_INPUT_TOTAL_DEFAULT;
 	cfg->default_timeout = KL_NONE;
 	cfg->max_timeout = KL_NONE;
 	cfg->default_max_waiters = KL_NONE;
@@ -694,6 +699,14 @@ config_check(const struct config *cfg)
 		    "under max-output %" PRId64 ": one reply a client reads "
 		    "could close it\n", cfg->max_output_total,
 		    cfg->max_output);
+		return EX_KL_CONFIG;
+	}
+	if (cfg->max_input_total != KL_NONE &&
+	    cfg->max_input_total < cfg->max_line + KL_READ_BYTES) {
+		fprintf(stderr, "keylockd: max-input-total %" PRId64 " is "
+		    "under max-line plus one read (%" PRId64 " + %d): one "
+		    "client's input alone could not be read in\n",
+		    cfg->max_input_total, cfg->max_line, KL_READ_BYTES);
 		return EX_KL_CONFIG;
 	}
 	return config_check_backend(cfg);

@@ -56,6 +56,7 @@ struct config {
 	int64_t		 max_line;
 	int64_t		 max_output;
 	int64_t		 max_output_total; /* all connections'; or KL_NONE */
+	int64_t		 max_input_total; /* all connections'; or KL_NONE */
 	int64_t		 default_timeout;	/* ms or KL_NONE */
 	int64_t		 session_grace;		/* ms: SESSION's default */
 	int64_t		 session_grace_max;	/* ms: SESSION grace= bound */

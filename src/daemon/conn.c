@@ -45,7 +45,7 @@
 #define CONN_IBUF_MIN		256
 #define CONN_IBUF_SLACK		(16 * 1024)	/* unused, then shrunk */
 #define CONN_OBUF_MIN		512	/* kept while empty, freed when bigger */
-#define CONN_SCRATCH_SIZE	(64 * 1024)	/* one read per batch */
+#define CONN_SCRATCH_SIZE	KL_READ_BYTES	/* one read per batch */
 #define CONN_TURN_REQUESTS	256	/* one client's requests per turn */
 #define CONN_TURN_OUTPUT	(16 * 1024)	/* and reply bytes */
 #define CONN_CANCELS_MAX	64	/* CANCEL lines read ahead, unanswered */
@@ -139,6 +139,8 @@ struct conns {
 	uint64_t		 next_id;
 	uint64_t		 nomem_log_ms;	/* last out-of-memory warning */
 	uint64_t		 budget_log_ms;	/* last max-output-total one */
+	uint64_t		 input_log_ms;	/* last max-input-total one */
+	struct conn_list	 input_wait;	/* not read: max-input-total */
 	size_t			 out_bytes;	/* every open one's ocap */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
 	struct request		 req;		/* the one being parsed */
@@ -160,6 +162,7 @@ struct conn {
 	TAILQ_ENTRY(conn)	 entry;		/* cs->all */
 	TAILQ_ENTRY(conn)	 qentry;	/* cs->runq or cs->dead */
 	TAILQ_ENTRY(conn)	 dentry;	/* cs->deferred */
+	TAILQ_ENTRY(conn)	 ientry;	/* cs->input_wait */
 	struct conn_dl_entry	 dl[CONN_DL_N];	/* cs->dl[k] */
 	struct conns		*cs;
 	struct event		*rev;		/* readable (or closed) */
@@ -204,6 +207,7 @@ struct conn {
 	bool			 queued;	/* on cs->runq */
 	bool			 deferred;	/* on cs->deferred */
 	bool			 read_paused;	/* ibuf full: watch for close */
+	bool			 input_waits;	/* on cs->input_wait */
 	bool			 tls_read_wants_write;
 	bool			 wev_armed;	/* wev is added */
 	bool			 authed, admin;	/* set by AUTH (commands.c) */
@@ -248,6 +252,7 @@ static inline void conn_pause_reading(struct conn *, bool);
 static bool	conn_chan_keep(struct conn *, struct session *);
 static void	conn_scan_cancel(struct conn *);
 static size_t	conn_input_cap(const struct conn *);
+static void	conns_input_resume(struct conns *);
 
 static void
 conns_resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -282,6 +287,7 @@ conns_new(struct event_base *base, const struct config *cfg,
 	TAILQ_INIT(&cs->runq);
 	TAILQ_INIT(&cs->dead);
 	TAILQ_INIT(&cs->deferred);
+	TAILQ_INIT(&cs->input_wait);
 	for (int k = 0; k < CONN_DL_N; k++) {
 		TAILQ_INIT(&cs->dl[k].list);
 		cs->dl[k].cs = cs;
@@ -390,6 +396,8 @@ conns_end_turn(struct conns *cs)
 			conn_run(c);
 		}
 	} while (conns_release_closed(cs));
+	if (!TAILQ_EMPTY(&cs->input_wait))
+		conns_input_resume(cs);
 	cs->be->ops->end_turn(cs->be);
 	conns_free_dead(cs);
 }
@@ -688,6 +696,8 @@ conn_close(struct conn *c, const char *reason)
 	for (int k = 0; k < CONN_DL_N; k++)
 		conn_dl_leave(c, (enum conn_dl)k);
 	conn_addr_release(c);
+	if (c->input_waits)
+		TAILQ_REMOVE(&cs->input_wait, c, ientry);
 	cs->out_bytes -= c->ocap;	/* freed at the end of the turn */
 	conn_set_state(c, CONN_CLOSED);	/* its owner leaves at end of turn */
 	event_free(c->rev);
@@ -1709,6 +1719,118 @@ conn_scan_cancel(struct conn *c)
 	}
 }
 
+/*
+ * keylockd.conf(5), max-input-total: whether the input buffers of all
+ * connections are within one connection's bound (and `more` besides) of
+ * it, so that a read that filled a connection's buffers might pass it.
+ */
+static bool
+conns_input_short(const struct conns *cs, size_t more)
+{
+	int64_t	total = cs->cfg->max_input_total;
+
+	return total != KL_NONE && cs->st->input_bytes + more +
+	    (size_t)cs->cfg->max_line + CONN_SCRATCH_SIZE > (uint64_t)total;
+}
+
+/* c is not read until the total falls (conns_input_resume()). */
+static enum conn_io
+conn_input_wait(struct conn *c)
+{
+	struct conns	*cs = c->cs;
+	uint64_t	 now;
+
+	conn_pause_reading(c, true);
+	if (c->input_waits)
+		return CONN_IO_AGAIN;
+	TAILQ_INSERT_TAIL(&cs->input_wait, c, ientry);
+	c->input_waits = true;
+	cs->st->input_budget_waits++;
+	now = kl_now_ms();
+	if (now - cs->input_log_ms >= KL_WARN_INTERVAL_MS) {
+		log_warnx("client %" PRIu64 " (%s) from %s: the input of all "
+		    "clients (%" PRIu64 " bytes) is near max-input-total %"
+		    PRId64 ": not read until it falls (%" PRIu64 " such "
+		    "waits so far; logged once per %d s)", c->id,
+		    c->name != NULL ? c->name : "-", c->peer,
+		    cs->st->input_bytes, cs->cfg->max_input_total,
+		    cs->st->input_budget_waits, KL_WARN_INTERVAL_MS / 1000);
+		cs->input_log_ms = now;
+	}
+	return CONN_IO_AGAIN;
+}
+
+/* At the end of a turn: the waiting connections are read again, oldest
+ * first, as many as the total has room for, each at its bound. */
+static void
+conns_input_resume(struct conns *cs)
+{
+	struct conn	*c;
+	size_t		 more = 0;
+
+	while ((c = TAILQ_FIRST(&cs->input_wait)) != NULL &&
+	    !conns_input_short(cs, more)) {
+		TAILQ_REMOVE(&cs->input_wait, c, ientry);
+		c->input_waits = false;
+		conn_pause_reading(c, c->ilen + c->nqueued >=
+		    conn_input_cap(c));
+		more += conn_input_cap(c);
+	}
+}
+
+/*
+ * A read while the total is short (conns_input_short()), which must not
+ * make an input buffer grow: c takes, looking first with MSG_PEEK, its
+ * bytes up to the end of its line (handled at once: no tail is left, and
+ * its buffer goes), or, with no LF among them, what the buffer it has
+ * can hold. One whose partial line would grow waits (conn_input_wait()),
+ * and so does one whose lines could be kept (a request open, channels in
+ * use, lines queued or left to frame) or that uses TLS (its bytes cannot be looked at
+ * before they are taken).
+ */
+static enum conn_io
+conn_recv_short(struct conn *c, char **buf, size_t *len, size_t room)
+{
+	bool	 inplace = c->ilen > CONN_SCRATCH_SIZE / 4;
+	size_t	 pre = inplace ? 0 : c->ilen, take;
+	char	*p = c->cs->scratch + pre, *lf;
+	ssize_t	 n;
+
+	if (c->tls != NULL || c->state != CONN_READY || c->deferred ||
+	    c->nchans > 0 || c->nqueued > 0)
+		return conn_input_wait(c);
+	if (room > CONN_SCRATCH_SIZE - pre)
+		room = CONN_SCRATCH_SIZE - pre;
+	n = recv(c->fd, p, room, MSG_PEEK | MSG_DONTWAIT);
+	if (n <= 0) {
+		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+		    errno == EINTR))
+			return CONN_IO_AGAIN;
+		c->eof = n == 0 ? "end of input" : strerror(errno);
+		return CONN_IO_END;
+	}
+	lf = memchr(p, '\n', (size_t)n);
+	take = lf != NULL ? (size_t)(lf - p) + 1 : (size_t)n;
+	/* an overlong line's bytes up to its LF are dropped, not kept */
+	if (!c->discarding && (lf == NULL || inplace) &&
+	    take > c->icap - c->ilen)
+		take = c->icap - c->ilen;
+	if (take == 0)
+		return conn_input_wait(c);
+	if (inplace)
+		*buf = c->ibuf;
+	else {
+		if (c->ilen > 0)
+			memcpy(c->cs->scratch, c->ibuf, c->ilen);
+		*buf = c->cs->scratch;
+	}
+	n = recv(c->fd, *buf + c->ilen, take, MSG_DONTWAIT);
+	if (n <= 0)
+		return CONN_IO_AGAIN;	/* it was there: the next turn */
+	*len = c->ilen + (size_t)n;
+	return CONN_IO_DATA;
+}
+
 /* One recv() into the scratch buffer, or after what is already held. */
 static enum conn_io
 conn_recv(struct conn *c, char **buf, size_t *len)
@@ -1723,6 +1845,8 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 		conn_pause_reading(c, true);	/* max-line made smaller */
 		return CONN_IO_AGAIN;
 	}
+	if (conns_input_short(c->cs, 0))
+		return conn_recv_short(c, buf, len, cap - held);
 	if (c->ilen == 0) {
 		*buf = c->cs->scratch;
 		room = CONN_SCRATCH_SIZE;
@@ -1794,7 +1918,9 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 
 	kl_clock_hold();
 	if (c->read_paused) {
-		conn_close(c, "peer closed while its input was full");
+		conn_close(c, c->input_waits ? "peer closed while its input "
+		    "waited for max-input-total" : "peer closed while its "
+		    "input was full");
 	} else {
 		switch (conn_recv(c, &buf, &len)) {
 		case CONN_IO_DATA:

@@ -201,6 +201,7 @@ server_put_stats(struct ks_writer *w, const struct stats *st)
 	ks_put_u64(w, st->write_timeouts);
 	ks_put_u64(w, st->idle_timeouts);
 	ks_put_u64(w, st->output_budget_closes);
+	ks_put_u64(w, st->input_budget_waits);
 	ks_put_u64(w, st->sessions_resumed);
 	ks_put_u64(w, st->sessions_expired);
 	ks_put_u64(w, st->upgrade_failures);
@@ -221,6 +222,7 @@ server_get_stats(struct ks_reader *r, struct stats *st)
 	st->write_timeouts = ks_get_u64(r);
 	st->idle_timeouts = ks_get_u64(r);
 	st->output_budget_closes = ks_get_u64(r);
+	st->input_budget_waits = ks_get_u64(r);
 	st->sessions_resumed = ks_get_u64(r);
 	st->sessions_expired = ks_get_u64(r);
 	st->upgrade_failures = ks_get_u64(r);

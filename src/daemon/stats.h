@@ -45,6 +45,7 @@ struct stats {
 	/* conn.c and session.c write them. */
 	uint64_t	channel_bytes;		/* the channels' own memory */
 	uint64_t	input_bytes;		/* input buffers, all clients */
+	uint64_t	input_budget_waits;	/* not read: max-input-total */
 	/* keylockd(8), LIVE UPGRADE; server_upgrade.c writes them. */
 	uint64_t	pid;			/* this process */
 	uint64_t	upgrades;		/* hand-offs this state went through */
@@ -122,6 +123,9 @@ struct stats {
 	    "max-table-bytes.")						\
 	X(input_bytes, gauge, st->input_bytes, "Memory of the input "	\
 	    "buffers of all clients: unframed and queued lines.")	\
+	X(input_budget_waits, counter, st->input_budget_waits,		\
+	    "Clients not read until the input of all came down from "	\
+	    "max-input-total.")						\
 	X(upgrades, counter, st->upgrades,				\
 	    "Live upgrades this state has been handed through.")	\
 	X(upgrade_pause, gauge_ms, st->upgrade_pause_ms,		\

@@ -6,7 +6,8 @@
  * hold under ASan too, where RSS says little: lines pipelined behind a
  * waiting LOCK (keylockd.conf(5), max-line: one line plus one read per
  * client), channels that wait (max-table-bytes covers them), and the
- * channels a detached session keeps (STATS channels counts them).
+ * channels a detached session keeps (STATS channels counts them), and
+ * the input of all clients together (max-input-total).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -257,6 +258,93 @@ START_TEST(stats_channels_counts_a_detached_sessions_channels)
 }
 END_TEST
 
+/*
+ * keylockd.conf(5), max-input-total: clients that each hold a partial
+ * line near max-line, and clients that queue lines behind a LOCK that
+ * waits, more of them than the total has room for. input_bytes stays
+ * under the total (without it, 150 partial lines of 60000 bytes came to
+ * 150 times that); the clients past it are not read
+ * (input_budget_waits), and a probe's PING, LOCK and UNLOCK are served
+ * meanwhile. A client whose line comes in two parts while the total is
+ * short waits, and is answered once the others go.
+ */
+START_TEST(input_of_all_clients_stays_under_max_input_total)
+{
+	enum { N = 150, NQ = 20, PART = 60000, PINGS = 12000 };
+	const json_int_t total = 1048576;
+	struct kt_conn	*h, *m, *s;
+	struct hu_probe	 probe;
+	int		 fds[N + NQ];
+	char		*part, *q;
+	json_int_t	 in, waits;
+	size_t		 k;
+
+	kt_start("--max-line", "65536", "--max-input-total", "1048576");
+	h = kt_connect();
+	m = kt_connect();
+	kt_lock(h, "LOCK mit:held");
+	hu_probe_start(&probe, "probe:input-total");
+	/* each: a line (past auth-timeout's first line), then a partial
+	 * one of PART bytes, all the kernel takes */
+	ck_assert_ptr_nonnull(part = malloc(PART + 8));
+	memcpy(part, "PING\n", 5);
+	memset(part + 5, 'x', PART);
+	for (int i = 0; i < N; i++) {
+		fds[i] = hu_socket(kt_d, KT_TCP, 0);
+		ck_assert(fds[i] != -1 && hu_connected(fds[i], kt_ms(5000)));
+		ck_assert_int_eq(kt_fd_write_all(fds[i], part, PART + 5,
+		    kt_ms(5000)), 0);
+	}
+	/* and lines queued behind a LOCK that waits */
+	ck_assert_ptr_nonnull(q = malloc(32 + PINGS * 5));
+	k = (size_t)snprintf(q, 32, "LOCK mit:held\n");
+	for (int j = 0; j < PINGS; j++)
+		memcpy(q + k + (size_t)j * 5, "PING\n", 5);
+	k += PINGS * 5;
+	for (int i = N; i < N + NQ; i++) {
+		fds[i] = hu_socket(kt_d, KT_TCP, 0);
+		ck_assert(fds[i] != -1 && hu_connected(fds[i], kt_ms(5000)));
+		ck_assert_int_eq(kt_fd_write_all(fds[i], q, k, kt_ms(5000)),
+		    0);
+	}
+	in = hm_settled(m, "input_bytes");
+	waits = kt_stat(m, "input_budget_waits");
+	fprintf(stderr, "input total: %d clients with a partial line of %d "
+	    "bytes, %d with %d PINGs behind a waiting LOCK, max-input-total "
+	    "%" JSON_INTEGER_FORMAT ": input_bytes %" JSON_INTEGER_FORMAT
+	    ", input_budget_waits %" JSON_INTEGER_FORMAT "\n", N, PART, NQ,
+	    PINGS, total, in, waits);
+	ck_assert_msg(in <= total, "input_bytes %" JSON_INTEGER_FORMAT
+	    " over max-input-total %" JSON_INTEGER_FORMAT, in, total);
+	ck_assert_msg(in >= total / 2, "input_bytes %" JSON_INTEGER_FORMAT
+	    ": the clients were not read up to the total", in);
+	ck_assert_msg(waits > 0, "no client waited for the total");
+	/* everybody else is served: a client that sends whole lines */
+	s = kt_connect();
+	kt_req(s, "OK PONG", "PING");
+	kt_lock(s, "LOCK mit:other");
+	kt_req(s, "OK 1", "UNLOCK mit:other");
+	hu_probe_stop(&probe, "input total", 30, ht_p99_bound());
+	/* a line in two parts waits while the total is short (its first
+	 * part is seen and the client left unread) ... */
+	waits = kt_stat(m, "input_budget_waits");
+	kt_send_raw(s, "LOCK mit:sp", 11);
+	kt_wait_stat(m, "input_budget_waits", waits + 1);
+	kt_send_raw(s, "lit\n", 4);
+	kt_expect_silence(s, 300);
+	/* ... and is read once the others go */
+	for (int i = 0; i < N + NQ; i++)
+		close(fds[i]);
+	kt_expect_token(s);
+	kt_req(s, "OK 1", "UNLOCK mit:split");
+	kt_wait_stat(m, "clients", 3);
+	kt_wait_stat(m, "input_bytes", 0);
+	ck_assert_int_eq(kt_stat(m, "waiting"), 0);
+	free(part);
+	free(q);
+}
+END_TEST
+
 void
 ht_add_memory(Suite *s)
 {
@@ -267,4 +355,5 @@ ht_add_memory(Suite *s)
 	    input_behind_a_waiting_lock_is_one_line_plus_one_read);
 	tcase_add_test(tc, channels_count_against_max_table_bytes);
 	tcase_add_test(tc, stats_channels_counts_a_detached_sessions_channels);
+	tcase_add_test(tc, input_of_all_clients_stays_under_max_input_total);
 }

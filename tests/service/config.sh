@@ -188,7 +188,8 @@ pass "a reload of NUL bytes or a FIFO keeps the running configuration;" \
     "one that drops AUTH warns"
 
 # Settings that cannot work together: max-output-total under max-output
-# (one reply a client reads would close it); no-tcp with no unix socket
+# (one reply a client reads would close it); max-input-total under
+# max-line plus a read (one client's input would not fit); no-tcp with no unix socket
 # and no TLS (nothing to listen on, found at --check-config, not at the
 # start).
 run_keylockd --check-config --max-output-total 65536 >"$TMP/out" 2>&1
@@ -198,10 +199,23 @@ expect_grep "max-output-total 65536 is under max-output" "$TMP/out" \
 run_keylockd --check-config --max-output-total 65536 --max-output 65536 \
     >"$TMP/out" 2>&1
 expect_status 0 $? "max-output-total equal to max-output"
+# max-input-total under one client's input bound (max-line plus a read).
+run_keylockd --check-config --max-input-total 131071 --max-line 65536 \
+    >"$TMP/out" 2>&1
+expect_status 78 $? "max-input-total under max-line plus 65536"
+expect_grep "max-input-total 131071 is under max-line plus one read \(65536 \+ 65536\)" \
+    "$TMP/out" "the message"
+run_keylockd --check-config --max-input-total 131072 --max-line 65536 \
+    >"$TMP/out" 2>&1
+expect_status 0 $? "max-input-total equal to max-line plus 65536"
+run_keylockd --check-config --max-input-total none --max-line 1048576 \
+    >"$TMP/out" 2>&1
+expect_status 0 $? "max-input-total none"
 run_keylockd --check-config --no-tcp --unix '' >"$TMP/out" 2>&1
 expect_status 78 $? "no-tcp with no unix socket"
 expect_grep "nothing to listen on" "$TMP/out" "the message"
-pass "max-output-total under max-output, and nothing to listen on: exit 78"
+pass "max-output-total under max-output, max-input-total under max-line" \
+    "plus a read, and nothing to listen on: exit 78"
 
 # A descriptor limit under max-clients + reserved-slots + 64 is said at
 # the start (the listener would pause before max-clients, the operator's

@@ -60,6 +60,16 @@ expect_grep 'max-keys is 3$' "$TMP/out" "max-keys still 3"
 kill -0 "$DPID" || fail "the daemon died on a bad reload"
 pass "a bad file on SIGHUP: logged line by line, old settings kept"
 
+# Settings that cannot work together are refused as at the start: a
+# max-line whose line plus a read would not fit under max-input-total.
+printf 'max-keys 3\nmax-input-total 131072\nmax-line 131072\n' >"$CONF"
+kill -HUP "$DPID"
+wait_log 'max-input-total 131072 is under max-line plus one read' \
+    "the reload's verdict on max-input-total"
+expect_nogrep 'max-line changed' "$TMP/daemon.log" "max-line applied"
+kill -0 "$DPID" || fail "the daemon died on the reload"
+pass "a reload with max-input-total under max-line plus a read: refused"
+
 # A restart-only setting: a warning, and no effect.
 printf 'max-keys 3\nunix-mode 0600\n' >"$CONF"
 kill -HUP "$DPID"
