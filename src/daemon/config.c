@@ -152,6 +152,9 @@ static const struct setting settings[] = {
 	{ "metrics-max-connections", "N", SET_INT,
 	    OFF(metrics_max_connections), 1, 10000,
 	    "open HTTP connections (past it, closed at once)", true },
+	{ "metrics-max-connections-per-address", "N", SET_INT,
+	    OFF(metrics_max_per_address), 0, 10000, "open HTTP connections "
+	    "from one address (0: no limit)", true },
 	{ "metrics-hosts", "NAME,...", SET_STRING, OFF(metrics_hosts), 0, 0,
 	    "Host names the HTTP listener answers besides addresses and "
 	    "localhost (*: any)", true },
@@ -263,6 +266,7 @@ config_defaults(struct config *cfg)
 	cfg->etcd_max_txn_ops = KL_ETCD_MAX_TXN_OPS_DEFAULT;
 	cfg->etcd_connections = KL_ETCD_CONNECTIONS_DEFAULT;
 	cfg->metrics_max_connections = KL_METRICS_MAX_CONNECTIONS_DEFAULT;
+	cfg->metrics_max_per_address = KL_METRICS_MAX_PER_ADDRESS_DEFAULT;
 }
 
 static void

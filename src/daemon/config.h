@@ -30,6 +30,7 @@
 
 /* the HTTP listener (keylockd(8), THE HTTP LISTENER) */
 #define KL_METRICS_MAX_CONNECTIONS_DEFAULT 32
+#define KL_METRICS_MAX_PER_ADDRESS_DEFAULT 8	/* a quarter of the above */
 
 struct config {
 	char		*file;		/* the config file read, or NULL */
@@ -74,6 +75,7 @@ struct config {
 	char		*operator_uids;		/* UID,...: unix operators */
 	char		*metrics;		/* ADDR:PORT or NULL */
 	int64_t		 metrics_max_connections;
+	int64_t		 metrics_max_per_address; /* 0: no limit */
 	char		*metrics_hosts;		/* NAME,... or NULL */
 	bool		 status_names;		/* names in /status.json */
 	char		*tls_cert;		/* PEM; NULL: no TLS */

@@ -10,8 +10,9 @@
  * line and headers at METRICS_MAX_HEADERS bytes, and in within
  * METRICS_TIMEOUT_S of the connection's accept or the request's first
  * byte, no body at all, a connection idle for METRICS_TIMEOUT_S closed, at
- * most metrics-max-connections open at once (past that, a new one is
- * closed at once), GET and HEAD only, and a Host header that names this
+ * most metrics-max-connections open at once, and
+ * metrics-max-connections-per-address from one address (past either, a
+ * new one is closed at once), GET and HEAD only, and a Host header that names this
  * listener, an address, localhost or one of metrics-hosts (DNS rebinding).
  * Out of descriptors, it pauses with the server's listeners
  * (server_accept_failed). Every reply this file or status.c sends says
@@ -58,6 +59,8 @@ struct metrics {
 	struct http_conn *conns;	/* each of them */
 	uint64_t	 refused;	/* past the cap since refused_ms */
 	uint64_t	 refused_ms;
+	uint64_t	 refused_addr;	/* past an address's, since: */
+	uint64_t	 refused_addr_ms;
 	uint64_t	 late;		/* past a deadline since late_ms */
 	uint64_t	 late_ms;
 	struct metrics	*next;		/* metrics_all */
@@ -76,6 +79,8 @@ struct http_conn {
 	struct event		*adopt;	/* http_conn_adopt, once */
 	struct event		*deadline; /* the request's line and headers */
 	bool			 reading; /* a request not yet whole */
+	bool			 has_peer; /* peer is known */
+	unsigned char		 peer[17]; /* family, then its address */
 	struct http_conn	*next;
 };
 
@@ -524,9 +529,61 @@ http_conn_late(evutil_socket_t fd, short what, void *arg)
 	evhttp_connection_free(hc->evcon);	/* and hc */
 }
 
+/* hc's peer address (an IPv4-mapped IPv6 one as IPv4), as its family and
+ * its bytes; false if the kernel does not say. */
+static bool
+http_conn_peer(struct http_conn *hc)
+{
+	struct sockaddr_storage	 ss;
+	socklen_t		 sl = sizeof(ss);
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+
+	memset(hc->peer, 0, sizeof(hc->peer));
+	if (getpeername(bufferevent_getfd(hc->bev), (struct sockaddr *)&ss,
+	    &sl) == -1)
+		return false;
+	if (ss.ss_family == AF_INET) {
+		hc->peer[0] = 4;
+		memcpy(hc->peer + 1, &((const struct sockaddr_in *)&ss)->
+		    sin_addr, 4);
+	} else if (ss.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+		hc->peer[0] = 4;
+		memcpy(hc->peer + 1, s6->sin6_addr.s6_addr + 12, 4);
+	} else if (ss.ss_family == AF_INET6) {
+		hc->peer[0] = 6;
+		memcpy(hc->peer + 1, s6->sin6_addr.s6_addr, 16);
+	} else
+		return false;
+	return true;
+}
+
+/*
+ * Whether hc's address has per or more other connections open
+ * (keylockd.conf(5), metrics-max-connections-per-address); the list is
+ * at most metrics-max-connections long, as every connection past that is
+ * closed when it is adopted.
+ */
+static bool
+http_conn_addr_full(const struct http_conn *hc, int64_t per)
+{
+	const struct http_conn	*o;
+	int64_t			 n = 0;
+
+	if (per == 0 || !hc->has_peer)
+		return false;
+	for (o = hc->m->conns; o != NULL; o = o->next)
+		if (o != hc && o->evcon != NULL && o->has_peer &&
+		    memcmp(o->peer, hc->peer, sizeof(o->peer)) == 0 &&
+		    ++n >= per)
+			return true;
+	return false;
+}
+
 /* Once per accepted connection, after evhttp has made it: the
  * bufferevent's callback argument is evhttp's connection, whose end
- * http_conn_closed counts; past the cap it ends here. */
+ * http_conn_closed counts; past the cap, or its address's, it ends
+ * here. */
 static void
 http_conn_adopt(evutil_socket_t fd, short what, void *arg)
 {
@@ -534,9 +591,9 @@ http_conn_adopt(evutil_socket_t fd, short what, void *arg)
 	struct metrics			*m = hc->m;
 	bufferevent_event_cb		 ecb;
 	void				*cbarg;
-	int64_t				 cap = server_config(m->srv)->
-					    metrics_max_connections;
-	char				 why[128];
+	const struct config		*cfg = server_config(m->srv);
+	int64_t				 cap = cfg->metrics_max_connections;
+	char				 why[160], host[INET6_ADDRSTRLEN];
 
 	(void)fd;
 	(void)what;
@@ -555,6 +612,20 @@ http_conn_adopt(evutil_socket_t fd, short what, void *arg)
 		    "%" PRId64 " are open", cap);
 		metrics_count_close(&m->refused, &m->refused_ms, why);
 		/* no reply: it would cost what the cap saves */
+		evhttp_connection_free(hc->evcon);	/* and hc */
+		return;
+	}
+	hc->has_peer = http_conn_peer(hc);
+	if (http_conn_addr_full(hc, cfg->metrics_max_per_address)) {
+		if (inet_ntop(hc->peer[0] == 4 ? AF_INET : AF_INET6,
+		    hc->peer + 1, host, sizeof(host)) == NULL)
+			snprintf(host, sizeof(host), "?");
+		snprintf(why, sizeof(why), "refused: "
+		    "metrics-max-connections-per-address %" PRId64 " are "
+		    "open from %s",
+		    cfg->metrics_max_per_address, host);
+		metrics_count_close(&m->refused_addr, &m->refused_addr_ms,
+		    why);
 		evhttp_connection_free(hc->evcon);	/* and hc */
 	}
 }

@@ -2,7 +2,8 @@
 # The HTTP listener's bounds (keylockd(8), SECURITY, The HTTP listener):
 # header and body sizes, GET and HEAD only (405 for any other method),
 # the Host check against DNS rebinding, nosniff and no-store on every
-# reply, the connection cap on both sides of its limit, a flood of slow
+# reply, the connection cap on both sides of its limit, the cap per
+# address (one address full, another served), a flood of slow
 # clients that leaves the lock service answering, a request's line and
 # headers ended 10 s after its start however slowly they come, client
 # names in /status.json only with status-names, the warning for a listener
@@ -153,19 +154,22 @@ for h in "rebind.example:$MPORT" "rebind.example" "localhost.rebind.example" \
 done
 pass "Host: addresses, localhost and metrics-hosts 200; a rebinding name 403"
 
-# slow.py PORT N SECONDS EVERY [back]: N clients that trickle a request's
+# slow.py PORT N SECONDS EVERY [back]: N clients (from SLOW_SRC, default
+# 127.0.0.1) that trickle a request's
 # headers, a byte every EVERY seconds (so that no idle timeout ends them),
 # for SECONDS; each prints "closed S" when the server closes it after S
 # seconds, and with "back" comes back at once if S >= 5 (a deadline, not
 # the cap's refusal); at the end, "open N".
 cat >"$TMP/slow.py" <<'PY'
-import select, socket, sys, time
+import os, select, socket, sys, time
 port, n, secs, every = int(sys.argv[1]), int(sys.argv[2]), \
     float(sys.argv[3]), float(sys.argv[4])
 back = sys.argv[5:] == ["back"]
+src = os.environ.get("SLOW_SRC", "127.0.0.1")
 def connect():
     try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s = socket.create_connection(("127.0.0.1", port), timeout=2,
+            source_address=(src, 0))
         s.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         socks[s] = time.time()
     except OSError:
@@ -429,3 +433,34 @@ expect_grep 'accept \(pausing it for 100 ms' "$TMP/daemon.log" "the pause's warn
 expect_grep '^then 200$' "$TMP/fds.out" "the HTTP request once lock clients go"
 daemon_stop
 pass "out of descriptors: $1 ms of CPU and $2 bytes of log in 3 s; answered after"
+
+# metrics-max-connections-per-address: two slow clients from 127.0.0.1
+# fill its share, a third and a request from it are closed unanswered,
+# while a request from 127.0.0.2 is answered (4 slots in all); once they
+# go, 127.0.0.1 is answered again.
+: >"$TMP/daemon.log"
+daemon_start --metrics 127.0.0.1:0 --metrics-max-connections 4 \
+    --metrics-max-connections-per-address 2
+wait_for "grep -q '^metrics [0-9][0-9]*$' '$TMP/port'" "$READY_S" ||
+    fail "no metrics port in the port file: $(cat "$TMP/port")"
+MPORT=$(sed -n 's/^metrics //p' "$TMP/port")
+URL=http://127.0.0.1:$MPORT
+expect_eq 200 "$(code --interface 127.0.0.2 "$URL/healthz")" \
+    "a request from 127.0.0.2 (can this host use it?)"
+python3 "$TMP/slow.py" "$MPORT" 3 600 0.5 >"$TMP/addr.out" 2>&1 &
+SLOW_addr=$!
+BGPIDS="$BGPIDS $!"
+wait_for "grep -q '^closed' '$TMP/addr.out'" "$READY_S" ||
+    fail "the third slow client from 127.0.0.1 was not closed"
+expect_eq 000 "$(code "$URL/healthz")" \
+    "a request from 127.0.0.1 past its share"
+wait_log 'refused: metrics-max-connections-per-address 2 are open from 127\.0\.0\.1' \
+    "the refusal's warning"
+expect_eq 200 "$(code --interface 127.0.0.2 "$URL/healthz")" \
+    "a request from 127.0.0.2 meanwhile"
+kill "$SLOW_addr"
+wait_for "[ \$(code '$URL/healthz') = 200 ]" "$REPLY_S" ||
+    fail "a request from 127.0.0.1 once its slow clients have gone"
+daemon_stop
+pass "metrics-max-connections-per-address 2: a third from one address" \
+    "refused, another address answered"
