@@ -8,6 +8,8 @@
  */
 #include <sys/stat.h>
 
+#include <arpa/inet.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -332,6 +334,58 @@ config_clear_users(struct config *cfg)
 	cfg->nusers = 0;
 }
 
+/*
+ * metrics' HOST:PORT or [V6]:PORT, checked where it is read, so that a bad
+ * one is reported as FILE:LINE as every other setting's: an IPv4 address
+ * (a host of digits and dots is one), an IPv6 one in brackets, or a
+ * host name; a port from 0 to 65535. Whether it resolves and can be
+ * bound is known at the start (metrics_new()). NULL, or a static message.
+ */
+static const char *
+config_check_hostport(const char *val)
+{
+	static char		 msg[96];
+	const char		*colon = strrchr(val, ':'), *h = val;
+	char			 host[256];
+	size_t			 n;
+	uint64_t		 port;
+	unsigned char		 a[16];
+
+	if (colon == NULL)
+		return "expected HOST:PORT or [V6]:PORT";
+	if (!kl_parse_u64(colon + 1, strlen(colon + 1), 0, 65535, &port)) {
+		snprintf(msg, sizeof(msg), "port \"%.40s\": expected a number "
+		    "from 0 to 65535", colon + 1);
+		return msg;
+	}
+	n = (size_t)(colon - val);
+	if (*h == '[') {
+		if (n < 2 || val[n - 1] != ']')
+			return "expected [V6]:PORT";
+		h++;
+		n -= 2;
+	}
+	if (n == 0)
+		return "no host before the port";
+	if (n >= sizeof(host))
+		return "host too long";
+	memcpy(host, h, n);
+	host[n] = '\0';
+	if (h != val)
+		return inet_pton(AF_INET6, host, a) == 1 ? NULL :
+		    "not an IPv6 address in brackets";
+	if (strchr(host, ':') != NULL)
+		return "an IPv6 address goes in brackets: [V6]:PORT";
+	if (strspn(host, "0123456789.") == n)
+		return inet_pton(AF_INET, host, a) == 1 ? NULL :
+		    "not an IPv4 address";
+	if (strspn(host, "abcdefghijklmnopqrstuvwxyz"
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != n || host[0] == '-' ||
+	    host[0] == '.')
+		return "not a host name or an address";
+	return NULL;
+}
+
 /* Applies one value; on error returns a static message. *fresh_binds is
  * true until this layer (file or command line) has set a bind. */
 static const char *
@@ -342,6 +396,7 @@ config_apply(struct config *cfg, const struct setting *s, const char *val,
 	uint64_t	 v;
 	long		 mode;
 	char		*end;
+	const char	*err;
 
 	switch (s->kind) {
 	case SET_INT_NONE:
@@ -363,6 +418,9 @@ config_apply(struct config *cfg, const struct setting *s, const char *val,
 	case SET_STRING:
 		if (*val == '\0')
 			return "empty value";
+		if (s->off == offsetof(struct config, metrics) &&
+		    (err = config_check_hostport(val)) != NULL)
+			return err;
 		/* FALLTHROUGH */
 	case SET_PATH_OR_EMPTY:
 		free(*(char **)(void *)field);
@@ -427,6 +485,20 @@ config_split(char *line, char **name, char **val)
 		*--e = '\0';
 	*val = p;
 	return true;
+}
+
+/* Where metrics was set, for the errors the start finds in it. */
+static void
+config_where(struct config *cfg, const char *path, int lineno)
+{
+	char	buf[4096 + 32];
+
+	free(cfg->metrics_where);
+	if (path != NULL)
+		snprintf(buf, sizeof(buf), "%s:%d: metrics", path, lineno);
+	else
+		snprintf(buf, sizeof(buf), "--metrics");
+	cfg->metrics_where = config_strdup(buf);
 }
 
 #define CONFIG_LINE_LONG	(-1)
@@ -525,7 +597,8 @@ config_read_file(struct config *cfg, const char *path)
 			fprintf(stderr, "%s:%d: %s: %s\n", path, lineno, name,
 			    err);
 			nerr++;
-		}
+		} else if (s->off == offsetof(struct config, metrics))
+			config_where(cfg, path, lineno);
 	}
 	if (nerr >= CONFIG_PROBLEMS_MAX && !feof(f))
 		fprintf(stderr, "%s: %d problems: the rest is not read\n",
@@ -750,6 +823,8 @@ config_load(struct config *cfg, int argc, char *argv[])
 			    optarg, err);
 			return EX_KL_USAGE;
 		}
+		if (s->off == offsetof(struct config, metrics))
+			config_where(cfg, NULL, 0);
 	}
 	return config_check(cfg);
 }
@@ -873,6 +948,7 @@ config_cleanup(struct config *cfg)
 	config_clear_users(cfg);
 	free(cfg->operator_uids);
 	free(cfg->metrics);
+	free(cfg->metrics_where);
 	free(cfg->metrics_hosts);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);

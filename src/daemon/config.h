@@ -74,6 +74,8 @@ struct config {
 	int		 nusers;
 	char		*operator_uids;		/* UID,...: unix operators */
 	char		*metrics;		/* ADDR:PORT or NULL */
+	char		*metrics_where;		/* "FILE:LINE: metrics" or
+						 * "--metrics" */
 	int64_t		 metrics_max_connections;
 	int64_t		 metrics_max_per_address; /* 0: no limit */
 	char		*metrics_hosts;		/* NAME,... or NULL */

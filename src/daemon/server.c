@@ -605,9 +605,11 @@ server_listen(struct server *srv)
 	if (srv->nlisteners == 0)
 		fatalx("nothing to listen on: give --bind or --unix");
 	server_check_nofile(cfg);
+	/* where it was set: a file's line, as the other settings' errors */
 	if (cfg->metrics != NULL && (srv->metrics = metrics_new(srv,
 	    cfg->metrics, -1, err, sizeof(err))) == NULL)
-		fatalx("%s", err);
+		fatalx("%s %s: %s", cfg->metrics_where != NULL ?
+		    cfg->metrics_where : "metrics", cfg->metrics, err);
 	if (cfg->port_file != NULL)
 		server_write_port_file(srv, cfg->port_file);
 	if (notify_enabled()) {
@@ -654,15 +656,8 @@ int
 server_check(const struct config *cfg, char *err, size_t errlen)
 {
 	struct tls_ctx	*tls;
-	char		 host[256];
-	uint16_t	 port;
 
-	if (cfg->metrics != NULL &&
-	    metrics_split(cfg->metrics, host, sizeof(host), &port) == -1) {
-		snprintf(err, errlen, "metrics %s: expected HOST:PORT or "
-		    "[V6]:PORT", cfg->metrics);
-		return -1;
-	}
+	/* metrics' syntax is checked as it is read (config.c) */
 	if (cfg->unix_group != NULL && getgrnam(cfg->unix_group) == NULL) {
 		snprintf(err, errlen, "unix-group %s: no such group",
 		    cfg->unix_group);

@@ -593,7 +593,7 @@ server_upgrade_adopt(struct server *srv, struct upgrade_in *in)
 		upgrade_in_fail(in, "%s", r.why);
 	if (metrics_fd != -1 && (srv->metrics = metrics_new(srv,
 	    srv->cfg->metrics, metrics_fd, err, sizeof(err))) == NULL)
-		upgrade_in_fail(in, "%s", err);
+		upgrade_in_fail(in, "metrics %s: %s", srv->cfg->metrics, err);
 	/* Ready: from GO on, the sockets are this process's. */
 	upgrade_in_ready(in);
 	token_lock_note_pid();

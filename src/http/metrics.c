@@ -716,14 +716,29 @@ metrics_new(struct server *srv, const char *addr, int fd, char *errbuf,
 	struct evhttp_bound_socket	*h;
 	struct sockaddr_storage		 ss;
 	socklen_t			 sl = sizeof(ss);
-	char				 host[256];
+	struct evutil_addrinfo		 hints, *ai = NULL;
+	char				 host[256], service[8];
 	uint16_t			 port;
+	int				 r;
 
 	if (metrics_split(addr, host, sizeof(host), &port) == -1) {
-		snprintf(errbuf, errlen, "metrics %s: expected HOST:PORT or "
-		    "[V6]:PORT", addr);
+		snprintf(errbuf, errlen, "expected HOST:PORT or [V6]:PORT");
 		return NULL;
 	}
+	/* evhttp would say only that it failed, and why on its own line */
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV;
+	snprintf(service, sizeof(service), "%u", port);
+	if (fd == -1 && (r = evutil_getaddrinfo(host, service, &hints,
+	    &ai)) != 0) {
+		snprintf(errbuf, errlen, "cannot resolve %s: %s", host,
+		    evutil_gai_strerror(r));
+		return NULL;
+	}
+	if (ai != NULL)
+		evutil_freeaddrinfo(ai);
 	if ((m = kl_calloc(1, sizeof(*m))) == NULL ||
 	    (m->http = evhttp_new(server_base(srv))) == NULL) {
 		kl_free(m);
@@ -746,8 +761,8 @@ metrics_new(struct server *srv, const char *addr, int fd, char *errbuf,
 	evhttp_set_gencb(m->http, metrics_request_cb, m);
 	if ((h = fd != -1 ? evhttp_accept_socket_with_handle(m->http, fd) :
 	    evhttp_bind_socket_with_handle(m->http, host, port)) == NULL) {
-		snprintf(errbuf, errlen, "metrics: cannot listen on %s",
-		    addr);
+		snprintf(errbuf, errlen, "cannot listen: %s",
+		    strerror(errno));
 		metrics_free(m);
 		return NULL;
 	}

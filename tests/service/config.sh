@@ -69,6 +69,23 @@ expect_status 78 $? "a missing --config file"
 expect_grep "missing.conf" "$TMP/out" "the message names the file"
 pass "bad lines: every one as FILE:LINE, exit 78"
 
+# metrics too: its syntax as FILE:LINE when the file is read (the
+# unit test config_file has every case), and the address the start
+# cannot listen on (192.0.2.1, TEST-NET-1, is on no host) with the line
+# that set it.
+printf 'port 0\nmetrics 127.0.0.1:99999\n' >"$TMP/metrics.conf"
+run_keylockd --check-config --config "$TMP/metrics.conf" >"$TMP/out" 2>&1
+expect_status 78 $? "a metrics port out of range"
+expect_grep "^$TMP/metrics.conf:2: metrics: port \"99999\": expected a number from 0 to 65535" \
+    "$TMP/out" "the metrics port's FILE:LINE"
+printf 'port 0\n\nmetrics 192.0.2.1:9771\n' >"$TMP/metrics.conf"
+timeout 10 "$KEYLOCKD" --config "$TMP/metrics.conf" --state-dir "$TMP" \
+    --unix '' --bind 127.0.0.1 >"$TMP/out" 2>&1
+[ $? -ne 0 ] || fail "started with metrics on 192.0.2.1: $(cat "$TMP/out")"
+expect_grep "error: $TMP/metrics.conf:3: metrics 192.0.2.1:9771: cannot listen: " \
+    "$TMP/out" "the metrics address's FILE:LINE at the start"
+pass "a bad metrics setting: FILE:LINE, read and at the start"
+
 run_keylockd --no-such-option >"$TMP/out" 2>&1
 expect_status 64 $? "an unknown option"
 run_keylockd --max-keys 0 --check-config >"$TMP/out" 2>&1

@@ -198,6 +198,52 @@ START_TEST(file_reports_every_bad_line_with_file_and_line)
 }
 END_TEST
 
+/* A bad metrics value is reported where it is, as every other setting's:
+ * its syntax when the file is read; whether it resolves and can be bound
+ * at the start, which names the line from metrics_where. */
+START_TEST(file_reports_a_bad_metrics_address_with_file_and_line)
+{
+	static const char *const bad[][2] = {
+		{ "127.0.0.1:99999", "port \"99999\": expected a number" },
+		{ "127.0.0.1", "expected HOST:PORT or [V6]:PORT" },
+		{ "127.0.0.1:", "port \"\": expected a number" },
+		{ ":9771", "no host before the port" },
+		{ "300.1.2.3:9771", "not an IPv4 address" },
+		{ "::1:9771", "an IPv6 address goes in brackets" },
+		{ "[::1:9771", "expected [V6]:PORT" },
+		{ "[zz::x]:9771", "not an IPv6 address in brackets" },
+		{ "mon_1:9771", "not a host name or an address" },
+	};
+	char	text[1024], want[PATH_MAX + 128];
+	size_t	off = 0;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		off += (size_t)snprintf(text + off, sizeof(text) - off,
+		    "port 1\nmetrics %s\n", bad[i][0]);
+	cf_write_conf(text);
+	ck_assert_int_eq(cf_load("--config", cf_conf, NULL), EX_KL_CONFIG);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(want, sizeof(want), "%s:%zu: metrics: %s", cf_conf,
+		    2 * i + 2, bad[i][1]);
+		ck_assert_msg(strstr(cf_err_out, want) != NULL, "no \"%s\" "
+		    "in: %s", want, cf_err_out);
+	}
+	ck_assert_int_eq(cf_count_lines(cf_err_out),
+	    sizeof(bad) / sizeof(bad[0]));
+	/* good ones; the last says where it was set */
+	cf_write_conf("metrics [::1]:0\n\nmetrics localhost:9771\n"
+	    "metrics mon-1.example:80\n");
+	EXPECT_OK(cf_load("--config", cf_conf, NULL));
+	snprintf(want, sizeof(want), "%s:4: metrics", cf_conf);
+	ck_assert_str_eq(cf_cfg.metrics_where, want);
+	EXPECT_OK(cf_load("--config", cf_conf, "--metrics", "127.0.0.1:0",
+	    NULL));
+	ck_assert_str_eq(cf_cfg.metrics_where, "--metrics");
+	EXPECT_USAGE(cf_load("--config", cf_conf, "--metrics", "::1:0",
+	    NULL), "--metrics ::1:0: an IPv6 address goes in brackets");
+}
+END_TEST
+
 START_TEST(file_with_bad_lines_stops_before_the_command_line)
 {
 	cf_write_conf("port nope\n");
@@ -361,6 +407,8 @@ cf_add_file(Suite *s)
 	tcase_add_test(tc, file_setting_without_value_is_an_error);
 	tcase_add_test(tc, file_command_line_only_names_are_unknown);
 	tcase_add_test(tc, file_reports_every_bad_line_with_file_and_line);
+	tcase_add_test(tc,
+	    file_reports_a_bad_metrics_address_with_file_and_line);
 	tcase_add_test(tc, file_with_bad_lines_stops_before_the_command_line);
 	tcase_add_test(tc, missing_config_file_is_an_error);
 	tcase_add_test(tc, config_that_is_a_directory_is_an_error);
