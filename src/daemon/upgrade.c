@@ -14,7 +14,10 @@
  * fault, in the freeze of all places (HACKING.md, Live upgrade, the
  * pause). The verdict is two-way (READY, then GO) so that a new process
  * which reported ready after the old one gave up on it never serves:
- * without GO it exits without touching a socket.
+ * without GO it exits without touching a socket. Each child leads a
+ * process group of its own, and a failed attempt kills the group, not
+ * the child alone: a binary that is a wrapper script leaves no child of
+ * its own behind (upgrade_reap()).
  */
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -208,26 +211,45 @@ upgrade_status_why(int status, char *why, size_t whylen)
 		snprintf(why, whylen, "ended with status %d", status);
 }
 
-/* Reaps pid, waiting at most ms, then killing it. */
+/* Kills pid's process group, which it leads (upgrade_spawn(), and
+ * POSIX_SPAWN_SETPGROUP for --check-config): pid and whatever it started.
+ * Only while pid is not reaped, so that its number cannot be another's. */
+static void
+upgrade_kill(pid_t pid)
+{
+	if (pid > 0)
+		(void)kill(-pid, SIGKILL);
+}
+
+/*
+ * Reaps pid, waiting at most ms for it to end, then killing it; and kills
+ * what is left of its process group either way (a wrapper script's
+ * children, say), before it is reaped: its end is seen with WNOWAIT, so
+ * that the group's number stays its own until the kill.
+ */
 static int
 upgrade_reap(pid_t pid, uint64_t ms)
 {
 	uint64_t	until = kl_clock_read_ms() + ms;
+	siginfo_t	si;
 	int		status = 0;
 
 	for (;;) {
-		pid_t	r = waitpid(pid, &status, WNOHANG);
-
-		if (r == pid || (r == -1 && errno != EINTR))
-			return status;
-		if (kl_clock_read_ms() >= until) {
-			kill(pid, SIGKILL);
-			while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG |
+		    WNOWAIT) == -1) {
+			if (errno == EINTR)
 				continue;
-			return status;
+			return status;	/* not a child of ours */
 		}
+		if (si.si_pid == pid || kl_clock_read_ms() >= until)
+			break;
 		usleep(1000);
 	}
+	upgrade_kill(pid);
+	while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+		continue;
+	return status;
 }
 
 /* Whether env is NAME=... */
@@ -268,7 +290,7 @@ static volatile int	upgrade_spawn_err;
  * The new process, with close-on-exec cleared on chan and on lock (the
  * state directory's, token_lock_fd(), or -1) in it only: a
  * vfork(2) child (no page tables copied, nothing left copy-on-write)
- * makes one fcntl and execs. As posix_spawn(3) does, every signal is
+ * makes one fcntl, leads a process group of its own, and execs. As posix_spawn(3) does, every signal is
  * blocked across the vfork and the child puts each caught one back to its
  * default before it unblocks them, so that no handler of this process
  * runs in the child. 0 or an errno.
@@ -294,7 +316,8 @@ upgrade_spawn(pid_t *pid, int chan, int lock, char **argv, char **envp)
 			(void)sigaction(sig, &sa, NULL);
 		}
 		if (fcntl(chan, F_SETFD, 0) == -1 ||
-		    (lock != -1 && fcntl(lock, F_SETFD, 0) == -1))
+		    (lock != -1 && fcntl(lock, F_SETFD, 0) == -1) ||
+		    setpgid(0, 0) == -1)
 			goto fail;
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execve(upgrade_exe, argv, envp);
@@ -436,10 +459,8 @@ upgrade_check_next(struct upgrade_check *uc)
 		return;
 	}
 	upgrade_mark("spawned");
-	if (!upgrade_check_watch(uc)) {
-		kill(uc->pid, SIGKILL);
-		upgrade_check_fail(uc, "out of memory");
-	}
+	if (!upgrade_check_watch(uc))
+		upgrade_check_fail(uc, "out of memory");	/* killed */
 }
 
 /* The check's end: its output ended (it exited) or the deadline. */
@@ -488,11 +509,11 @@ upgrade_check_heard(struct upgrade_check *uc, const char *line, ssize_t n)
 	}
 	if (n > 0 && strncmp(line, "ERR ", 4) == 0) {
 		snprintf(why, sizeof(why), "%s", line + 4);
-		kill(uc->pid, SIGKILL);
+		upgrade_kill(uc->pid);
 	} else if (n > 0) {
 		snprintf(why, sizeof(why), "the new process said \"%.64s\"",
 		    line);
-		kill(uc->pid, SIGKILL);
+		upgrade_kill(uc->pid);
 	} else {
 		status = upgrade_reap(uc->pid, 1000);
 		upgrade_status_why(status, st, sizeof(st));
@@ -569,6 +590,7 @@ upgrade_check_start(struct event_base *base, char **argv, size_t heap_hint,
 {
 	struct upgrade_check	*uc;
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t	 sa;
 	char			**v;
 	int			 p[2], rc;
 
@@ -593,14 +615,23 @@ upgrade_check_start(struct event_base *base, char **argv, size_t heap_hint,
 		kl_free(uc);
 		return NULL;
 	}
-	if ((rc = posix_spawn_file_actions_init(&fa)) == 0) {
-		if ((rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null",
-		    O_RDONLY, 0)) == 0 &&
-		    (rc = posix_spawn_file_actions_adddup2(&fa, p[1], 1)) == 0 &&
-		    (rc = posix_spawn_file_actions_adddup2(&fa, p[1], 2)) == 0)
-			rc = posix_spawn(&uc->pid, upgrade_exe, &fa, NULL, v,
-			    environ);
-		posix_spawn_file_actions_destroy(&fa);
+	/* a process group of its own, killed whole (upgrade_reap()) */
+	if ((rc = posix_spawnattr_init(&sa)) == 0) {
+		if ((rc = posix_spawnattr_setflags(&sa,
+		    POSIX_SPAWN_SETPGROUP)) == 0 &&
+		    (rc = posix_spawnattr_setpgroup(&sa, 0)) == 0 &&
+		    (rc = posix_spawn_file_actions_init(&fa)) == 0) {
+			if ((rc = posix_spawn_file_actions_addopen(&fa, 0,
+			    "/dev/null", O_RDONLY, 0)) == 0 &&
+			    (rc = posix_spawn_file_actions_adddup2(&fa, p[1],
+			    1)) == 0 &&
+			    (rc = posix_spawn_file_actions_adddup2(&fa, p[1],
+			    2)) == 0)
+				rc = posix_spawn(&uc->pid, upgrade_exe, &fa,
+				    &sa, v, environ);
+			posix_spawn_file_actions_destroy(&fa);
+		}
+		posix_spawnattr_destroy(&sa);
 	}
 	kl_free(v);
 	close(p[1]);
@@ -925,7 +956,7 @@ upgrade_handoff(struct upgrade_check *uc, struct ks_writer *w,
 	} else {
 		snprintf(why, whylen, "the new process (pid %d) was not ready "
 		    "within %" PRIu64 " ms", (int)pid, upgrade_timeout_ms);
-		kill(pid, SIGKILL);
+		upgrade_kill(pid);
 	}
 done:
 	/* on failure: the channel closed, so that the child, if it still

@@ -197,6 +197,38 @@ expect_eq "$((_before + 1))" "$(json_int "$(stats)" upgrade_failures)" \
     "upgrade_failures after two refusals and one failure"
 holder_ping "refusals"
 pass "an upgrade under way: SIGUSR2 and UPGRADE refused alike, not counted"
+
+# A binary that is a wrapper script whose child never gets ready (it
+# ignores SIGTERM, too), for the new process and for --check-config: the
+# deadline kills the wrapper's process group, so no child of it is left.
+# alive PID: running, not a zombie (one nobody reaped is dead).
+alive() {
+	_st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+	[ -n "$_st" ] && [ "$_st" != Z ]
+}
+for step in new check; do
+	rm -f "$TMP/wrapped.pid"
+	if [ $step = new ]; then
+		_case='*" --check-config "*) exit 0;;'
+		_why="was not ready within 1500 ms"
+	else
+		_case='*" --check-config "*) ;; *) exit 1;;'
+		_why="--check-config did not finish within 1500 ms"
+	fi
+	cat >"$BIN/keylockd" <<WRAPPER
+#!/bin/sh
+case " \$* " in $_case esac
+sh -c 'trap "" TERM; sleep 600' &
+echo \$! >"$TMP/wrapped.pid"
+wait
+WRAPPER
+	upgrade_fails "a wrapper script whose child hangs ($step)" "$_why"
+	[ -s "$TMP/wrapped.pid" ] || fail "the wrapper ($step) did not start"
+	_w=$(cat "$TMP/wrapped.pid")
+	wait_for "! alive $_w" 5 ||
+	    fail "the wrapper's child $_w ($step) survived the deadline"
+	pass "a wrapper script ($step): its child is killed with it"
+done
 reload_with ""
 
 # One that says it waits, and crashes once the old process froze and sent
