@@ -44,9 +44,10 @@ static enum kl_err acquire_probed(struct locktable *, struct lt_owner *,
 		    __attribute__((noinline));
 static inline bool acquire_is_fresh(const struct locktable *,
 		    const struct lt_owner *, const struct lt_acquire *,
-		    const struct lt_probe *);
+		    const struct lt_key *, size_t);
 static inline void acquire_fresh(struct locktable *, struct lt_owner *,
-		    enum lt_mode, const struct lt_probe *, uint64_t, uint64_t);
+		    enum lt_mode, const char *, size_t, uint32_t,
+		    struct lt_key **, uint64_t, uint64_t);
 
 /* first: the one key of a one-key request, already looked up. */
 static bool
@@ -376,12 +377,12 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
  */
 static inline bool
 acquire_is_fresh(const struct locktable *lt, const struct lt_owner *o,
-    const struct lt_acquire *a, const struct lt_probe *p)
+    const struct lt_acquire *a, const struct lt_key *k, size_t len)
 {
-	return lt->short_paths && p->k == NULL && a->limit == 1 &&
+	return lt->short_paths && k == NULL && a->limit == 1 &&
 	    a->ttl_ms == 0 &&
 	    (a->max_holds == 0 || o->nholds < a->max_holds) &&
-	    lt_fresh_fits(lt, p->len);
+	    lt_fresh_fits(lt, len);
 }
 
 /*
@@ -393,10 +394,10 @@ acquire_is_fresh(const struct locktable *lt, const struct lt_owner *o,
  */
 static inline void
 acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
-    const struct lt_probe *p, uint64_t now_ms, uint64_t token)
+    const char *key, size_t len, uint32_t hash, struct lt_key **b,
+    uint64_t now_ms, uint64_t token)
 {
-	struct lt_key	**b = &lt->buckets[lt_key_bucket(lt, p->hash)];
-	size_t		 size = lt_key_size(p->len);
+	size_t		 size = lt_key_size(len);
 	struct lt_pool	*pl = &lt->pools[lt_pool_class(size)];
 	struct lt_key	*k = pl->head;
 	struct lt_hold	*h = &k->own;
@@ -410,8 +411,8 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	k->next = *b;
 	*b = k;
 	k->x = NULL;
-	k->hash = p->hash;
-	k->keylen = (uint16_t)p->len;
+	k->hash = hash;
+	k->keylen = (uint16_t)len;
 	k->owned = 1;
 	h->owner = o;
 	h->oprev = NULL;
@@ -423,8 +424,8 @@ acquire_fresh(struct locktable *lt, struct lt_owner *o, enum lt_mode mode,
 	h->mark = 0;
 	h->inkey = 1;
 	h->sealed = 0;
-	lt_bytes_copy(k->key, p->key, p->len);
-	k->key[p->len] = '\0';
+	lt_bytes_copy(k->key, key, len);
+	k->key[len] = '\0';
 	if (o->holds != NULL)
 		o->holds->oprev = h;
 	o->holds = h;
@@ -483,22 +484,32 @@ locktable_acquire(struct locktable *lt, struct lt_owner *o,
     uint64_t *token, struct lt_blocker *why)
 {
 	struct lt_probe		p;
+	const char		*key;
+	size_t			 len;
+	uint32_t		 hash;
+	struct lt_key		*k, **b;
 
 	if (a->nkeys != 1 || o->wait != NULL || acquire_validate(a) != KL_OK)
 		return acquire_probed(lt, o, a, NULL, now_ms, granted, token,
 		    why);
-	p.key = a->keys[0];
-	p.len = a->keylens[0];
-	p.hash = lt_key_hash(lt, p.key, p.len);
-	p.k = lt_key_lookup(lt, p.key, p.len, p.hash);
-	if (!acquire_is_fresh(lt, o, a, &p)) {
+	key = a->keys[0];
+	len = a->keylens[0];
+	hash = lt_key_hash(lt, key, len);
+	b = lt_key_chain(lt, hash);
+	k = lt_chain_find(*b, key, len, hash);
+	if (!acquire_is_fresh(lt, o, a, k, len)) {
+		p.key = key;
+		p.len = len;
+		p.hash = hash;
+		p.k = k;
 		p.xh = NULL;
 		p.x = NULL;
 		p.fresh = false;
 		return acquire_probed(lt, o, a, &p, now_ms, granted, token,
 		    why);
 	}
-	acquire_fresh(lt, o, a->mode, &p, now_ms, *token = lt_next_token(lt));
+	acquire_fresh(lt, o, a->mode, key, len, hash, b, now_ms,
+	    *token = lt_next_token(lt));
 	*granted = true;
 	return KL_OK;
 }

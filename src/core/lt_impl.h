@@ -601,19 +601,31 @@ lt_key_hash(const struct locktable *lt, const char *key, size_t len)
 	return lt_hash_final(lt, (lt_u128)(a + k[0]) * (b + k[1]));
 }
 
+/* The chain a hash's entries are on. */
+static inline struct lt_key **
+lt_key_chain(const struct locktable *lt, uint32_t hash)
+{
+	return &lt->buckets[lt_key_bucket(lt, hash)];
+}
+
+/* The entry of the key on the chain that starts at k, or NULL. */
+static inline struct lt_key *
+lt_chain_find(struct lt_key *k, const char *key, size_t len, uint32_t hash)
+{
+	for (; k != NULL; k = k->next)
+		if (k->hash == hash && k->keylen == len &&
+		    lt_bytes_eq(k->key, key, len))
+			return k;
+	return NULL;
+}
+
 /* The entries of the hash table, inline: every request looks one up, and
  * most lock or free one. */
 static inline struct lt_key *
 lt_key_lookup(const struct locktable *lt, const char *key, size_t len,
     uint32_t hash)
 {
-	struct lt_key	*k;
-
-	for (k = lt->buckets[lt_key_bucket(lt, hash)]; k != NULL; k = k->next)
-		if (k->hash == hash && k->keylen == len &&
-		    lt_bytes_eq(k->key, key, len))
-			return k;
-	return NULL;
+	return lt_chain_find(*lt_key_chain(lt, hash), key, len, hash);
 }
 
 /* A fresh entry, not yet in the table, with its own hold free. */
