@@ -30,6 +30,8 @@ static void	 hold_end(struct locktable *, struct lt_hold *, uint64_t,
 static inline struct lt_hold *owner_find_hold(const struct locktable *,
 		    const struct lt_owner *, const char *, size_t)
 		    __attribute__((always_inline));
+static inline struct lt_hold *owner_scan_hold(const struct lt_owner *,
+		    const char *, size_t);
 static inline bool release_is_plain(const struct locktable *,
 		    const struct lt_hold *);
 static inline void release_plain(struct locktable *, struct lt_hold *,
@@ -37,8 +39,14 @@ static inline void release_plain(struct locktable *, struct lt_hold *,
 static enum kl_err release_keys(struct locktable *, struct lt_owner *,
 		    const char *const *, const size_t *, size_t, uint64_t,
 		    size_t *, size_t *) __attribute__((noinline));
-static void	 release_one(struct locktable *, struct lt_hold *, uint64_t)
-		    __attribute__((noinline));
+static enum kl_err release_one(struct locktable *, struct lt_hold *,
+		    uint64_t) __attribute__((noinline));
+static inline enum kl_err release_found(struct locktable *,
+		    struct lt_hold *, uint64_t, size_t *)
+		    __attribute__((always_inline));
+static enum kl_err release_lookup(struct locktable *, struct lt_owner *,
+		    const char *const *, const size_t *, size_t, uint64_t,
+		    size_t *, size_t *) __attribute__((noinline));
 static void	 queue_unlink(struct locktable *, struct lt_slot *);
 static void	 req_free(struct locktable *, struct lt_req *);
 static void	 req_grant(struct locktable *, struct lt_req *,
@@ -399,19 +407,28 @@ static inline struct lt_hold *
 owner_find_hold(const struct locktable *lt, const struct lt_owner *o,
     const char *key, size_t len)
 {
+	struct lt_key	*k;
+
+	if (o->nholds <= LT_OWNER_SCAN)
+		return owner_scan_hold(o, key, len);
+	k = lt_key_lookup(lt, key, len, lt_key_hash(lt, key, len));
+	return k == NULL ? NULL : lt_hold_find(k, o);
+}
+
+/* owner_find_hold() for an owner of a few holds: its holds, by the keys'
+ * bytes, and no call. */
+static inline struct lt_hold *
+owner_scan_hold(const struct lt_owner *o, const char *key, size_t len)
+{
 	struct lt_hold	*h;
 	struct lt_key	*k;
 
-	if (o->nholds <= LT_OWNER_SCAN) {
-		for (h = o->holds; h != NULL; h = h->onext) {
-			k = lt_hold_key(h);
-			if (k->keylen == len && lt_bytes_eq(k->key, key, len))
-				return h;
-		}
-		return NULL;
+	for (h = o->holds; h != NULL; h = h->onext) {
+		k = lt_hold_key(h);
+		if (k->keylen == len && lt_bytes_eq(k->key, key, len))
+			return h;
 	}
-	k = lt_key_lookup(lt, key, len, lt_key_hash(lt, key, len));
-	return k == NULL ? NULL : lt_hold_find(k, o);
+	return NULL;
 }
 
 /* k has its extension: a queued request allocates it. */
@@ -678,14 +695,49 @@ release_keys(struct locktable *lt, struct lt_owner *o,
 }
 
 /* One hold of a one-key UNLOCK that is not plain. */
-static void
+static enum kl_err
 release_one(struct locktable *lt, struct lt_hold *h, uint64_t now_ms)
 {
 	hold_end(lt, h, now_ms, &lt->c.releases);
 	settle(lt, now_ms);
+	return KL_OK;
 }
 
-/* One key, the common UNLOCK, is looked up once, here. */
+/* The one hold of a one-key UNLOCK, found. */
+static inline enum kl_err
+release_found(struct locktable *lt, struct lt_hold *h, uint64_t now_ms,
+    size_t *n)
+{
+	*n = 1;
+	if (!release_is_plain(lt, h))
+		return release_one(lt, h, now_ms);
+	release_plain(lt, h, now_ms);
+	return KL_OK;
+}
+
+/* Any UNLOCK but one key among a few holds: a key of an owner with more
+ * holds is hashed and looked up once, here; other requests go to
+ * release_keys(). */
+static enum kl_err
+release_lookup(struct locktable *lt, struct lt_owner *o,
+    const char *const *keys, const size_t *keylens, size_t nkeys,
+    uint64_t now_ms, size_t *n, size_t *bad_index)
+{
+	struct lt_hold	*h;
+
+	if (nkeys == 1 && o->nholds > LT_OWNER_SCAN &&
+	    (h = owner_find_hold(lt, o, keys[0], keylens[0])) != NULL)
+		return release_found(lt, h, now_ms, n);
+	return release_keys(lt, o, keys, keylens, nkeys, now_ms, n,
+	    bad_index);
+}
+
+/*
+ * The common UNLOCK, one key of an owner with a few holds, finds its hold
+ * among them without a call; any other goes to release_lookup(), out of
+ * line with the hashing, so that the common path keeps fewer values on
+ * the stack. Every call is the last thing done (n is written first).
+ */
 enum kl_err
 locktable_release(struct locktable *lt, struct lt_owner *o,
     const char *const *keys, const size_t *keylens, size_t nkeys,
@@ -693,16 +745,11 @@ locktable_release(struct locktable *lt, struct lt_owner *o,
 {
 	struct lt_hold	*h;
 
-	if (nkeys != 1 ||
-	    (h = owner_find_hold(lt, o, keys[0], keylens[0])) == NULL)
-		return release_keys(lt, o, keys, keylens, nkeys, now_ms, n,
-		    bad_index);
-	if (release_is_plain(lt, h))
-		release_plain(lt, h, now_ms);
-	else
-		release_one(lt, h, now_ms);
-	*n = 1;
-	return KL_OK;
+	if (nkeys == 1 && o->nholds <= LT_OWNER_SCAN &&
+	    (h = owner_scan_hold(o, keys[0], keylens[0])) != NULL)
+		return release_found(lt, h, now_ms, n);
+	return release_lookup(lt, o, keys, keylens, nkeys, now_ms, n,
+	    bad_index);
 }
 
 bool
