@@ -1514,6 +1514,24 @@ conn_route(struct conn *r, const char *line, size_t len, uint32_t chan)
 }
 
 /*
+ * The rest of r's overlong line, from buf[*off]: dropped up to its LF and
+ * answered ERR TOOLONG on its channel, *off moved past the LF. false: no
+ * LF in buf[*off..len), and all of it is dropped.
+ */
+static bool
+conn_discard(struct conn *r, char *buf, size_t len, size_t *off)
+{
+	char	*lf = memchr(buf + *off, '\n', len - *off);
+
+	if (lf == NULL)
+		return false;
+	*off = (size_t)(lf - buf) + 1;
+	r->discarding = false;
+	conn_route(r, NULL, 0, r->discard_chan);
+	return true;
+}
+
+/*
  * Frames the complete lines in buf[0..len) of the connection r and
  * routes each to its channel; returns the bytes consumed. Framing goes
  * on while channel 0 waits, so that other channels are served; it stops
@@ -1530,6 +1548,12 @@ conn_frame(struct conn *r, char *buf, size_t len)
 	size_t		 restlen;
 
 	r->produced = 0;
+	/* the rest of an overlong line that the last read cut */
+	if (r->discarding) {
+		if (!conn_discard(r, buf, len, &off))
+			return len;
+		handled++;
+	}
 	while (off < len && (r->state == CONN_READY ||
 	    r->state == CONN_PENDING)) {
 		char	*p = buf + off, *lf;
@@ -1545,15 +1569,6 @@ conn_frame(struct conn *r, char *buf, size_t len)
 				conn_defer_framing(r);
 			break;
 		}
-		if (r->discarding) {
-			if ((lf = memchr(p, '\n', avail)) == NULL)
-				return len;
-			off += (size_t)(lf - p) + 1;
-			r->discarding = false;
-			conn_route(r, NULL, 0, r->discard_chan);
-			handled++;
-			continue;
-		}
 		lf = memchr(p, '\n', avail < max ? avail : max);
 		if (lf == NULL) {
 			int64_t	ch;
@@ -1567,6 +1582,9 @@ conn_frame(struct conn *r, char *buf, size_t len)
 			r->discarding = true;
 			r->discard_chan = ch > 0 ? (uint32_t)ch : 0;
 			off += max;
+			if (!conn_discard(r, buf, len, &off))
+				return len;
+			handled++;
 			continue;
 		}
 		n = (size_t)(lf - p);
