@@ -122,6 +122,9 @@ struct conn_addr {
 #define CONN_ADDR_BUCKETS	1024
 
 struct conns {
+	/* The request being parsed; first, so that its address is the
+	 * set's own and conn_exec() keeps no second pointer for it. */
+	struct request		 req;
 	struct event_base	*base;
 	const struct config	*cfg;
 	struct stats		*st;
@@ -143,7 +146,6 @@ struct conns {
 	struct conn_list	 input_wait;	/* not read: max-input-total */
 	size_t			 out_bytes;	/* every open one's ocap */
 	char			*scratch;	/* CONN_SCRATCH_SIZE bytes */
-	struct request		 req;		/* the one being parsed */
 };
 
 /*
