@@ -373,7 +373,9 @@ acquire_queue(struct locktable *lt, struct lt_owner *o,
  * The common request, on the table's short path (lt->short_paths): one
  * key that has no entry, a plain lock without a ttl, max_holds with room.
  * Nothing can be in its way, and its fresh entry comes from its pool and
- * goes in without a resize, so acquire_fresh() grants it with no call.
+ * goes in without a resize, and its token from the reserved range, so
+ * acquire_fresh() grants it with no call (a call on the way would keep
+ * the entry's size, pool and chain on the stack across it).
  */
 static inline bool
 acquire_is_fresh(const struct locktable *lt, const struct lt_owner *o,
@@ -382,7 +384,7 @@ acquire_is_fresh(const struct locktable *lt, const struct lt_owner *o,
 	return lt->short_paths && k == NULL && a->limit == 1 &&
 	    a->ttl_ms == 0 &&
 	    (a->max_holds == 0 || o->nholds < a->max_holds) &&
-	    lt_fresh_fits(lt, len);
+	    lt_fresh_fits(lt, len) && lt_token_fits(lt);
 }
 
 /*

@@ -772,10 +772,17 @@ lt_hold_grant(struct locktable *lt, struct lt_hold *h, struct lt_key *k,
  */
 uint64_t	 lt_next_token_slow(struct locktable *);
 
+/* Whether the next token comes from the range, without a call. */
+static inline bool
+lt_token_fits(const struct locktable *lt)
+{
+	return lt->tok_next < lt->tok_end;
+}
+
 static inline uint64_t
 lt_next_token(struct locktable *lt)
 {
-	if (lt->tok_next < lt->tok_end)
+	if (lt_token_fits(lt))
 		return lt->tok_next++;
 	return lt_next_token_slow(lt);
 }
