@@ -1933,7 +1933,7 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn	*c = arg;
 	struct conns	*cs = c->cs;
-	char		*buf;
+	char		*buf = NULL;
 	size_t		 len = 0;
 
 	kl_clock_hold();
