@@ -3177,13 +3177,18 @@ ebe_fail_cb(void *arg, const char *why)
 	ebe_fail(arg, "%s", why);
 }
 
-/* The end of a reap's transaction: made, or found the entry gone or put
- * again (a REFRESH's, its front end alive after all), or failed (the
- * replica asks again while the entry lives). */
+/* The end of a reap's transaction: made (STATS etcd_reaped: one hold or
+ * one wait, see ebe_reap()), or found the entry gone or put again (a
+ * REFRESH's, its front end alive after all; or our own earlier try's),
+ * or failed (the replica asks again while the entry lives). */
 static void
 ebe_reaped(void *arg, const struct etcd_result *r)
 {
-	if (r->status != ETCD_OK)
+	struct ebe	*e = arg;
+
+	if (r->status == ETCD_OK && r->succeeded)
+		e->count->reaped++;
+	else if (r->status != ETCD_OK)
 		log_debug("backend etcd: a reap's delete failed: %s",
 		    r->message != NULL ? r->message :
 		    etcd_status_name(r->status));
@@ -3202,7 +3207,8 @@ ebe_reaped(void *arg, const struct etcd_result *r)
  * front end or another reaper's make this one do nothing. Apart from the
  * group commit (a failed compare fails the whole transaction): deletes
  * alone, which no put of ours waits for. A plain connection's is left to
- * its front end's lease (its REFRESH is written nowhere).
+ * its front end's lease (its REFRESH is written nowhere). One transaction
+ * deletes one hold (x, one key) or one wait (its every key).
  */
 static bool
 ebe_reap(void *arg, struct ereq *r, struct eentry *x)

@@ -145,7 +145,11 @@ struct stats {
 	    "backend etcd: lease lost, its clients dropped.")		\
 	X(etcd_bad_entries, counter, st->be.bad_entries,		\
 	    "backend etcd: entries read back that failed the checks "	\
-	    "and were left out of the table.")
+	    "and were left out of the table.")				\
+	X(etcd_reaped, counter, st->be.reaped, "backend etcd: another "	\
+	    "front end's session holds (one per key) and waits that "	\
+	    "outlived their ttl or deadline by the reap margin, deleted "	\
+	    "by this front end.")
 
 /* Names a lock-table owner (its connection's NAME) or NULL, and says
  * how long its session has been detached (-1: it has a connection); may

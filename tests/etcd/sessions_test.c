@@ -1555,10 +1555,14 @@ START_TEST(a_dead_front_ends_session_grant_ends_at_its_ttl)
 				    et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
 	struct kt_daemon	*b = dflt ? et_fe_start(NULL, NULL, NULL) :
 				    et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
+	struct kt_daemon	*c = dflt ? et_fe_start(NULL, NULL, NULL) :
+				    et_fe_start(NULL, SS_TTL, SS_TIMEOUT);
 	struct kt_conn		*p = kt_connect_to(b, KT_TCP);
 	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*oc = kt_connect_to(c, KT_TCP);
 	struct ss_sess		 s;
 	int64_t			 ttl = kt_ms(3000), late = kt_ms(1500);
+	json_int_t		 rb, rc;
 	int64_t			 reap = dflt ? 5000 + 1000 : SS_REAP_MS;
 	int64_t			 grace = ss_grace(dflt ? 15000 : SS_LONG_MS);
 	uint64_t		 lock_us, locked_us, kill_us, now;
@@ -1585,15 +1589,36 @@ START_TEST(a_dead_front_ends_session_grant_ends_at_its_ttl)
 	ck_assert_msg(now <= locked_us + (uint64_t)(ttl + reap + late) * 1000,
 	    "s0 (ttl %" PRId64 " ms) ended %" PRIu64 " ms after its grant, "
 	    "with A dead", ttl, (now - locked_us) / 1000);
-	ck_assert_int_ge(ss_log_count(b, "outlived its ttl"), 1);
+	/* by B or C: the first whose margin ran out (the other may apply
+	 * its delete before its own does) */
+	ck_assert_int_ge(ss_log_count(b, "outlived its ttl") +
+	    ss_log_count(c, "outlived its ttl"), 1);
 	ss_resume_empty(&s, b);
 	kt_req(p, "OK 1", "UNLOCK s0");
 	kt_wait_stat(ob, "keys", 0);
+	/* B and C both asked to delete it, on the condition that it was the
+	 * entry they applied: etcd made one delete, and that front end alone
+	 * counts it (its STATS etcd_reaped 1, the other's 0) */
+	kt_wait_stat(oc, "keys", 0);
+	for (uint64_t until = kt_now_ms() + (uint64_t)kt_ms(5000);;) {
+		rb = kt_stat(ob, "etcd_reaped");
+		rc = kt_stat(oc, "etcd_reaped");
+		if (rb + rc != 0 || kt_now_ms() > until)
+			break;
+		kt_sleep_ms(20);
+	}
+	kt_sleep_ms((uint64_t)kt_ms(1000));	/* a second count would show */
+	rb = kt_stat(ob, "etcd_reaped");
+	rc = kt_stat(oc, "etcd_reaped");
+	ck_assert_msg((rb == 1 && rc == 0) || (rb == 0 && rc == 1), "one hold "
+	    "reaped: STATS etcd_reaped %lld on B, %lld on C, want 1 on one of "
+	    "them and 0 on the other", (long long)rb, (long long)rc);
 	fprintf(stderr, "A SIGKILLed %" PRIu64 " ms after a session's grant "
 	    "with ttl=%" PRId64 " (grace %" PRId64 " ms): B's waiter granted %"
-	    PRIu64 " ms after the grant (ttl + reap margin %" PRId64 " ms)\n",
+	    PRIu64 " ms after the grant (ttl + reap margin %" PRId64 " ms); "
+	    "etcd_reaped %lld on B, %lld on C\n",
 	    (kill_us - locked_us) / 1000, ttl, grace, (now - locked_us) / 1000,
-	    reap);
+	    reap, (long long)rb, (long long)rc);
 }
 END_TEST
 
@@ -1640,6 +1665,7 @@ START_TEST(a_dead_front_ends_session_wait_ends_at_its_deadline)
 	    1000, "the session's wait went %" PRIu64 " ms after its LOCK, "
 	    "before its deadline and the margin", (gone_us - wait_us) / 1000);
 	ck_assert_int_ge(ss_log_count(b, "outlived its deadline"), 1);
+	kt_wait_stat(ob, "etcd_reaped", 1);	/* one wait */
 	kt_req(q, "OK 1", "UNLOCK s1");
 	kt_recv_within(p, kt_ms(5000));
 	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "the waiter behind "
@@ -1688,6 +1714,8 @@ START_TEST(a_live_front_end_ends_its_own_ttl)
 	ck_assert_int_eq(kt_stat(ob, "expired"), 0);
 	ck_assert_int_eq(ss_log_count(b, "outlived its"), 0);
 	ck_assert_int_eq(ss_log_count(a, "outlived its"), 0);
+	ck_assert_int_eq(kt_stat(oa, "etcd_reaped"), 0);
+	ck_assert_int_eq(kt_stat(ob, "etcd_reaped"), 0);
 	kt_req_err(s.c, "NOTHELD", "UNLOCK s2");
 	kt_req(s.c, "OK", "QUIT");
 	kt_req(p, "OK 1", "UNLOCK s2");

@@ -108,6 +108,7 @@ setup(void)
 	st.be.rebuilds = 5;
 	st.be.losses = 6;
 	st.be.bad_entries = 7;
+	st.be.reaped = 8;
 }
 
 static void

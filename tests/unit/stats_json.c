@@ -87,6 +87,7 @@ START_TEST(stats_reports_the_servers_own_counters)
 	EXPECT_U(cs_doc, "etcd_rebuilds", 5);
 	EXPECT_U(cs_doc, "etcd_losses", 6);
 	EXPECT_U(cs_doc, "etcd_bad_entries", 7);
+	EXPECT_U(cs_doc, "etcd_reaped", 8);
 }
 END_TEST
 
