@@ -10,8 +10,9 @@
  * entries. A LOCK and a withdrawal are BE_PENDING; an UNLOCK and an
  * UNLOCKALL are answered once their deletes are queued for the next
  * group commit (reads of the table through read_barrier wait for the
- * replica to apply them: read your own writes); REFRESH only restarts
- * our own timers.
+ * replica to apply them: read your own writes); a plain connection's
+ * REFRESH only restarts our own timers, a session's is BE_PENDING until
+ * etcd has its puts.
  *
  * Here: the seam's operations and the one place a client's answer leaves
  * (ebe_done), start-up (lease, heartbeat, range, watch;
@@ -139,6 +140,7 @@ struct ebe {
 	struct etcd_call	*views_call;	/* their range (ev_load) */
 	uint64_t		 reap_log_ms;	/* the last reap's log line */
 	uint64_t		 reap_unlogged;	/* reaps since, not logged */
+	struct erefresh		*refreshes;	/* REFRESHes on the wire */
 };
 
 static void	ebe_step(struct ebe *e);
@@ -1009,15 +1011,155 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 	return st;
 }
 
+/*
+ * A REFRESH of a session's holds on its way to etcd: answered when etcd
+ * has it (ebe_refreshed()). It points to its owner, which stays while
+ * o->refreshing (eowner_maybe_free()); its entries are found again by
+ * their etcd key and create revision, since any may end meanwhile.
+ */
+struct erefresh {
+	struct ebe		*e;
+	struct eowner		*o;
+	struct erefresh		*next;		/* e->refreshes */
+	struct erefresh		**pprev;
+	struct etcd_call	*call;
+	uint64_t		 ttl_ms;
+	size_t			 n;
+	struct eentry		**found;	/* n: the entries again */
+	struct erefresh_ent {
+		char		*ekey;
+		size_t		 ekeylen;
+		size_t		 lkeyoff, lkeylen;
+		int64_t		 crev;
+	}			 ent[];
+};
+
+static void
+erefresh_free(struct erefresh *f)
+{
+	if (f->pprev != NULL) {
+		*f->pprev = f->next;
+		if (f->next != NULL)
+			f->next->pprev = f->pprev;
+	}
+	for (size_t i = 0; i < f->n; i++)
+		kl_free(f->ent[i].ekey);
+	kl_free(f->found);
+	kl_free(f);
+}
+
+/* o's entry that f's i-th was: still held, not being deleted; or NULL. */
+static struct eentry *
+erefresh_find(const struct erefresh *f, size_t i)
+{
+	const struct erefresh_ent	*fe = &f->ent[i];
+	struct ereq			*q;
+
+	TAILQ_FOREACH(q, &f->o->reqs, entry)
+		for (size_t j = 0; q->state == REQ_HELD && j < q->nent; j++) {
+			struct eentry *x = &q->ent[j];
+
+			if (x->crev == fe->crev && x->ekeylen == fe->ekeylen &&
+			    memcmp(x->ekey, fe->ekey, fe->ekeylen) == 0)
+				return x->rep == ENT_HELD && x->w < W_DEL_WAIT ?
+				    x : NULL;
+		}
+	return NULL;
+}
+
+/*
+ * The reply to a session's REFRESH: made, each entry as we applied it (its
+ * create revision), so every replica restarts its ttl at the put
+ * (apply_rewrite()) and so do we, now (replica_refresh()): OK. A key no
+ * longer held (its old ttl ran out meanwhile): NOTHELD. Not made (etcd
+ * did not answer in time, or an entry is not the one we applied: another
+ * front end ended it, and the watch brings its delete): ERR BACKEND, and
+ * the ttl stays as it was here (a try etcd carries out later, after all,
+ * restarts it on every other replica at that put; here it ends at the old
+ * ttl, which deletes the entry everywhere).
+ */
 static void
 ebe_refreshed(void *arg, const struct etcd_result *r)
 {
-	if (r->status != ETCD_OK)
+	struct erefresh		*f = arg;
+	struct ebe		*e = f->e;
+	struct eowner		*o = f->o;
+	struct be_result	 res;
+
+	o->refreshing = false;
+	if (e->state >= EBE_STOPPING) {
+		erefresh_free(f);
+		return;
+	}
+	if (o->state == OWN_THEIRS || o->state == OWN_GONE) {
+		/* its connection closed, or its session moved away */
+		erefresh_free(f);
+		eowner_maybe_free(o);
+		ebe_end_turn(e);
+		return;
+	}
+	memset(&res, 0, sizeof(res));
+	res.op = BE_REFRESH;
+	for (size_t i = 0; i < f->n; i++)
+		if ((f->found[i] = erefresh_find(f, i)) == NULL) {
+			res.err = KL_ERR_NOTHELD;
+			res.why.key = f->ent[i].ekey + f->ent[i].lkeyoff;
+			res.why.keylen = f->ent[i].lkeylen;
+			break;
+		}
+	if (res.err != KL_OK) {
+		/* NOTHELD */
+	} else if (r->status != ETCD_OK) {
 		log_info("backend etcd: a REFRESH of a session's holds not "
-		    "written: %s (other front ends count the ttl from before)",
-		    r->message != NULL ? r->message :
+		    "written: %s", r->message != NULL ? r->message :
 		    etcd_status_name(r->status));
-	ebe_end_turn(arg);
+		be_backend(&res, BE_REFRESH, "etcd did not take the REFRESH "
+		    "in time; the ttl is as it was");
+	} else if (!r->succeeded) {
+		be_backend(&res, BE_REFRESH, "etcd no longer has the hold as "
+		    "this front end applied it (another front end ended it?); "
+		    "the ttl is as it was");
+	} else {
+		replica_refresh(e->rp, o, f->found, f->n, f->ttl_ms);
+		res.value = f->n;
+	}
+	ebe_done(e, o, &res);	/* o is idle: its REFRESH is its request */
+	erefresh_free(f);
+	ebe_end_turn(e);
+}
+
+/* The REFRESH f of o, from n entries: their keys and revisions. NULL on
+ * no memory. */
+static struct erefresh *
+erefresh_new(struct ebe *e, struct eowner *o, struct eentry **ents,
+    size_t n, uint64_t ttl_ms)
+{
+	struct erefresh *f;
+
+	if ((f = kl_calloc(1, sizeof(*f) + n * sizeof(f->ent[0]))) == NULL)
+		return NULL;
+	f->e = e;
+	f->o = o;
+	f->ttl_ms = ttl_ms;
+	if ((f->found = kl_calloc(n, sizeof(*f->found))) == NULL) {
+		kl_free(f);
+		return NULL;
+	}
+	for (; f->n < n; f->n++) {
+		struct erefresh_ent	*fe = &f->ent[f->n];
+		struct eentry		*x = ents[f->n];
+
+		if ((fe->ekey = kl_malloc(x->ekeylen)) == NULL) {
+			erefresh_free(f);
+			return NULL;
+		}
+		memcpy(fe->ekey, x->ekey, x->ekeylen);
+		fe->ekeylen = x->ekeylen;
+		fe->lkeyoff = (size_t)(x->lkey - x->ekey);
+		fe->lkeylen = x->lkeylen;
+		fe->crev = x->crev;
+	}
+	return f;
 }
 
 /*
@@ -1027,47 +1169,57 @@ ebe_refreshed(void *arg, const struct etcd_result *r)
  * " r=TTL", on the condition that it is still the entry every replica
  * applied (its create revision), so that a try landing late, after its
  * delete, makes nothing. Every replica restarts that key's ttl then
- * (apply_rewrite()). One transaction, apart from the group commit;
- * the REFRESH is answered without waiting for it. Only a session's
- * owners write it: a plain connection's REFRESH writes nothing.
+ * (apply_rewrite()). One transaction, apart from the group commit; the
+ * REFRESH is answered when etcd replies (ebe_refreshed(): BE_PENDING),
+ * or now with what kept it from being sent (BE_DONE, r). Only a
+ * session's owners write it: a plain connection's REFRESH writes
+ * nothing.
  */
-static void
+static enum be_status
 ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
-    size_t n, uint64_t ttl_ms)
+    size_t n, uint64_t ttl_ms, struct be_result *r)
 {
 	struct etcd_txn	*t;
-	size_t		 puts = 0;
+	struct erefresh	*f;
 
-	if (o->lease == 0 || e->state != EBE_READY || (t = etcd_txn_new()) ==
-	    NULL)
-		return;
+	if ((t = etcd_txn_new()) == NULL) {
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct eentry	*x = ents[i];
-		struct ereq	*r = x->req;
+		struct ereq	*q = x->req;
 		const char	*nl;
 		char		*v, tag[64];
 		size_t		 at, tl = 0, len;
 		int		 rc;
 
-		if (x->rep != ENT_HELD || x->w != W_PUT || x->crev <= 0 ||
-		    r->value == NULL)
-			continue;
-		nl = memchr(r->value, '\n', r->valuelen);
-		at = nl != NULL ? (size_t)(nl - r->value) : r->valuelen;
+		if (x->crev <= 0 || q->value == NULL) {
+			/* never: a hold was applied, and keeps its value */
+			etcd_txn_free(t);
+			be_backend(r, BE_REFRESH, "etcd: the hold is not known "
+			    "to this front end as etcd has it");
+			return BE_DONE;
+		}
+		nl = memchr(q->value, '\n', q->valuelen);
+		at = nl != NULL ? (size_t)(nl - q->value) : q->valuelen;
 		/* a channel's put again by SESSION names its channel, which
 		 * its first value did not */
-		if (o->chan != 0 && memmem(r->value, at, " @", 2) == NULL)
+		if (o->chan != 0 && memmem(q->value, at, " @", 2) == NULL)
 			tl = (size_t)snprintf(tag, sizeof(tag), " @%" PRIu32
 			    ":%" PRIu64, o->chan, o->sclient);
-		len = r->valuelen + tl + 32;
-		if ((v = kl_malloc(len)) == NULL)
-			break;
-		memcpy(v, r->value, at);
+		len = q->valuelen + tl + 32;
+		if ((v = kl_malloc(len)) == NULL) {
+			etcd_txn_free(t);
+			r->err = KL_ERR_NOMEM;
+			return BE_DONE;
+		}
+		memcpy(v, q->value, at);
 		memcpy(v + at, tag, tl);
 		at += tl;
 		at += (size_t)snprintf(v + at, len - at, " r=%" PRIu64, ttl_ms);
 		if (nl != NULL) {
-			size_t rest = r->valuelen - (size_t)(nl - r->value);
+			size_t rest = q->valuelen - (size_t)(nl - q->value);
 
 			memcpy(v + at, nl, rest);
 			at += rest;
@@ -1077,23 +1229,36 @@ ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
 		    x->ekey, x->ekeylen, v, at, (int64_t)o->lease) != 0 ? -1 :
 		    0;
 		kl_free(v);
-		if (rc != 0)
-			break;
-		puts++;
+		if (rc != 0) {
+			etcd_txn_free(t);
+			r->err = KL_ERR_NOMEM;
+			return BE_DONE;
+		}
 	}
-	if (puts == 0 || etcd_txn_nops(t) > e->max_ops * 2) {
+	if ((f = erefresh_new(e, o, ents, n, ttl_ms)) == NULL) {
 		etcd_txn_free(t);
-		return;
+		r->err = KL_ERR_NOMEM;
+		return BE_DONE;
 	}
 	/* etcd_txn() takes t, sent or not */
-	if (etcd_txn(e->etcd, t, ETCD_RETRY, ebe_refreshed, e) == NULL)
-		log_warnx("backend etcd: no memory to write a session's "
-		    "REFRESH");
+	if ((f->call = etcd_txn(e->etcd, t, ETCD_RETRY, ebe_refreshed, f)) ==
+	    NULL) {
+		erefresh_free(f);
+		be_backend(r, BE_REFRESH, "etcd: no room to send the REFRESH "
+		    "now");
+		return BE_DONE;
+	}
+	o->refreshing = true;
+	f->pprev = &e->refreshes;
+	if ((f->next = e->refreshes) != NULL)
+		f->next->pprev = &f->next;
+	e->refreshes = f;
+	return BE_PENDING;
 }
 
-/* REFRESH: our own ttl timers and table, and for a session's holds the
- * entries again (ebe_refresh_put()); a plain connection's writes nothing
- * to etcd. */
+/* REFRESH: for a session's holds, the entries again (ebe_refresh_put()),
+ * answered once etcd has them; a plain connection's restarts our own ttl
+ * timers and table now and writes nothing to etcd. */
 static enum be_status
 ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
     const size_t *keylens, size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
@@ -1102,6 +1267,7 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
 	struct ebe	*e = ebe_of(be);
 	struct eowner	*o = eowner_of(e->rp, lo);
 	struct eentry	*stack[16], **ents = stack;
+	enum be_status	 st = BE_DONE;
 	size_t		 n = 0;
 
 	memset(r, 0, sizeof(*r));
@@ -1118,13 +1284,16 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
 	}
 	if (o != NULL && held_entries(e, o, keys, keylens, nkeys, ents, &n,
 	    r)) {
-		replica_refresh(e->rp, o, ents, n, ttl_ms);
-		ebe_refresh_put(e, o, ents, n, ttl_ms);
-		r->value = n;
+		if (o->lease != 0 && n > 0)
+			st = ebe_refresh_put(e, o, ents, n, ttl_ms, r);
+		else {
+			replica_refresh(e->rp, o, ents, n, ttl_ms);
+			r->value = n;
+		}
 	}
 	if (ents != stack)
 		kl_free(ents);
-	return BE_DONE;
+	return st;
 }
 
 /*
@@ -1300,6 +1469,11 @@ ebe_free(struct backend *be)
 	while ((rd = TAILQ_FIRST(&e->rd_waiting)) != NULL) {
 		TAILQ_REMOVE(&e->rd_waiting, rd, entry);
 		ebe_read_free(rd);
+	}
+	while (e->refreshes != NULL) {	/* unanswered, as a LOCK's */
+		etcd_cancel(e->refreshes->call);
+		e->refreshes->o->refreshing = false;
+		erefresh_free(e->refreshes);
 	}
 	replica_free(e->rp);
 	etcd_free(e->etcd);

@@ -251,6 +251,10 @@ struct eowner {
 						 * end's; a session's L */
 	struct esession		*sess;		/* ours: its session's, on
 						 * channel 0 */
+	bool			 refreshing;	/* ours: its REFRESH's put on
+						 * the wire (backend_etcd.c's
+						 * struct erefresh points to
+						 * it): kept until its reply */
 	uint32_t		 chan;		/* a session's channel N (its
 						 * entries' "@N"); 0: channel
 						 * 0, or no session's */
@@ -435,8 +439,9 @@ const char	*ebe_record_decode(const char *v, size_t len,
  * goes once no entry of it is live in the table, it neither waits nor
  * holds, no commit item refers to it, its client waits for no answer
  * (side ASKED, DEADLINE, WITHDRAWING) and, ours, the watch is not yet to
- * bring a put of it that etcd made; an owner, once it has no request and
- * is not ours and connected. Called wherever one of these clears.
+ * bring a put of it that etcd made; an owner, once it has no request,
+ * is not ours and connected, and no REFRESH of it is on the wire
+ * (refreshing). Called wherever one of these clears.
  */
 void		 ereq_maybe_free(struct ereq *r);
 void		 eowner_maybe_free(struct eowner *o);

@@ -419,7 +419,8 @@ void
 eowner_maybe_free(struct eowner *o)
 {
 	if (TAILQ_EMPTY(&o->reqs) && (o->state == OWN_THEIRS ||
-	    o->state == OWN_GONE) && o->rp->mode != REP_CLEARING)
+	    o->state == OWN_GONE) && !o->refreshing &&
+	    o->rp->mode != REP_CLEARING)
 		eowner_free(o);
 }
 
@@ -1339,14 +1340,19 @@ apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 		x->mrev = kv->mod_revision;	/* what a reap compares */
 	/* a REFRESH of a session's hold, put again with r=TTL: its ttl
 	 * restarts here too (for INFO, for the front end that takes the
-	 * session over, and for the reap of a hold whose front end died) */
+	 * session over, and for the reap of a hold whose front end died);
+	 * ours restarted when etcd answered the REFRESH (replica_refresh(),
+	 * ebe_refreshed()), and not at a put whose REFRESH was told it
+	 * failed: a try etcd carried out late */
 	if (r->state == REQ_HELD && value_parse(kv->value, kv->valuelen,
 	    &client, &ch, &a, keys, keylens, KL_KEYS_HARD_MAX, &refresh) ==
 	    NULL && refresh > 0 && x != NULL && x->rep == ENT_HELD) {
-		(void)locktable_refresh(rp->lt, o->lo, &x->lkey, &x->lkeylen,
-		    1, refresh, kl_now_ms(), &(size_t){ 0 }, &(size_t){ 0 });
-		if (r->side == SIDE_THEIRS)
+		if (r->side == SIDE_THEIRS) {
+			(void)locktable_refresh(rp->lt, o->lo, &x->lkey,
+			    &x->lkeylen, 1, refresh, kl_now_ms(),
+			    &(size_t){ 0 }, &(size_t){ 0 });
 			replica_ttl_arm(x, refresh);
+		}
 	} else if (r->side == SIDE_THEIRS && x != NULL &&
 	    x->rep == ENT_HELD) {
 		/* put again under a session's lease: reaped if need be */

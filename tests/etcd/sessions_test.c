@@ -1726,6 +1726,83 @@ START_TEST(a_live_front_end_ends_its_own_ttl)
 }
 END_TEST
 
+/*
+ * keylockd-protocol(7), SESSIONS: Across front ends: a session's REFRESH
+ * through backend etcd is answered once etcd has it, as a LOCK is. With
+ * every member stopped it is ERR BACKEND within etcd-timeout (before, it
+ * was OK at once, and the other front ends would have ended the hold at
+ * its old ttl), the hold keeps its old ttl, and a PING sent behind it is
+ * answered after it, in order; once etcd answers again, a REFRESH is OK
+ * and the other front end's INFO shows the new ttl.
+ */
+START_TEST(a_session_refresh_is_answered_once_etcd_has_it)
+{
+	/* the default lease TTL, 15 s: the front ends keep their leases
+	 * while the members are stopped */
+	struct kt_daemon	*a = et_fe_start(NULL, NULL, SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, NULL, SS_TIMEOUT);
+	struct kt_conn		*oa = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	struct ss_sess		 s;
+	int64_t			 ttl = kt_ms(20000), ttl2 = kt_ms(60000);
+	int64_t			 ttl3 = kt_ms(90000), x;
+	uint64_t		 sent_us, err_us, deadline;
+	json_t			*h;
+	char			 line[256];
+
+	ss_open(&s, 0, a, ss_grace(SS_LONG_MS));
+	kt_lock(s.c, "LOCK s0 ttl=%" PRId64, ttl);
+	json_decref(ss_holder_of(ob, "s0", "B"));
+	for (int i = 1; i <= 3; i++)
+		et_member("stop", i);
+	sent_us = kt_now_us();
+	kt_send(s.c, "REFRESH s0 ttl=%" PRId64, ttl2);
+	kt_send(s.c, "PING");
+	kt_recv_within(s.c, 900 + kt_ms(3000));
+	err_us = kt_now_us();
+	snprintf(line, sizeof(line), "%s", s.c->line);
+	kt_recv_within(s.c, kt_ms(2000));
+	for (int i = 1; i <= 3; i++)
+		et_member("cont", i);
+	ck_assert_msg(strncmp(line, "ERR BACKEND ", 12) == 0, "REFRESH with "
+	    "every member stopped: %s, want ERR BACKEND", line);
+	ck_assert_msg(strcmp(s.c->line, "OK PONG") == 0, "the PING sent "
+	    "behind the REFRESH: %s, want OK PONG after it", s.c->line);
+	/* the old ttl on the owner's front end, which ends it; B may show
+	 * the new one: a stopped member may carry out the put when it is
+	 * back, as etcd may any try given up on it */
+	h = ss_holder_of(oa, "s0", "A");
+	x = kt_jint(h, "expires_in_ms");
+	json_decref(h);
+	ck_assert_msg(x <= ttl, "A after the failed REFRESH: s0 expires in %"
+	    PRId64 " ms, more than its ttl of %" PRId64, x, ttl);
+	/* once etcd answers again: made, and seen through B */
+	kt_req(s.c, "OK 1", "REFRESH s0 ttl=%" PRId64, ttl3);
+	deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
+	for (;;) {
+		h = ss_holder_of(ob, "s0", "B");
+		x = kt_jint(h, "expires_in_ms");
+		json_decref(h);
+		if (x > ttl2)
+			break;
+		if (kt_now_ms() > deadline)
+			kt_fail("B never saw the REFRESH to %" PRId64 " ms: s0 "
+			    "expires in %" PRId64 " ms", ttl3, x);
+		kt_sleep_ms(20);
+	}
+	h = ss_holder_of(oa, "s0", "A");
+	ck_assert_int_gt(kt_jint(h, "expires_in_ms"), ttl2);
+	json_decref(h);
+	kt_req(s.c, "OK 1", "UNLOCK s0");
+	kt_req(s.c, "OK", "QUIT");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "REFRESH with every member stopped: %s after %" PRIu64
+	    " ms (etcd-timeout %s ms), PING after it; once etcd was back, OK "
+	    "1 and B's expires_in_ms %" PRId64 " of %" PRId64 "\n", line,
+	    (err_us - sent_us) / 1000, SS_TIMEOUT, x, ttl3);
+}
+END_TEST
+
 static Suite *
 sessions_suite(void)
 {
@@ -1756,6 +1833,12 @@ sessions_suite(void)
 	    a_ttl_and_a_deadline_survive_resume_through_another_front_end);
 	tcase_add_test(tc,
 	    a_refresh_goes_with_the_session_to_another_front_end);
+	suite_add_tcase(s, tc);
+	/* CK_RUN_CASE=refresh: this alone */
+	tc = tcase_create("refresh");
+	tcase_add_checked_fixture(tc, et_setup, kt_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, a_session_refresh_is_answered_once_etcd_has_it);
 	suite_add_tcase(s, tc);
 	/* CK_RUN_CASE=reap: these alone */
 	tc = tcase_create("reap");
