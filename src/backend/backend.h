@@ -91,8 +91,8 @@ struct be_counters {
 	uint64_t	rebuilds;	/* the table built again from a range */
 	uint64_t	losses;		/* lease lost: clients dropped */
 	uint64_t	bad_entries;	/* etcd entries left out: invalid */
-	uint64_t	reaped;		/* etcd: another front end's session
-					 * holds and waits we deleted */
+	uint64_t	reaped;		/* etcd: another front end's holds
+					 * and waits we deleted */
 	uint64_t	ready;		/* 1: serving (etcd: a lease, a quorum) */
 	uint64_t	frontend;	/* etcd: this front end's id, its
 					 * lease (0 while it has none) */

@@ -10,9 +10,8 @@
  * entries. A LOCK and a withdrawal are BE_PENDING; an UNLOCK and an
  * UNLOCKALL are answered once their deletes are queued for the next
  * group commit (reads of the table through read_barrier wait for the
- * replica to apply them: read your own writes); a plain connection's
- * REFRESH only restarts our own timers, a session's is BE_PENDING until
- * etcd has its puts.
+ * replica to apply them: read your own writes); a REFRESH is BE_PENDING
+ * until etcd has its puts.
  *
  * Here: the seam's operations and the one place a client's answer leaves
  * (ebe_done), start-up (lease, heartbeat, range, watch;
@@ -1012,7 +1011,7 @@ ebe_release_owner(struct backend *be, struct lt_owner *lo, uint64_t now_ms,
 }
 
 /*
- * A REFRESH of a session's holds on its way to etcd: answered when etcd
+ * A REFRESH on its way to etcd: answered when etcd
  * has it (ebe_refreshed()). It points to its owner, which stays while
  * o->refreshing (eowner_maybe_free()); its entries are found again by
  * their etcd key and create revision, since any may end meanwhile.
@@ -1068,7 +1067,7 @@ erefresh_find(const struct erefresh *f, size_t i)
 }
 
 /*
- * The reply to a session's REFRESH: made, each entry as we applied it (its
+ * The reply to a REFRESH: made, each entry as we applied it (its
  * create revision), so every replica restarts its ttl at the put
  * (apply_rewrite()) and so do we, now (replica_refresh()): OK. A key no
  * longer held (its old ttl ran out meanwhile): NOTHELD. Not made (etcd
@@ -1110,8 +1109,8 @@ ebe_refreshed(void *arg, const struct etcd_result *r)
 	if (res.err != KL_OK) {
 		/* NOTHELD */
 	} else if (r->status != ETCD_OK) {
-		log_info("backend etcd: a REFRESH of a session's holds not "
-		    "written: %s", r->message != NULL ? r->message :
+		log_info("backend etcd: a REFRESH not written: %s",
+		    r->message != NULL ? r->message :
 		    etcd_status_name(r->status));
 		be_backend(&res, BE_REFRESH, "etcd did not take the REFRESH "
 		    "in time; the ttl is as it was");
@@ -1163,17 +1162,17 @@ erefresh_new(struct ebe *e, struct eowner *o, struct eentry **ents,
 }
 
 /*
- * A session's REFRESH for the front end that may take it over
- * (keylockd-protocol(7), SESSIONS: Across front ends): each refreshed
- * entry put again under the session's lease L with its value and
- * " r=TTL", on the condition that it is still the entry every replica
- * applied (its create revision), so that a try landing late, after its
- * delete, makes nothing. Every replica restarts that key's ttl then
- * (apply_rewrite()). One transaction, apart from the group commit; the
- * REFRESH is answered when etcd replies (ebe_refreshed(): BE_PENDING),
- * or now with what kept it from being sent (BE_DONE, r). Only a
- * session's owners write it: a plain connection's REFRESH writes
- * nothing.
+ * A REFRESH for every other front end: the one that may take a session
+ * over (keylockd-protocol(7), SESSIONS: Across front ends), and those
+ * that end a hold whose front end died (ebe_reap()). Each refreshed
+ * entry put again under the lease it has (a session's L, else our own)
+ * with its value and " r=TTL", on the condition that it is still the
+ * entry every replica applied (its create revision), so that a try
+ * landing late, after its delete, makes nothing. Every replica restarts
+ * that key's ttl then (apply_rewrite()). One transaction, apart from the
+ * group commit; the REFRESH is answered when etcd replies
+ * (ebe_refreshed(): BE_PENDING), or now with what kept it from being
+ * sent (BE_DONE, r).
  */
 static enum be_status
 ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
@@ -1226,8 +1225,8 @@ ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
 		}
 		rc = etcd_txn_compare(t, x->ekey, x->ekeylen, ETCD_CMP_CREATE,
 		    ETCD_CMP_EQUAL, x->crev) != 0 || etcd_txn_put(t, true,
-		    x->ekey, x->ekeylen, v, at, (int64_t)o->lease) != 0 ? -1 :
-		    0;
+		    x->ekey, x->ekeylen, v, at, (int64_t)(o->lease != 0 ?
+		    o->lease : q->fe)) != 0 ? -1 : 0;
 		kl_free(v);
 		if (rc != 0) {
 			etcd_txn_free(t);
@@ -1256,9 +1255,8 @@ ebe_refresh_put(struct ebe *e, struct eowner *o, struct eentry **ents,
 	return BE_PENDING;
 }
 
-/* REFRESH: for a session's holds, the entries again (ebe_refresh_put()),
- * answered once etcd has them; a plain connection's restarts our own ttl
- * timers and table now and writes nothing to etcd. */
+/* REFRESH: the entries again (ebe_refresh_put()), answered once etcd has
+ * them, when our own ttl timers and table restart too. */
 static enum be_status
 ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
     const size_t *keylens, size_t nkeys, uint64_t ttl_ms, uint64_t now_ms,
@@ -1284,12 +1282,8 @@ ebe_refresh(struct backend *be, struct lt_owner *lo, const char *const *keys,
 	}
 	if (o != NULL && held_entries(e, o, keys, keylens, nkeys, ents, &n,
 	    r)) {
-		if (o->lease != 0 && n > 0)
+		if (n > 0)
 			st = ebe_refresh_put(e, o, ents, n, ttl_ms, r);
-		else {
-			replica_refresh(e->rp, o, ents, n, ttl_ms);
-			r->value = n;
-		}
 	}
 	if (ents != stack)
 		kl_free(ents);
@@ -3372,17 +3366,16 @@ ebe_reaped(void *arg, const struct etcd_result *r)
 /*
  * The replica: another front end's r outlived its ttl (x) or its wait's
  * deadline (x NULL) by the reap margin, so that front end is dead or cut
- * off (reap_due() in the replica says when). A session's, whose REFRESH
- * every replica sees (ebe_refresh_put()), is deleted here as its front
- * end would have deleted it: the hold ends, the wait is withdrawn, on
+ * off (reap_due() in the replica says when). Whose REFRESH every replica
+ * sees (ebe_refresh_put()), a session's or a plain connection's, it is
+ * deleted here as its front end would have deleted it: the hold ends, the wait is withdrawn, on
  * every replica, at the delete's revision, as an UNLOCK's delete does.
  * Each entry only if it is still the put this replica applied (its mod
  * revision): a REFRESH that etcd took meanwhile, a delete by its own
  * front end or another reaper's make this one do nothing. Apart from the
  * group commit (a failed compare fails the whole transaction): deletes
- * alone, which no put of ours waits for. A plain connection's is left to
- * its front end's lease (its REFRESH is written nowhere). One transaction
- * deletes one hold (x, one key) or one wait (its every key).
+ * alone, which no put of ours waits for. One transaction deletes one hold
+ * (x, one key) or one wait (its every key).
  */
 static bool
 ebe_reap(void *arg, struct ereq *r, struct eentry *x)
@@ -3393,8 +3386,6 @@ ebe_reap(void *arg, struct ereq *r, struct eentry *x)
 	size_t		 n = 0;
 	char		 key[96];
 
-	if (ev_of_lease(e, r->owner->fe) == NULL)
-		return false;
 	if (e->state != EBE_READY || (t = etcd_txn_new()) == NULL)
 		return true;		/* asked again */
 	for (size_t i = 0; i < r->nent; i++) {
@@ -3425,10 +3416,11 @@ ebe_reap(void *arg, struct ereq *r, struct eentry *x)
 	late = x->due_ms != 0 && now > x->due_ms ? now - x->due_ms :
 	    now - r->put_ms - r->a.timeout_ms;
 	ebe_log_safe(x->lkey, x->lkeylen, key, sizeof(key));
-	log_info("backend etcd: client %" PRIu64 " of session lease %016"
-	    PRIx64 ": its %s %s outlived its %s by %" PRIu64 " ms, and its "
+	log_info("backend etcd: client %" PRIu64 " of %s %016" PRIx64 ": its %s %s outlived its %s by %" PRIu64 " ms, and its "
 	    "front end has not ended it: deleting it (%" PRIu64 " more since "
-	    "the last such line)", r->owner->client, r->owner->fe,
+	    "the last such line)", r->owner->client, ev_of_lease(e,
+	    r->owner->fe) != NULL ? "session lease" : "front end",
+	    r->owner->fe,
 	    r->state == REQ_HELD ? "hold on" : "wait for", key,
 	    r->state == REQ_HELD ? "ttl" : "deadline", late,
 	    e->reap_unlogged);

@@ -357,12 +357,12 @@ struct replica_hooks {
 	void	(*fe_gone)(void *arg, uint64_t fe);
 	/*
 	 * Another front end's r outlived its ttl (x, a hold) or its wait's
-	 * deadline (x NULL) by the reap margin: if its owner is a
-	 * session's (whose REFRESH every replica sees), delete x, or r's
-	 * live entries, each on the condition that it is still the put
+	 * deadline (x NULL) by the reap margin (every REFRESH is
+	 * written, so every replica counts the same ttl): delete x, or
+	 * r's live entries, each on the condition that it is still the put
 	 * this replica applied (x->mrev). True if that was asked (the
-	 * replica asks again later, until the delete is applied). May be
-	 * NULL.
+	 * replica asks again later, until the delete is applied); false:
+	 * not, nor later. May be NULL.
 	 */
 	bool	(*reap)(void *arg, struct ereq *r, struct eentry *x);
 	/* Our o's hold was deleted by someone else before its ttl ran out

@@ -617,7 +617,7 @@ ereq_maybe_free(struct ereq *r)
  * every replica counts from when it applies the grant and the put, so
  * that a front end that takes the session over ends them as the one
  * asked would have (keylockd-protocol(7), SESSIONS: Across front ends).
- * " r=TTL" only in a session's entry put again by a REFRESH
+ * " r=TTL" only in an entry put again by a REFRESH
  * (ebe_refresh_put()): its ttl restarted then.
  * @CHAN:SCLIENT: the owner is channel CHAN of the session of client
  * SCLIENT (the lease in its key is the session's), for a front end that
@@ -932,9 +932,9 @@ replica_next_token(void *arg)
  * Another front end's r outlived its ttl or deadline by the reap margin
  * (replica_ttl_arm(), replica_wait_arm()): its own front end would have
  * ended it by now if it were running and reached etcd, so it is dead or
- * cut off. A session's hold or wait (the backend says which: a session's
- * REFRESH is written for every replica, a plain connection's is not)
- * is deleted by us, as its front end would have at its ttl or deadline;
+ * cut off. Its hold or wait (a session's or a plain connection's: every
+ * REFRESH is written for every replica) is deleted by us, as its front
+ * end would have at its ttl or deadline;
  * asked again a while later until the delete is applied (a failed or
  * lost transaction). Only while we apply events with a safe lease: a
  * front end cut off from etcd reaps nothing.
@@ -1315,7 +1315,7 @@ live_keys(const struct replica *rp, const char **keys, size_t *keylens,
  * unchanged too). Another front end's owner is named by L from then on,
  * and a channel's by its channel, so that RESUME through any front end
  * finds these holds and waits with the session's; ours was renamed when
- * the SESSION was answered.
+ * the SESSION was answered. Or a REFRESH's (" r=TTL"), of any owner.
  */
 static void
 apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
@@ -1338,7 +1338,7 @@ apply_rewrite(struct replica *rp, const struct etcd_kv *kv)
 	if ((x = eentry_find(rp, kv->key, kv->keylen)) != NULL &&
 	    (x->rep == ENT_LIVE || x->rep == ENT_HELD))
 		x->mrev = kv->mod_revision;	/* what a reap compares */
-	/* a REFRESH of a session's hold, put again with r=TTL: its ttl
+	/* a REFRESH of a hold, put again with r=TTL: its ttl
 	 * restarts here too (for INFO, for the front end that takes the
 	 * session over, and for the reap of a hold whose front end died);
 	 * ours restarted when etcd answered the REFRESH (replica_refresh(),

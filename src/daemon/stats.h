@@ -147,7 +147,7 @@ struct stats {
 	    "backend etcd: entries read back that failed the checks "	\
 	    "and were left out of the table.")				\
 	X(etcd_reaped, counter, st->be.reaped, "backend etcd: another "	\
-	    "front end's session holds (one per key) and waits that "	\
+	    "front end's holds (one per key) and waits that "		\
 	    "outlived their ttl or deadline by the reap margin, deleted "	\
 	    "by this front end.")
 

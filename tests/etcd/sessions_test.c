@@ -1682,6 +1682,72 @@ START_TEST(a_dead_front_ends_session_wait_ends_at_its_deadline)
 }
 END_TEST
 
+/*
+ * keylockd(8), BACKEND ETCD: a plain connection's hold, like a session's,
+ * ends at its ttl (as REFRESHed) plus the reap margin when its front end
+ * dies: every REFRESH is written to etcd, so the other front ends count
+ * the same ttl (INFO through B shows it) and B deletes the hold then,
+ * not when A's lease goes (30 s here: between 20 and 30 s after the
+ * kill). Before, such a hold lasted until A's lease ended.
+ */
+START_TEST(a_dead_front_ends_plain_hold_ends_at_its_refreshed_ttl)
+{
+	struct kt_daemon	*a = et_fe_start(NULL, "30", SS_TIMEOUT);
+	struct kt_daemon	*b = et_fe_start(NULL, "30", SS_TIMEOUT);
+	struct kt_conn		*c = kt_connect_to(a, KT_TCP);
+	struct kt_conn		*p = kt_connect_to(b, KT_TCP);
+	struct kt_conn		*ob = kt_connect_to(b, KT_TCP);
+	int64_t			 ttl = kt_ms(2000), ttl2 = kt_ms(3000), x = 0;
+	int64_t			 late = kt_ms(1500);
+	uint64_t		 r0, r1, kill_us, now, deadline;
+	json_t			*h;
+
+	kt_req(c, "OK", "NAME plain");
+	kt_lock(c, "LOCK s3 ttl=%" PRId64, ttl);
+	kt_sleep_ms((uint64_t)ttl / 2);
+	r0 = kt_now_us();
+	kt_req(c, "OK 1", "REFRESH s3 ttl=%" PRId64, ttl2);
+	r1 = kt_now_us();
+	/* B counts the new ttl: more than the grant has left */
+	deadline = kt_now_ms() + (uint64_t)kt_ms(5000);
+	for (;;) {
+		h = ss_holder_of(ob, "s3", "B");
+		x = kt_jint(h, "expires_in_ms");
+		json_decref(h);
+		if (x > ttl)
+			break;
+		if (kt_now_ms() > deadline)
+			kt_fail("B never saw the plain connection's REFRESH to %"
+			    PRId64 " ms: s3 expires in %" PRId64 " ms", ttl2, x);
+		kt_sleep_ms(20);
+	}
+	kt_send(p, "LOCK s3 timeout=%" PRId64, kt_ms(60000));
+	json_decref(kt_wait_queue(ob, "s3", 1, 1));
+	kill_us = kt_now_us();
+	ss_kill(a);
+	kt_recv_within(p, ttl2 + SS_REAP_MS + late + kt_ms(5000));
+	now = kt_now_us();
+	ck_assert_msg(kt_line_token(p, &(uint64_t){ 0 }), "B's waiter for s3: "
+	    "%s", p->line);
+	ck_assert_msg(now >= r0 + (uint64_t)(ttl2 + SS_REAP_MS) * 1000,
+	    "s3 (refreshed to %" PRId64 " ms) reaped %" PRIu64 " ms after its "
+	    "REFRESH, before the margin of %d ms", ttl2, (now - r0) / 1000,
+	    SS_REAP_MS);
+	ck_assert_msg(now <= r1 + (uint64_t)(ttl2 + SS_REAP_MS + late) * 1000,
+	    "s3 (refreshed to %" PRId64 " ms) ended %" PRIu64 " ms after its "
+	    "REFRESH, with A dead", ttl2, (now - r1) / 1000);
+	ck_assert_int_ge(ss_log_count(b, "outlived its ttl"), 1);
+	kt_wait_stat(ob, "etcd_reaped", 1);
+	kt_req(p, "OK 1", "UNLOCK s3");
+	kt_wait_stat(ob, "keys", 0);
+	fprintf(stderr, "a plain connection's hold REFRESHed to %" PRId64
+	    " ms (B's expires_in_ms %" PRId64 "), A SIGKILLed %" PRIu64 " ms "
+	    "after: B's waiter granted %" PRIu64 " ms after the REFRESH (ttl + "
+	    "reap margin %d ms; A's lease is 30 s)\n", ttl2, x,
+	    (kill_us - r1) / 1000, (now - r0) / 1000, SS_REAP_MS);
+}
+END_TEST
+
 /* Both front ends alive: the owner's front end ends the hold at its ttl,
  * counts it once (expired 1 there, 0 on B), and B deletes nothing. */
 START_TEST(a_live_front_end_ends_its_own_ttl)
@@ -1846,6 +1912,8 @@ sessions_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, a_dead_front_ends_session_grant_ends_at_its_ttl);
 	tcase_add_test(tc, a_dead_front_ends_session_wait_ends_at_its_deadline);
+	tcase_add_test(tc,
+	    a_dead_front_ends_plain_hold_ends_at_its_refreshed_ttl);
 	tcase_add_test(tc, a_live_front_end_ends_its_own_ttl);
 	suite_add_tcase(s, tc);
 	return s;

@@ -1346,9 +1346,9 @@ END_TEST
  * (k0 put again, r=300) restarts the hold's ttl here. hooks.reap is
  * asked for the wait at its deadline + the margin, for the hold at the
  * REFRESH + 300 + the margin, each with the mod revision this replica
- * applied, never earlier; for the plain connection's once (the backend
- * says no: it is left to the lease), and not again; once the deletes
- * are applied, nothing more.
+ * applied, never earlier; for the plain connection's once (the hook here
+ * declines it, as backend etcd does when it has nothing to delete, and
+ * it is not asked again); once the deletes are applied, nothing more.
  */
 struct reaped {
 	uint64_t	client;
@@ -1479,7 +1479,7 @@ START_TEST(a_dead_session_hold_and_wait_are_reaped)
 	rt_run(base, t0 + 240);
 	ck_assert_msg(t.n == 0, "a reap %" PRIu64 " ms in, before 250",
 	    t.n > 0 ? t.got[0].at_ms - t0 : 0);
-	/* the wait, and the plain connection's (which is not reaped) */
+	/* the wait, and the plain connection's (declined: not asked again) */
 	rt_run(base, refreshed + 380);
 	g = rt_find(&t, 8, &n);
 	ck_assert_uint_eq(n, 1);
@@ -1501,7 +1501,7 @@ START_TEST(a_dead_session_hold_and_wait_are_reaped)
 	ck_assert_int_eq(g->mrev, 12);
 	ck_assert_uint_ge(g->at_ms, refreshed + 400);
 	/* the deletes applied (a reap's, say): nothing more is asked; the
-	 * plain connection's hold is never asked for again */
+	 * plain connection's hold, declined, is not asked for again */
 	rt_event(&ev[0], k0, NULL, 0, 13, 0, 0);
 	rt_event(&ev[1], w0, NULL, 0, 13, 0, 0);
 	replica_events(rp, ev, 2, 13);
