@@ -104,10 +104,23 @@ pid_alive() {
 	[ -n "$_st" ] && [ "$_st" != Z ] && [ "$_st" != X ]
 }
 
+# member_pid NAME: the pid of member NAME while that process is still the
+# member (stopped counts: its command line names the member's data
+# directory), else nothing. A member that died leaves its number in its
+# pid file, and with pid_max 32768 a machine busy with other suites soon
+# gives that number to another process: a SIGKILL sent by the stale
+# number would reach whatever has it now, a front end of a test running
+# alongside as well as anything else.
+member_pid() {
+	_mp=$(member_var "$1" pid)
+	[ -n "$_mp" ] && pid_alive "$_mp" &&
+	    tr '\0' '\n' <"/proc/$_mp/cmdline" 2>/dev/null |
+	    grep -qxF -- "$DIR/$1" && echo "$_mp"
+}
+
 # alive NAME: its process exists (stopped counts).
 alive() {
-	_pid=$(member_var "$1" pid)
-	[ -n "$_pid" ] && pid_alive "$_pid"
+	[ -n "$(member_pid "$1")" ]
 }
 
 healthy() {
@@ -141,15 +154,13 @@ endpoints() {
 # kill_all: SIGKILL every member (continued first, so it dies at once).
 kill_all() {
 	for _n in $(members 2>/dev/null); do
-		_pid=$(member_var "$_n" pid)
+		_pid=$(member_pid "$_n")
 		[ -n "$_pid" ] || continue
 		kill -KILL "$_pid" 2>/dev/null
 		kill -CONT "$_pid" 2>/dev/null
 	done
 	for _n in $(members 2>/dev/null); do
-		_pid=$(member_var "$_n" pid)
-		[ -n "$_pid" ] || continue
-		while pid_alive "$_pid"; do
+		while alive "$_n"; do
 			sleep 0.02
 		done
 	done
@@ -229,12 +240,14 @@ url)
 	;;
 kill | stop | cont)
 	[ $# -eq 1 ] && [ -f "$DIR/$1.pid" ] || die "$CMD: no member ${1:-}"
-	pid=$(member_var "$1" pid)
+	pid=$(member_pid "$1")
+	[ -n "$pid" ] || [ "$CMD" = kill ] || die "$CMD: $1 is not running"
 	case $CMD in
 	kill)
+		[ -n "$pid" ] || exit 0	# gone already: nothing of ours
 		kill -KILL "$pid" 2>/dev/null
 		kill -CONT "$pid" 2>/dev/null
-		while pid_alive "$pid"; do
+		while alive "$1"; do
 			sleep 0.02
 		done
 		;;
@@ -259,7 +272,7 @@ wait-healthy)
 heal)
 	for n in $(members); do
 		if alive "$n"; then
-			kill -CONT "$(member_var "$n" pid)"
+			kill -CONT "$(member_pid "$n")"
 		else
 			launch "$n"
 		fi

@@ -122,6 +122,7 @@
 
 #include "check_main.h"
 #include "etest.h"
+#include "kltest_impl.h"
 
 #define SK_FRONTENDS	2
 #define SK_CLIENTS	12
@@ -1037,6 +1038,29 @@ sk_check(void)
 	free(hv2);
 }
 
+/* A front end the end's check needs is gone (it exited, or its process
+ * is a zombie): fails with its log's tail, which says why. */
+static void
+sk_fe_check_alive(int fe)
+{
+	struct kt_daemon	*d = sk_fes[fe].d;
+	char			 path[64], stat[512], state = '?', *p;
+	FILE			*f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d->pid);
+	if ((f = fopen(path, "r")) != NULL) {
+		if (fgets(stat, sizeof(stat), f) != NULL &&
+		    (p = strrchr(stat, ')')) != NULL && p[1] == ' ')
+			state = p[2];
+		fclose(f);
+		if (state != 'Z')
+			return;
+	}
+	kt_print_log_tail(d, 40);
+	kt_fail("front end %d (pid %d, port %d) has exited before the end's "
+	    "check (its log's tail above)", fe, (int)d->pid, d->port);
+}
+
 /* 5, at the end: every key free on every front end (clients all gone),
  * once no front end is in its quiet time after a SIGCONT. */
 static void
@@ -1052,7 +1076,10 @@ sk_check_all_free(void)
 		kt_sleep_ms(50);
 	deadline = kt_now_ms() + SK_ORPHAN_MS;
 	for (int fe = 0; fe < SK_FRONTENDS; fe++) {
-		struct kt_conn *c = kt_connect_to(sk_fes[fe].d, KT_TCP);
+		struct kt_conn *c;
+
+		sk_fe_check_alive(fe);
+		c = kt_connect_to(sk_fes[fe].d, KT_TCP);
 
 		for (int key = 0; key < SK_KEYS; key++)
 			for (;;) {
