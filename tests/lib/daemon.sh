@@ -51,16 +51,27 @@ cleanup_suite() {
 	:
 }
 
+# own_child PID: PID is still a child of this shell. One that ended was
+# reaped by the shell, and its number may belong to any process since:
+# pid_max is 32768 on a small machine, and a full make check goes round
+# it in minutes, so a SIGKILL by a stale number reaches a daemon or an
+# etcd member of a suite running alongside as readily as anything.
+own_child() {
+	_oc=$(sed -n 's/^.*) [A-Za-z] \([0-9]*\) .*/\1/p' "/proc/$1/stat" \
+	    2>/dev/null)
+	[ "$_oc" = "$$" ]
+}
+
 cleanup() {
 	status=$?
 	trap - EXIT INT TERM HUP
 	cleanup_suite
 	for p in $BGPIDS; do
-		kill -KILL "$p" 2>/dev/null
+		own_child "$p" && kill -KILL "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
 	if [ -n "$DPID" ]; then
-		kill -TERM "$DPID" 2>/dev/null
+		own_child "$DPID" && kill -TERM "$DPID" 2>/dev/null
 		wait "$DPID" 2>/dev/null
 	fi
 	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ] &&
