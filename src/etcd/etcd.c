@@ -879,8 +879,14 @@ call_timer_cb(evutil_socket_t fd, short what, void *arg)
 		evhttp_cancel_request(req);
 		etcd_member_down(e, c->ep, "no reply in time");
 		etcd_endpoint_failed(e, c->ep, "no reply in time");
-		snprintf(msg, sizeof(msg), "no reply from %s within %d ms",
-		    e->eps[c->ep].url, e->o.timeout_ms);
+		/* a try that failed before this one says why, as below:
+		 * etcd refusing a TLS 1.3 client's certificate ends each
+		 * try after its handshake, and a deadline meeting the
+		 * next try would hide it */
+		snprintf(msg, sizeof(msg), "no reply from %s within %d ms%s%s%s",
+		    e->eps[c->ep].url, e->o.timeout_ms,
+		    c->fail_msg[0] != '\0' ? " (the try before: " : "",
+		    c->fail_msg, c->fail_msg[0] != '\0' ? ")" : "");
 	} else if (c->fail_msg[0] != '\0') {
 		/* tried, and tried again: what ended the last try */
 		snprintf(msg, sizeof(msg), "no reply within %d ms (%s)",

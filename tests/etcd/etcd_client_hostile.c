@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -31,6 +32,8 @@ static int		 h_port;
 static size_t		 h_size;	/* bytes of the next reply */
 static size_t		 h_chunks;	/* chunks it is sent in */
 static char		 h_url[64];
+static int		 h_hold;	/* hang up on the first request, hold the rest */
+static int		 h_nreq;	/* requests seen while h_hold */
 
 /* A JSON object of exactly n bytes (n >= 64): a range reply padded with
  * a member the client does not know. */
@@ -86,7 +89,16 @@ h_request(struct evhttp_request *req, void *arg)
 	struct evbuffer	*b = evbuffer_new();
 
 	ck_assert_ptr_nonnull(b);
-	if (strcmp(uri, "/v3/watch") == 0) {
+	if (h_hold) {
+		struct evhttp_connection *evcon =
+		    evhttp_request_get_connection(req);
+
+		evhttp_connection_set_closecb(evcon, h_stream_closed, req);
+		if (h_nreq++ == 0)
+			shutdown(bufferevent_getfd(
+			    evhttp_connection_get_bufferevent(evcon)),
+			    SHUT_RDWR);
+	} else if (strcmp(uri, "/v3/watch") == 0) {
 		size_t	len, per;
 
 		evhttp_connection_set_closecb(evhttp_request_get_connection(req),
@@ -141,6 +153,7 @@ h_setup(void)
 	h_port = ntohs(sin.sin_port);
 	snprintf(h_url, sizeof(h_url), "http://127.0.0.1:%d", h_port);
 	h_chunks = 1;
+	h_hold = h_nreq = 0;
 }
 
 static void
@@ -155,15 +168,21 @@ h_teardown(void)
 }
 
 static struct etcd *
-h_client(void)
+h_client_in(int timeout_ms)
 {
-	struct etcd_opts	 o = { .conns = 1, .timeout_ms = 5000,
+	struct etcd_opts	 o = { .conns = 1, .timeout_ms = timeout_ms,
 	    .max_body = H_LIMIT, .max_line = H_LIMIT };
 	const char		*why = NULL;
 	struct etcd		*e = etcd_new(t_base, h_url, &o, &why);
 
 	ck_assert_msg(e != NULL, "etcd_new: %s", why != NULL ? why : "?");
 	return e;
+}
+
+static struct etcd *
+h_client(void)
+{
+	return h_client_in(5000);
 }
 
 static struct res
@@ -258,6 +277,31 @@ START_TEST(an_error_text_loses_its_control_bytes)
 }
 END_TEST
 
+/*
+ * A call whose deadline meets a try still in flight says why the try
+ * before it ended. etcd refusing a TLS 1.3 client's certificate ends each
+ * try just after its handshake, and secure.sh saw only "no reply from
+ * ... within 5000 ms" when the deadline came during the next try.
+ */
+START_TEST(a_deadline_during_a_retry_says_why_the_try_before_ended)
+{
+	struct res		r = { 0 };
+	struct etcd_range	rg = { .key = "k", .keylen = 1 };
+
+	h_hold = 1;
+	t_e = h_client_in(1000);
+	ck_assert_ptr_nonnull(etcd_range(t_e, &rg, ETCD_RETRY, res_cb, &r));
+	ck_assert(t_run_until(&r.done, T_WAIT_MS));
+	ck_assert_int_ge(h_nreq, 2);
+	ck_assert_int_eq(r.status, ETCD_ERR_TIMEOUT);
+	/* the try before: the one hung up on ("connection closed"), or
+	 * one the member's silent status probe moved on ("no status") */
+	ck_assert_msg(strstr(r.msg, "no reply from") != NULL &&
+	    strstr(r.msg, "(the try before: http://127.0.0.1:") != NULL,
+	    "%s", r.msg);
+}
+END_TEST
+
 Suite *
 etcd_hostile_suite(void)
 {
@@ -270,6 +314,8 @@ etcd_hostile_suite(void)
 	    a_reply_over_max_body_fails_the_call_and_one_under_it_passes);
 	tcase_add_test(tc, a_watch_reply_under_max_line_is_delivered);
 	tcase_add_test(tc, an_error_text_loses_its_control_bytes);
+	tcase_add_test(tc,
+	    a_deadline_during_a_retry_says_why_the_try_before_ended);
 	tcase_add_test(tc,
 	    a_watch_reply_over_max_line_in_one_chunk_cuts_the_stream);
 	tcase_add_test(tc,
