@@ -110,6 +110,7 @@ struct etcd_member {
 	bool			 probe_done;	/* answered, to be applied */
 	enum etcd_probe_verdict	 verdict;
 	int64_t			 probe_term;
+	char			 probe_why[160]; /* a failed probe's reason */
 	/* found silent (a probe, a call or the watch's creation not
 	 * answered in time) or not reachable: the calls and the watch pass
 	 * it over until then, unless every other member is passed over too */

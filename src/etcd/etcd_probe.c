@@ -141,6 +141,16 @@ probe_done_cb(struct evhttp_request *req, void *arg)
 	struct etcd		*e = m->e;
 
 	m->verdict = probe_read(req, &m->probe_term);
+	m->probe_why[0] = '\0';
+	if (m->verdict == PROBE_SILENT && etcd_now_ms() - m->probe_sent_ms +
+	    10 < (uint64_t)e->probe_ms) {
+		/* not silence: the probe's connection failed, and the calls
+		 * it moves on say how (a TLS alert, say), not "no status" */
+		if (!e->eps[m - e->mem].tls || !etcd_tls_why(m->probe,
+		    m->probe_why, sizeof(m->probe_why)))
+			snprintf(m->probe_why, sizeof(m->probe_why),
+			    "its status request failed");
+	}
 	m->probe_done = true;
 	/* applied from the timer: the connection is freed there */
 	event_active(e->stall, EV_TIMEOUT, 0);
@@ -179,8 +189,11 @@ probe_apply(struct etcd *e, int ep, uint64_t now)
 
 	switch (m->verdict) {
 	case PROBE_SILENT:
-		snprintf(why, sizeof(why), "no status within %d ms",
-		    e->probe_ms);
+		if (m->probe_why[0] != '\0')
+			snprintf(why, sizeof(why), "%s", m->probe_why);
+		else
+			snprintf(why, sizeof(why), "no status within %d ms",
+			    e->probe_ms);
 		break;
 	case PROBE_NOLEADER:
 		snprintf(why, sizeof(why), "no leader");

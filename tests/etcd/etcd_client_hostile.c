@@ -32,7 +32,9 @@ static int		 h_port;
 static size_t		 h_size;	/* bytes of the next reply */
 static size_t		 h_chunks;	/* chunks it is sent in */
 static char		 h_url[64];
-static int		 h_hold;	/* hang up on the first request, hold the rest */
+static int		 h_hold;	/* 1: hang up on the first request, hold
+					 * the rest; 2: hang up on every status
+					 * probe, hold the rest */
 static int		 h_nreq;	/* requests seen while h_hold */
 
 /* A JSON object of exactly n bytes (n >= 64): a range reply padded with
@@ -94,7 +96,8 @@ h_request(struct evhttp_request *req, void *arg)
 		    evhttp_request_get_connection(req);
 
 		evhttp_connection_set_closecb(evcon, h_stream_closed, req);
-		if (h_nreq++ == 0)
+		if (h_hold == 1 ? h_nreq++ == 0 :
+		    strcmp(uri, "/v3/maintenance/status") == 0)
 			shutdown(bufferevent_getfd(
 			    evhttp_connection_get_bufferevent(evcon)),
 			    SHUT_RDWR);
@@ -302,6 +305,23 @@ START_TEST(a_deadline_during_a_retry_says_why_the_try_before_ended)
 }
 END_TEST
 
+/* A member whose status probe fails at once is not "silent": the calls
+ * the probe moves on say that it failed (over TLS, the alert). */
+START_TEST(a_failed_probe_says_it_failed_not_that_it_was_silent)
+{
+	struct res		r = { 0 };
+	struct etcd_range	rg = { .key = "k", .keylen = 1 };
+
+	h_hold = 2;
+	t_e = h_client_in(1000);
+	ck_assert_ptr_nonnull(etcd_range(t_e, &rg, ETCD_RETRY, res_cb, &r));
+	ck_assert(t_run_until(&r.done, T_WAIT_MS));
+	ck_assert_int_eq(r.status, ETCD_ERR_TIMEOUT);
+	ck_assert_msg(strstr(r.msg, "its status request failed") != NULL &&
+	    strstr(r.msg, "no status within") == NULL, "%s", r.msg);
+}
+END_TEST
+
 Suite *
 etcd_hostile_suite(void)
 {
@@ -316,6 +336,8 @@ etcd_hostile_suite(void)
 	tcase_add_test(tc, an_error_text_loses_its_control_bytes);
 	tcase_add_test(tc,
 	    a_deadline_during_a_retry_says_why_the_try_before_ended);
+	tcase_add_test(tc,
+	    a_failed_probe_says_it_failed_not_that_it_was_silent);
 	tcase_add_test(tc,
 	    a_watch_reply_over_max_line_in_one_chunk_cuts_the_stream);
 	tcase_add_test(tc,
