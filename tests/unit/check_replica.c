@@ -1475,10 +1475,12 @@ START_TEST(a_dead_session_hold_and_wait_are_reaped)
 	    SESS_L);
 	replica_events(rp, ev, 1, 12);
 
-	/* nothing before a deadline and the margin */
+	/* nothing before a deadline and the margin (the loop may wake
+	 * late on a busy machine, and the reaps due then come with it) */
 	rt_run(base, t0 + 240);
-	ck_assert_msg(t.n == 0, "a reap %" PRIu64 " ms in, before 250",
-	    t.n > 0 ? t.got[0].at_ms - t0 : 0);
+	for (size_t i = 0; i < t.n; i++)
+		ck_assert_msg(t.got[i].at_ms >= t0 + 250, "a reap %" PRIu64
+		    " ms in, before 250", t.got[i].at_ms - t0);
 	/* the wait, and the plain connection's (declined: not asked again) */
 	rt_run(base, refreshed + 380);
 	g = rt_find(&t, 8, &n);
@@ -1491,8 +1493,9 @@ START_TEST(a_dead_session_hold_and_wait_are_reaped)
 	ck_assert(g->hold);
 	ck_assert_uint_ge(g->at_ms, t0 + 250);
 	g = rt_find(&t, 7, &n);
-	ck_assert_msg(n == 0, "the REFRESHed hold reaped %" PRIu64 " ms after "
-	    "its REFRESH", g != NULL ? g->at_ms - refreshed : 0);
+	ck_assert_msg(n == 0 || g->at_ms >= refreshed + 400, "the REFRESHed "
+	    "hold reaped %" PRIu64 " ms after its REFRESH",
+	    g != NULL ? g->at_ms - refreshed : 0);
 	/* the hold: 300 ms after its REFRESH, and the margin */
 	rt_run(base, refreshed + 700);
 	g = rt_find(&t, 7, &n);
