@@ -552,10 +552,12 @@ START_TEST(a_detached_sessions_idle_channel_is_not_resumed)
 	kt_send(c, "SESSION grace=10000");
 	snprintf(id, sizeof(id), "%s", kt_expect_prefix(c, "OK ") + 3);
 	kt_lock(b, "LOCK xt:c");
-	kt_send(c, "@5 LOCK xt:c timeout=200");
-	json_decref(kt_wait_queue(b, "xt:c", 1, 1));
-	kt_send(c, "@6 LOCK xt:d ttl=200");
+	/* the grant first: a wait's ERR TIMEOUT may come before a later
+	 * channel's reply (valgrind at load 16 saw @5's before @6's) */
+	kt_send(c, "@6 LOCK xt:d ttl=%" PRIu64, (uint64_t)kt_ms(200));
 	pc_token(c, 6);
+	kt_send(c, "@5 LOCK xt:c timeout=%" PRIu64, (uint64_t)kt_ms(200));
+	json_decref(kt_wait_queue(b, "xt:c", 1, 1));
 	kt_conn_close(c);
 	kt_wait_stat(b, "sessions_detached", 1);
 	kt_wait_stat(b, "held", 1);	/* b's: the ttl ran out */
