@@ -223,31 +223,60 @@ hu_close_rst(int fd)
 
 /* The probe */
 
+/* The probe's plain connection: a request, and its reply line. */
+static enum kt_read
+hu_plain_rt(struct hu_probe *p, const char *req, const char **line,
+    size_t *len)
+{
+	enum kt_read	r;
+
+	if (kt_conn_sendf(p->c, "%s", req) != 0) {
+		snprintf(p->why, sizeof(p->why), "sending: %s",
+		    strerror(errno));
+		return KT_ERROR;
+	}
+	if ((r = kt_conn_readline(p->c, p->reply_ms)) == KT_LINE) {
+		*line = p->c->line;
+		*len = p->c->linelen;
+	}
+	return r;
+}
+
+static void
+hu_plain_close(struct hu_probe *p)
+{
+	kt_conn_close(p->c);
+	p->c = NULL;
+}
+
+static const struct hu_probe_io hu_probe_plain = {
+	hu_plain_rt, hu_plain_close
+};
+
 /* One round trip; false (p->err set) on a wrong or missing reply. */
 static bool
 hu_probe_rt(struct hu_probe *p, const char *req, const char *want_prefix)
 {
-	uint64_t	t0 = kt_now_us(), dt;
-	enum kt_read	r;
+	uint64_t	 t0 = kt_now_us(), dt;
+	const char	*line = NULL;
+	size_t		 len = 0, plen = strlen(want_prefix);
+	enum kt_read	 r;
 
-	if (kt_conn_sendf(p->c, "%s", req) != 0) {
-		snprintf(p->err, sizeof(p->err), "probe: sending \"%s\": %s",
-		    req, strerror(errno));
-		return false;
-	}
-	r = kt_conn_readline(p->c, p->reply_ms);
+	p->why[0] = '\0';
+	r = p->io->rt(p, req, &line, &len);
 	dt = kt_now_us() - t0;
 	if (r != KT_LINE) {
-		snprintf(p->err, sizeof(p->err), "probe: \"%s\": %s after "
-		    "%llu ms", req, r == KT_TIMEOUT ? "no reply" :
-		    r == KT_EOF ? "connection closed" : "read error",
-		    (unsigned long long)(dt / 1000));
+		snprintf(p->err, sizeof(p->err), "probe%s: \"%s\": %s after "
+		    "%llu ms%s%s", p->io == &hu_probe_plain ? "" : " (TLS)",
+		    req, r == KT_TIMEOUT ? "no reply" : r == KT_EOF ?
+		    "connection closed" : "read error",
+		    (unsigned long long)(dt / 1000), p->why[0] ? ": " : "",
+		    p->why);
 		return false;
 	}
-	if (!kt_line_has_prefix(p->c, want_prefix)) {
+	if (len < plen || memcmp(line, want_prefix, plen) != 0) {
 		snprintf(p->err, sizeof(p->err), "probe: \"%s\": got \"%s\", "
-		    "want \"%s...\"", req, kt_esc(p->c->line, p->c->linelen),
-		    want_prefix);
+		    "want \"%s...\"", req, kt_esc(line, len), want_prefix);
 		return false;
 	}
 	if (p->n == p->cap) {
@@ -262,6 +291,7 @@ hu_probe_rt(struct hu_probe *p, const char *req, const char *want_prefix)
 		p->cap = cap;
 	}
 	p->lat_us[p->n++] = dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
+	atomic_fetch_add(&p->done, 1);
 	return true;
 }
 
@@ -287,17 +317,37 @@ hu_probe_main(void *arg)
 }
 
 void
-hu_probe_start_at(const char *file, int line, struct hu_probe *p,
-    const struct kt_daemon *d, const char *key, int64_t reply_ms)
+hu_probe_init(struct hu_probe *p, const char *key, int64_t reply_ms)
 {
 	memset(p, 0, sizeof(*p));
 	p->reply_ms = reply_ms;
 	snprintf(p->key, sizeof(p->key), "%s", key);
 	atomic_init(&p->stop, false);
-	p->c = kt_connect_at(file, line, d, KT_TCP);
+	atomic_init(&p->done, 0);
+}
+
+void
+hu_probe_launch_at(const char *file, int line, struct hu_probe *p)
+{
 	if (pthread_create(&p->thread, NULL, hu_probe_main, p) != 0)
 		kt_fail_at(file, line, "pthread_create: %s", strerror(errno));
 	p->running = true;
+}
+
+void
+hu_probe_start_at(const char *file, int line, struct hu_probe *p,
+    const struct kt_daemon *d, const char *key, int64_t reply_ms)
+{
+	hu_probe_init(p, key, reply_ms);
+	p->c = kt_connect_at(file, line, d, KT_TCP);
+	p->io = &hu_probe_plain;
+	hu_probe_launch_at(file, line, p);
+}
+
+size_t
+hu_probe_done(struct hu_probe *p)
+{
+	return atomic_load(&p->done);
 }
 
 static int
@@ -350,8 +400,8 @@ hu_probe_stop_at(const char *file, int line, struct hu_probe *p,
 	    l.n, l.p50_ms, l.p99_ms, l.max_ms, bound);
 	free(p->lat_us);
 	p->lat_us = NULL;
-	kt_conn_close(p->c);
-	p->c = NULL;
+	if (p->io != NULL)
+		p->io->close(p);
 	if (p->err[0] != '\0')
 		kt_fail_at(file, line, "%s: %s", what, p->err);
 	if (l.n < min_ops)

@@ -21,6 +21,8 @@
 
 #include "kltest.h"
 
+struct keylock;
+
 /* /proc/PID/status VmRSS, VmHWM and VmSize in KiB; -1 if unreadable. */
 long		 hu_rss_kib(pid_t pid);
 long		 hu_hwm_kib(pid_t pid);
@@ -49,9 +51,24 @@ bool		 hu_connected(int fd, int64_t timeout_ms);
 void		 hu_close_rst(int fd);
 
 /* The probe: round trips of a normal client, in microseconds. */
+struct hu_probe;
+
+/* The probe's connection: one request (no LF) and its reply line (no LF,
+ * valid until the next), or why not (p->why may say more); and its
+ * close. */
+struct hu_probe_io {
+	enum kt_read	 (*rt)(struct hu_probe *p, const char *req,
+			    const char **line, size_t *len);
+	void		 (*close)(struct hu_probe *p);
+};
+
 struct hu_probe {
 	pthread_t	 thread;
-	struct kt_conn	*c;
+	const struct hu_probe_io *io;
+	struct kt_conn	*c;		/* plain */
+	struct keylock	*kl;		/* TLS (hostile_tls.c) */
+	char		 why[256];
+	atomic_size_t	 done;		/* round trips */
 	char		 key[64];
 	atomic_bool	 stop;
 	uint32_t	*lat_us;
@@ -78,8 +95,25 @@ void		 hu_probe_start_at(const char *file, int line,
 struct hu_lat	 hu_probe_stop_at(const char *file, int line,
 		    struct hu_probe *p, const char *what, size_t min_ops,
 		    double p99_ms);
+/* The same over TLS to d's --tls-port (hostile_tls.c, in hostile_test
+ * only: libkeylock is the client), trusting tests/certs/ca.pem. */
+void		 hu_probe_start_tls_at(const char *file, int line,
+		    struct hu_probe *p, const struct kt_daemon *d,
+		    const char *key, int64_t reply_ms);
+/* tests/certs/name, under $top_srcdir (make check's), into buf. */
+const char	*hu_test_cert(char *buf, size_t len, const char *name);
+/* Round trips so far, while it runs. */
+size_t		 hu_probe_done(struct hu_probe *p);
+/* For a start function of another connection: p cleared, then the
+ * thread started once p->io and its connection are set. */
+void		 hu_probe_init(struct hu_probe *p, const char *key,
+		    int64_t reply_ms);
+void		 hu_probe_launch_at(const char *file, int line,
+		    struct hu_probe *p);
 #define hu_probe_start(p, key) \
 	hu_probe_start_at(KT_AT, (p), kt_d, (key), kt_ms(KT_REPLY_MS))
+#define hu_probe_start_tls(p, key) \
+	hu_probe_start_tls_at(KT_AT, (p), kt_d, (key), kt_ms(KT_REPLY_MS))
 #define hu_probe_stop(p, what, n, ms) \
 	hu_probe_stop_at(KT_AT, (p), (what), (n), (ms))
 /* Percentiles of n samples in microseconds (sorts them). */

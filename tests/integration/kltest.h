@@ -58,6 +58,7 @@ struct kt_daemon {
 	bool		 has_unix;
 	int		 status;	/* wait status once reaped */
 	int		 port;
+	int		 tls_port;	/* --tls-port's; 0: none */
 	char		 host[256];
 	char		 addr[264];	/* "host:port", for clients */
 	char		 dir[128];	/* port file, socket, log */

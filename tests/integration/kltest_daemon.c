@@ -33,14 +33,28 @@
 
 static struct kt_daemon *kt_daemons[KT_MAX_DAEMONS];
 
-static bool
-kt_read_portfile(const char *path, int *port, char *bad, size_t badlen)
+/* A port number of up to 5 digits at s, ended by a LF; 0 if none. */
+static int
+kt_port_at(const char *s)
 {
-	char	buf[64];
-	ssize_t	n;
-	int	fd;
 	long	v = 0;
 	int	i;
+
+	for (i = 0; isdigit((unsigned char)s[i]) && i < 6; i++)
+		v = v * 10 + (s[i] - '0');
+	return i > 0 && s[i] == '\n' && v >= 1 && v <= 65535 ? (int)v : 0;
+}
+
+/* The port file: the TCP port's line, then "tls PORT" (--tls-port) and
+ * "metrics PORT" lines, if any. */
+static bool
+kt_read_portfile(const char *path, int *port, int *tls_port, char *bad,
+    size_t badlen)
+{
+	char		 buf[128];
+	const char	*tls;
+	ssize_t		 n;
+	int		 fd;
 
 	bad[0] = '\0';
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
@@ -50,13 +64,13 @@ kt_read_portfile(const char *path, int *port, char *bad, size_t badlen)
 	if (n < 0)
 		return false;
 	buf[n] = '\0';
-	for (i = 0; i < n && isdigit((unsigned char)buf[i]) && i < 6; i++)
-		v = v * 10 + (buf[i] - '0');
-	if (i == 0 || i != n - 1 || buf[i] != '\n' || v < 1 || v > 65535) {
+	if ((*port = kt_port_at(buf)) == 0 || buf[n - 1] != '\n' ||
+	    ((tls = strstr(buf, "\ntls ")) != NULL &&
+	    (*tls_port = kt_port_at(tls + 5)) == 0)) {
+		*port = 0;
 		snprintf(bad, badlen, "%s", kt_esc(buf, (size_t)n));
 		return false;
 	}
-	*port = (int)v;
 	return true;
 }
 
@@ -254,7 +268,7 @@ kt_daemon_wait_ready_at(const char *file, int line, struct kt_daemon *d)
 			    "(%s); log %s", why, d->log);
 		}
 		if (d->port == 0 && !kt_read_portfile(d->portfile, &d->port,
-		    bad, sizeof(bad)) && bad[0] != '\0')
+		    &d->tls_port, bad, sizeof(bad)) && bad[0] != '\0')
 			kt_fail_at(file, line, "port file %s holds \"%s\", not "
 			    "a port number and LF", d->portfile, bad);
 		if (d->port != 0)
