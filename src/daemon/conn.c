@@ -1794,34 +1794,96 @@ conns_input_resume(struct conns *cs)
 		c->input_waits = false;
 		conn_pause_reading(c, c->ilen + c->nqueued >=
 		    conn_input_cap(c));
+		/* what OpenSSL holds has no socket event to say so */
+		if (c->tls != NULL && !c->read_paused && tls_pending(c->tls))
+			event_active(c->rev, EV_READ, 0);
 		more += conn_input_cap(c);
 	}
 }
 
 /*
+ * How conn_recv_short() reads a connection's bytes, one pair per
+ * transport: look at them (they stay to be taken), then take as many of
+ * them. Each is one recv(2), or SSL_peek and SSL_read, with recv's
+ * results: > 0 bytes, 0 at the end of input, -1 with errno (EAGAIN: none
+ * now). On TLS both look at decrypted bytes, those OpenSSL holds first
+ * (tls_pending()), and both may have to write (a key update): then c
+ * watches for writability, and conn_write_cb() reads it again.
+ */
+struct conn_rx {
+	ssize_t	(*peek)(struct conn *, void *, size_t);
+	ssize_t	(*take)(struct conn *, void *, size_t);
+};
+
+static ssize_t
+conn_plain_peek(struct conn *c, void *buf, size_t len)
+{
+	return recv(c->fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
+}
+
+static ssize_t
+conn_plain_take(struct conn *c, void *buf, size_t len)
+{
+	return recv(c->fd, buf, len, MSG_DONTWAIT);
+}
+
+static ssize_t
+conn_tls_in(struct conn *c, ssize_t n)
+{
+	if (c->tls_read_wants_write)
+		conn_arm_write(c, true);
+	return n;
+}
+
+static ssize_t
+conn_tls_peek(struct conn *c, void *buf, size_t len)
+{
+	return conn_tls_in(c, tls_peek(c->tls, buf, len,
+	    &c->tls_read_wants_write));
+}
+
+static ssize_t
+conn_tls_take(struct conn *c, void *buf, size_t len)
+{
+	return conn_tls_in(c, tls_read(c->tls, buf, len,
+	    &c->tls_read_wants_write));
+}
+
+static const struct conn_rx conn_rx_plain = {
+	conn_plain_peek, conn_plain_take
+};
+static const struct conn_rx conn_rx_tls = {
+	conn_tls_peek, conn_tls_take
+};
+
+/*
  * A read while the total is short (conns_input_short()), which must not
- * make an input buffer grow: c takes, looking first with MSG_PEEK, its
- * bytes up to the end of its line (handled at once: no tail is left, and
- * its buffer goes), or, with no LF among them, what the buffer it has
- * can hold. One whose partial line would grow waits (conn_input_wait()),
- * and so does one whose lines could be kept (a request open, channels in
- * use, lines queued or left to frame) or that uses TLS (its bytes cannot be looked at
- * before they are taken).
+ * make an input buffer grow: c takes, looking first at what it sent
+ * (conn_rx), its bytes up to the end of its line (handled at once: no
+ * tail is left, and its buffer goes), or, with no LF among them, what
+ * the buffer it has can hold. One whose partial line would grow waits
+ * (conn_input_wait()), and so does one whose lines could be kept (a
+ * request open, channels in use, lines queued or left to frame). Plain
+ * and TLS alike; on TLS what is looked at may stop at the end of a record,
+ * so a line that spans records is taken as a partial one, into the room
+ * its buffer has.
  */
 static enum conn_io
 conn_recv_short(struct conn *c, char **buf, size_t *len, size_t room)
 {
-	bool	 inplace = c->ilen > CONN_SCRATCH_SIZE / 4;
-	size_t	 pre = inplace ? 0 : c->ilen, take;
-	char	*p = c->cs->scratch + pre, *lf;
-	ssize_t	 n;
+	const struct conn_rx	*rx;
+	bool			 inplace = c->ilen > CONN_SCRATCH_SIZE / 4;
+	size_t			 pre = inplace ? 0 : c->ilen, take;
+	char			*p = c->cs->scratch + pre, *lf;
+	ssize_t			 n;
 
-	if (c->tls != NULL || c->state != CONN_READY || c->deferred ||
-	    c->nchans > 0 || c->nqueued > 0)
+	if (c->state != CONN_READY || c->deferred || c->nchans > 0 ||
+	    c->nqueued > 0)
 		return conn_input_wait(c);
+	rx = c->tls != NULL ? &conn_rx_tls : &conn_rx_plain;
 	if (room > CONN_SCRATCH_SIZE - pre)
 		room = CONN_SCRATCH_SIZE - pre;
-	n = recv(c->fd, p, room, MSG_PEEK | MSG_DONTWAIT);
+	n = rx->peek(c, p, room);
 	if (n <= 0) {
 		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
 		    errno == EINTR))
@@ -1835,6 +1897,8 @@ conn_recv_short(struct conn *c, char **buf, size_t *len, size_t room)
 	if (!c->discarding && (lf == NULL || inplace) &&
 	    take > c->icap - c->ilen)
 		take = c->icap - c->ilen;
+	/* Nothing it may take: not read again until the total falls (so
+	 * bytes looked at again and again do not spin the loop). */
 	if (take == 0)
 		return conn_input_wait(c);
 	if (inplace)
@@ -1844,7 +1908,7 @@ conn_recv_short(struct conn *c, char **buf, size_t *len, size_t room)
 			memcpy(c->cs->scratch, c->ibuf, c->ilen);
 		*buf = c->cs->scratch;
 	}
-	n = recv(c->fd, *buf + c->ilen, take, MSG_DONTWAIT);
+	n = rx->take(c, *buf + c->ilen, take);
 	if (n <= 0)
 		return CONN_IO_AGAIN;	/* it was there: the next turn */
 	*len = c->ilen + (size_t)n;
@@ -1893,13 +1957,10 @@ conn_recv(struct conn *c, char **buf, size_t *len)
 			return CONN_IO_NOMEM;
 		*buf = c->ibuf;
 	}
-	if (c->tls != NULL) {
-		n = tls_read(c->tls, *buf + c->ilen, room,
-		    &c->tls_read_wants_write);
-		if (c->tls_read_wants_write)
-			conn_arm_write(c, true);
-	} else
-		n = recv(c->fd, *buf + c->ilen, room, MSG_DONTWAIT);
+	if (c->tls != NULL)
+		n = conn_tls_take(c, *buf + c->ilen, room);
+	else
+		n = conn_plain_take(c, *buf + c->ilen, room);
 	if (n > 0) {
 		*len = c->ilen + (size_t)n;
 		return CONN_IO_DATA;

@@ -31,8 +31,9 @@
 	X(SSL_CTX_use_PrivateKey_file)					\
 	X(SSL_CTX_use_certificate_chain_file) X(SSL_ctrl) X(SSL_free)	\
 	X(SSL_get0_param) X(SSL_get_error) X(SSL_get_verify_result)	\
-	X(SSL_in_before) X(SSL_in_init) X(SSL_new) X(SSL_pending)	\
-	X(SSL_read) X(SSL_set_accept_state) X(SSL_set_fd)		\
+	X(SSL_in_before) X(SSL_in_init) X(SSL_new) X(SSL_peek)		\
+	X(SSL_pending) X(SSL_read) X(SSL_set_accept_state)		\
+	X(SSL_set_fd)							\
 	X(SSL_shutdown) X(SSL_state_string_long) X(SSL_write)		\
 	X(TLS_client_method) X(TLS_server_method)			\
 	X(X509_LOOKUP_file) X(X509_NAME_get_text_by_NID)		\

@@ -197,17 +197,30 @@ tls_result(struct tls_conn *t, int n, bool *want_other, int other)
 	return -1;
 }
 
-ssize_t
-tls_read(struct tls_conn *t, void *buf, size_t len, bool *want_write)
+/* SSL_read or SSL_peek: the same call, the same results. */
+static ssize_t
+tls_in(struct tls_conn *t, int (*fn)(SSL *, void *, int), void *buf,
+    size_t len, bool *want_write)
 {
 	int	n;
 
 	errno = 0;
-	n = ssl_rt.SSL_read(t->ssl, buf, len > INT32_MAX ? INT32_MAX :
-	    (int)len);
+	n = fn(t->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
 	if (n > 0)
 		return n;
 	return tls_result(t, n, want_write, SSL_ERROR_WANT_WRITE);
+}
+
+ssize_t
+tls_read(struct tls_conn *t, void *buf, size_t len, bool *want_write)
+{
+	return tls_in(t, ssl_rt.SSL_read, buf, len, want_write);
+}
+
+ssize_t
+tls_peek(struct tls_conn *t, void *buf, size_t len, bool *want_write)
+{
+	return tls_in(t, ssl_rt.SSL_peek, buf, len, want_write);
 }
 
 ssize_t

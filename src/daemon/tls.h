@@ -39,6 +39,11 @@ ssize_t		 tls_read(struct tls_conn *t, void *buf, size_t len,
 		    bool *want_write);
 ssize_t		 tls_write(struct tls_conn *t, const void *buf, size_t len,
 		    bool *want_read);
+/* As tls_read, but the bytes stay to be read (SSL_peek): decrypted, so
+ * what a later tls_read of at most as many returns. It reads from the
+ * socket, and may write to it, as tls_read does. */
+ssize_t		 tls_peek(struct tls_conn *t, void *buf, size_t len,
+		    bool *want_write);
 /* Decrypted bytes are waiting inside OpenSSL (no socket event will say so). */
 bool		 tls_pending(const struct tls_conn *t);
 /* The common name of the peer's certificate, verified against

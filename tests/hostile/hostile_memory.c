@@ -258,6 +258,21 @@ START_TEST(stats_channels_counts_a_detached_sessions_channels)
 }
 END_TEST
 
+/* Waits until the probe made `more` round trips past `from`; false if
+ * it did not within ms (scaled). */
+static bool
+hm_probe_moves(struct hu_probe *p, size_t from, size_t more, int64_t ms)
+{
+	uint64_t	end = kt_now_ms() + (uint64_t)kt_ms(ms);
+
+	while (hu_probe_done(p) < from + more) {
+		if (kt_now_ms() >= end)
+			return false;
+		kt_sleep_ms(10);
+	}
+	return true;
+}
+
 /*
  * keylockd.conf(5), max-input-total: clients that each hold a partial
  * line near max-line, and clients that queue lines behind a LOCK that
@@ -265,25 +280,32 @@ END_TEST
  * under the total (without it, 150 partial lines of 60000 bytes came to
  * 150 times that); the clients past it are not read
  * (input_budget_waits), and a probe's PING, LOCK and UNLOCK are served
- * meanwhile. A client whose line comes in two parts while the total is
- * short waits, and is answered once the others go.
+ * meanwhile, over TCP and over TLS (whose bytes are looked at with
+ * SSL_peek as a plain client's are with MSG_PEEK), and so is a TLS client
+ * that connects while the total is near the bound (its handshake too).
+ * A client whose line comes in two parts while the total is short waits,
+ * and is answered once the others go.
  */
 START_TEST(input_of_all_clients_stays_under_max_input_total)
 {
 	enum { N = 150, NQ = 20, PART = 60000, PINGS = 12000 };
 	const json_int_t total = 1048576;
 	struct kt_conn	*h, *m, *s;
-	struct hu_probe	 probe;
+	struct hu_probe	 probe, tprobe, tlate;
 	int		 fds[N + NQ];
-	char		*part, *q;
+	char		*part, *q, cert[4096], key[4096];
 	json_int_t	 in, waits;
-	size_t		 k;
+	size_t		 k, tdone;
 
-	kt_start("--max-line", "65536", "--max-input-total", "1048576");
+	kt_start("--max-line", "65536", "--max-input-total", "1048576",
+	    "--tls-port", "0", "--tls-cert", hu_test_cert(cert, sizeof(cert),
+	    "srv.pem"), "--tls-key", hu_test_cert(key, sizeof(key),
+	    "srv.key"));
 	h = kt_connect();
 	m = kt_connect();
 	kt_lock(h, "LOCK mit:held");
 	hu_probe_start(&probe, "probe:input-total");
+	hu_probe_start_tls(&tprobe, "probe:input-total-tls");
 	/* each: a line (past auth-timeout's first line), then a partial
 	 * one of PART bytes, all the kernel takes */
 	ck_assert_ptr_nonnull(part = malloc(PART + 8));
@@ -319,12 +341,31 @@ START_TEST(input_of_all_clients_stays_under_max_input_total)
 	ck_assert_msg(in >= total / 2, "input_bytes %" JSON_INTEGER_FORMAT
 	    ": the clients were not read up to the total", in);
 	ck_assert_msg(waits > 0, "no client waited for the total");
+	/* the TLS probe goes on while the total is near the bound (before
+	 * SSL_peek, a TLS client was not read until the total fell) */
+	tdone = hu_probe_done(&tprobe);
+	ck_assert_msg(hm_probe_moves(&tprobe, tdone, 30, 5000), "TLS probe: "
+	    "%zu round trips in %lld ms with input_bytes near "
+	    "max-input-total, want 30", hu_probe_done(&tprobe) - tdone,
+	    (long long)kt_ms(5000));
+	/* and one that connects now: its handshake, then its lines */
+	hu_probe_start_tls(&tlate, "probe:input-total-tls-late");
+	ck_assert_msg(hm_probe_moves(&tlate, 0, 30, 5000), "new TLS client: "
+	    "%zu round trips in %lld ms with input_bytes near "
+	    "max-input-total, want 30", hu_probe_done(&tlate),
+	    (long long)kt_ms(5000));
+	in = kt_stat(m, "input_bytes");
+	ck_assert_msg(in >= total / 2, "input_bytes %" JSON_INTEGER_FORMAT
+	    ": no longer near the total while the TLS probes ran", in);
 	/* everybody else is served: a client that sends whole lines */
 	s = kt_connect();
 	kt_req(s, "OK PONG", "PING");
 	kt_lock(s, "LOCK mit:other");
 	kt_req(s, "OK 1", "UNLOCK mit:other");
 	hu_probe_stop(&probe, "input total", 30, ht_p99_bound());
+	hu_probe_stop(&tprobe, "input total, TLS", 30, ht_p99_bound());
+	hu_probe_stop(&tlate, "input total, TLS connected near the bound", 30,
+	    ht_p99_bound());
 	/* a line in two parts waits while the total is short (its first
 	 * part is seen and the client left unread) ... */
 	waits = kt_stat(m, "input_budget_waits");
