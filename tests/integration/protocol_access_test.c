@@ -412,7 +412,9 @@ pa_clients_as_uid(struct kt_daemon *d, uid_t uid, char *out, size_t len)
 		close(p[0]);
 		if (setgid(uid) != 0 || setuid(uid) != 0)
 			_exit(2);
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+		if (strlen(d->sock) >= sizeof(sa.sun_path))
+			_exit(4);
+		memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
 		if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) == -1 ||
 		    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == -1 ||
 		    write(fd, req, strlen(req)) != (ssize_t)strlen(req))
