@@ -132,6 +132,31 @@ if [ -x "$KEYLOCK" ]; then
 	    "$(left)"
 fi
 
+# -w refresh: each client takes a lock with ttl=300 and keeps it a second
+# with pipelined REFRESHes: every reply OK (a REFRESH refused, or one that
+# did not restart the ttl, whose lock then ends at 300 ms, gives an error
+# reply: ERR NOTHELD), and a REFRESH per cycle.
+"$BENCH" -S "127.0.0.1:$PORT" -w refresh -c 4 -P 4 --ttl 300 -t 1 \
+    --no-progress --json >"$TMP/bench.json" 2>"$TMP/bench.err" ||
+    fail "keylock-bench -w refresh exited with status $?"
+v=$(json_get errors <"$TMP/bench.json") ||
+    fail "-w refresh: the output has no errors"
+[ "$v" = 0 ] || fail "-w refresh: $v error replies:" \
+    "$(json_get first_error <"$TMP/bench.json")"
+rcycles=$(json_get cycles <"$TMP/bench.json") ||
+    fail "-w refresh: the output has no cycles"
+case $rcycles in
+'' | *[!0-9]* | 0)
+	fail "-w refresh: cycles is '$rcycles', not a positive whole number"
+	;;
+esac
+for m in count:$rcycles failed:0; do
+	v=$(json_get latency_ms REFRESH "${m%%:*}" <"$TMP/bench.json") ||
+	    fail "-w refresh: the output has no latency_ms.REFRESH.${m%%:*}"
+	[ "$v" = "${m#*:}" ] ||
+	    fail "-w refresh: latency_ms.REFRESH.${m%%:*} is '$v', not ${m#*:}"
+done
+
 # Holding keys: the table's own bytes per key come from STATS table_bytes.
 "$BENCH" -S "127.0.0.1:$PORT" -w hold -n 2000 -c 2 -P 16 --no-progress \
     --server-pid "$DPID" --json >"$TMP/hold.json" 2>"$TMP/bench.err" ||
@@ -170,6 +195,7 @@ for m in operations:200 overlaps:0 token_errors:0; do
 	    fail "--channels: seed.${m%%:*} is '$v', not ${m#*:}"
 done
 pass "$cycles lock-unlock cycles in about a second ($scycles with" \
-    "sessions; with channels $ccycles);" \
+    "sessions; with channels $ccycles); $rcycles REFRESHes of ttl=300" \
+    "locks in a second, all OK;" \
     "$per table bytes per held key; the seed's 200 holds without overlap" \
     "on connections and on channels"

@@ -468,7 +468,8 @@ bconn_encode_line(struct bconn *c, char *p, enum bench_rt type,
 {
 	struct bench	*b = c->b;
 	const char	*word = type == RT_UNLOCK ? "UNLOCK" :
-			    type == RT_TRYLOCK ? "TRYLOCK" : "LOCK";
+			    type == RT_TRYLOCK ? "TRYLOCK" :
+			    type == RT_REFRESH ? "REFRESH" : "LOCK";
 	size_t		 n = strlen(word);
 
 	memcpy(p, word, n);
@@ -550,7 +551,10 @@ bconn_put(struct bconn *c, enum bench_rt type, bool last, const char *prefix,
 		s->olen += bconn_encode_line(c, s->obuf + s->olen, type,
 		    prefix, key, nkeys);
 	}
-	if (c->role == ROLE_WORK && type != RT_GRANT) {	/* not setup */
+	/* the workload's requests, not its setup's (etcd's leases, -w
+	 * refresh's locks) */
+	if (c->role == ROLE_WORK && (b->phase == PH_RUN ||
+	    b->phase == PH_DRAIN)) {
 		b->issued++;
 		b->outstanding++;
 	}

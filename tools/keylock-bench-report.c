@@ -117,6 +117,10 @@ bench_json(const struct bench *b)
 	json_object_set_new(root, "keys_per_lock", json_integer(
 	    o->keys_per_lock));
 	json_object_set_new(root, "sources", json_integer(o->sources));
+	if (o->work == WORK_REFRESH || o->ttl_ms > 0)
+		json_object_set_new(root, "ttl_ms", json_integer(
+		    (json_int_t)(o->work == WORK_REFRESH ? b->refresh_ttl_ms :
+		    o->ttl_ms)));
 	if (o->session) {
 		json_object_set_new(root, "session_grace_ms", o->session_grace_ms
 		    > 0 ? json_integer((json_int_t)o->session_grace_ms) :
@@ -255,6 +259,9 @@ bench_print(const struct bench *b)
 	if (o->channels > 0)
 		printf("  the %d clients are channels of %d connection%s\n",
 		    o->conns, o->channels, o->channels > 1 ? "s" : "");
+	if (o->work == WORK_REFRESH)
+		printf("  each client keeps a lock of its own (refresh:N) "
+		    "with REFRESH ttl=%" PRId64 "\n", b->refresh_ttl_ms);
 	if (o->session)
 		printf("  %" PRIu64 " sessions (grace %s%s)\n", b->sessions,
 		    o->session_grace_ms > 0 ? "" : "the server's",

@@ -5,7 +5,8 @@
  * workload) and the workloads: what each connection sends next and what
  * it does with a reply. A cycle is the requests of one lock's life:
  * LOCK + UNLOCK on keylockd, SET NX PX + DEL (or EVALSHA of a
- * compare-and-delete script) on Redis. Requests are pipelined up to -P per
+ * compare-and-delete script) on Redis; with -w refresh, one REFRESH of the
+ * lock the client took at setup. Requests are pipelined up to -P per
  * connection, except where a request depends on the previous reply (a
  * Redis client spinning on a taken key, the seed's timed holds).
  */
@@ -23,6 +24,7 @@
 #define TOKEN_MOD	UINT64_C(10000000000000000000)	/* 20 digits */
 #define DRAIN_S		2	/* Redis: most time to finish cycles begun */
 #define SEED_BATCH	10	/* seed: LOCKs written per idle loop turn */
+#define REFRESH_PREFIX	"refresh:"	/* -w refresh: its keys */
 
 /* The Redis compare-and-delete unlock: delete only our own lock. */
 static const char work_script[] =
@@ -283,6 +285,10 @@ work_step(struct bconn *c)
 	enum bench_rt	 type;
 	bool		 last;
 
+	if (b->o.work == WORK_REFRESH) {	/* a cycle: one REFRESH */
+		bconn_put(c, RT_REFRESH, true, REFRESH_PREFIX, c->key, 1);
+		return;
+	}
 	if (c->step == 0) {
 		c->key = b->o.keyspace > 1 ? work_random(b) % b->o.keyspace :
 		    0;
@@ -418,7 +424,7 @@ static bool
 work_is_cycle_type(enum bench_rt t)
 {
 	return t == RT_LOCK || t == RT_TRYLOCK || t == RT_UNLOCK ||
-	    t == RT_SET || t == RT_DEL || t == RT_EVALSHA;
+	    t == RT_SET || t == RT_DEL || t == RT_EVALSHA || t == RT_REFRESH;
 }
 
 static void
@@ -450,6 +456,14 @@ work_account(struct bconn *c, const struct inflight *r,
 			    "%s: %.*s", bench_rt_name(t), (int)(rep->vlen <
 			    120 ? rep->vlen : 120), rep->val);
 	}
+}
+
+/* -w refresh: the setup's TRYLOCK of the key the client refreshes. */
+static bool
+work_refresh_lock(const struct bconn *c, const struct inflight *r)
+{
+	return r->type == RT_TRYLOCK && c->b->phase == PH_SETUP &&
+	    c->role == ROLE_WORK;
 }
 
 static void
@@ -485,7 +499,15 @@ work_reply(struct bconn *c, const struct inflight *r,
 			work_advance(b);
 		return;
 	}
-	if (r->type == RT_PING || r->type == RT_GRANT) {
+	if (work_refresh_lock(c, r) && !rep->ok) {
+		bench_fail(b, "connection %d: taking " REFRESH_PREFIX "%" PRIu64
+		    " to refresh failed: %.*s", c->id, c->key,
+		    (int)rep->vlen, rep->val);
+		return;
+	}
+	/* the setup's round trips: PING, etcd's lease, -w refresh's lock */
+	if (r->type == RT_PING || r->type == RT_GRANT ||
+	    work_refresh_lock(c, r)) {
 		if (--b->pending == 0)
 			work_advance(b);
 		return;
@@ -653,8 +675,23 @@ work_setup(struct bench *b)
 	if (b->o.session)
 		work_session(b);
 	/* One round trip each, so that the server has accepted every
-	 * connection before the clock starts ("already open"). */
-	if (b->o.work != WORK_CONNECT)
+	 * connection before the clock starts ("already open"); with -w
+	 * refresh, the TRYLOCK of the client's own key, refresh:N with N
+	 * from a random first one (TRYLOCK: a key taken by another run
+	 * fails this one rather than waits). */
+	if (b->o.work == WORK_REFRESH) {
+		uint64_t	first = work_random(b) % b->o.keyspace;
+
+		for (int i = 0; i < b->nwork; i++) {
+			struct bconn	*c = b->work[i];
+
+			c->key = (first + (uint64_t)i) % b->o.keyspace;
+			bconn_put(c, RT_TRYLOCK, false, REFRESH_PREFIX, c->key,
+			    1);
+			bconn_flush(c);
+			b->pending++;
+		}
+	} else if (b->o.work != WORK_CONNECT)
 		for (int i = 0; i < b->nwork; i++) {
 			bconn_put_raw(b->work[i], RT_PING, b->o.proto ==
 			    BENCH_REDIS ? "*1\r\n$4\r\nPING\r\n" : "PING\n",

@@ -48,6 +48,7 @@
 #define DEFAULT_PX_MS		60000
 #define DEFAULT_HOLD_PX_MS	3600000	/* outlives any measurement */
 #define DEFAULT_HOLD_MS		1
+#define DEFAULT_REFRESH_TTL_MS	10000	/* -w refresh's ttl= */
 #define KEYS_PER_LOCK_MAX	64	/* keylockd's default max-keys */
 #define HELD_PER_CONN		10000	/* keylockd's default max-locks */
 #define PROGRESS_S		1
@@ -63,6 +64,7 @@ static const char *const bench_works[WORK_MAX] = {
 	[WORK_CONNECT] = "connect",
 	[WORK_IDLE] = "idle",
 	[WORK_SEED] = "seed",
+	[WORK_REFRESH] = "refresh",
 };
 
 static const char *const bench_rts[RT_MAX] = {
@@ -81,6 +83,7 @@ static const char *const bench_rts[RT_MAX] = {
 	[RT_REVOKE] = "revoke",
 	[RT_RANGE] = "range",
 	[RT_SESSION] = "SESSION",
+	[RT_REFRESH] = "REFRESH",
 };
 
 enum {
@@ -189,10 +192,12 @@ usage(FILE *f)
 "  -r, --keyspace N             random keys lock:0..N-1 (default %d;\n"
 "                               contended, shared, semaphore: %d; seed: %d)\n"
 "  -w, --workload NAME          lock-unlock (default), trylock, contended,\n"
-"                               shared, semaphore, hold, connect, idle, seed\n"
+"                               shared, semaphore, hold, connect, idle, seed,\n"
+"                               refresh\n"
 "      --keys-per-lock N        keys per LOCK (default 1)\n"
 "      --limit N                semaphore limit= (default %d)\n"
-"      --ttl MS                 ttl= on every LOCK; Redis PX (default %d)\n"
+"      --ttl MS                 ttl= on every LOCK; Redis PX (default %d);\n"
+"                               refresh: of its locks and REFRESHes (%d)\n"
 "      --redis                  drive Redis: SET key token NX PX ttl + DEL\n"
 "      --redis-unlock del|script  unlock with DEL or the compare-and-delete\n"
 "                               script (EVALSHA)\n"
@@ -213,7 +218,8 @@ usage(FILE *f)
 "\n"
 "See keylock-bench(1).\n", DEFAULT_CONNS, DEFAULT_SEED_CONNS, DEFAULT_SECONDS,
 	    DEFAULT_KEYSPACE, DEFAULT_FEW_KEYS, DEFAULT_SEED_KEYS, DEFAULT_LIMIT,
-	    DEFAULT_PX_MS, HELD_PER_CONN, DEFAULT_HOLD_MS, CONNECT_SOURCES);
+	    DEFAULT_PX_MS, DEFAULT_REFRESH_TTL_MS, HELD_PER_CONN,
+	    DEFAULT_HOLD_MS, CONNECT_SOURCES);
 }
 
 static void
@@ -405,7 +411,7 @@ bench_settle_opts(struct bench_opts *o)
 	o->px_ms = o->ttl_ms > 0 ? o->ttl_ms : DEFAULT_PX_MS;
 	o->hold_px_ms = o->ttl_ms > 0 ? o->ttl_ms : DEFAULT_HOLD_PX_MS;
 	if (redis && (o->work == WORK_SHARED || o->work == WORK_SEMAPHORE ||
-	    o->work == WORK_SEED))
+	    o->work == WORK_SEED || o->work == WORK_REFRESH))
 		bench_usage_error("--redis: Redis has no equivalent of -w %s",
 		    bench_works[o->work]);
 	if (redis && o->keys_per_lock > 1)
@@ -419,6 +425,11 @@ bench_settle_opts(struct bench_opts *o)
 		    "or --ttl (the lock call waits; its lease is the ttl)");
 	if (etcd && strchr(o->server, '/') != NULL)
 		bench_usage_error("--etcd: -S is host:port");
+	if (o->work == WORK_REFRESH && o->keys_per_lock > 1)
+		bench_usage_error("-w refresh: one key per lock");
+	if (o->work == WORK_REFRESH && o->keyspace < (uint64_t)o->conns)
+		bench_usage_error("-w refresh: a key each: -r %" PRIu64 " is "
+		    "fewer than the %d clients (-c)", o->keyspace, o->conns);
 	if ((uint64_t)o->keys_per_lock > o->keyspace)
 		bench_usage_error("--keys-per-lock %d is more than the "
 		    "keyspace", o->keys_per_lock);
@@ -824,6 +835,12 @@ bench_init(struct bench *b)
 	b->hold_opts_len = strlen(b->hold_opts);
 	memcpy(b->lock_opts + strlen(b->lock_opts), b->hold_opts,
 	    b->hold_opts_len + 1);
+	/* -w refresh: its locks and REFRESHes always have a ttl (--held's
+	 * keys only one given by --ttl) */
+	b->refresh_ttl_ms = o->ttl_ms > 0 ? o->ttl_ms : DEFAULT_REFRESH_TTL_MS;
+	if (o->work == WORK_REFRESH)
+		snprintf(b->lock_opts, sizeof(b->lock_opts), " ttl=%" PRId64,
+		    b->refresh_ttl_ms);
 	b->lock_opts_len = strlen(b->lock_opts);
 	if ((b->scratch = malloc(BENCH_SCRATCH_SIZE)) == NULL)
 		return false;

@@ -49,6 +49,7 @@ enum bench_work {
 	WORK_CONNECT,
 	WORK_IDLE,
 	WORK_SEED,
+	WORK_REFRESH,	/* one lock per client, kept by REFRESH */
 	WORK_MAX
 };
 
@@ -69,6 +70,7 @@ enum bench_rt {
 	RT_REVOKE,
 	RT_RANGE,	/* etcd: its revision */
 	RT_SESSION,	/* --session: once per connection at setup */
+	RT_REFRESH,
 	RT_MAX
 };
 
@@ -276,6 +278,7 @@ struct bench {
 	size_t			 lock_opts_len;
 	char			 hold_opts[32];	/* " ttl=MS" or "" */
 	size_t			 hold_opts_len;
+	int64_t			 refresh_ttl_ms;	/* -w refresh */
 
 	int			*seed_holder;	/* per key: conn id or -1 */
 	uint64_t		*seed_token;	/* per key: last token */

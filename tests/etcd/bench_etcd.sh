@@ -4,7 +4,12 @@
 # each a JSON report with cycles, no error, and about two etcd writes
 # per cycle (the lock's put and the unlock's delete); a second run on the
 # same key is not held up by the first one's locks, since its leases are
-# revoked at the end. No timing is asserted; bench/ judges speed.
+# revoked at the end. Then -w refresh through a keylockd front end
+# (backend etcd) on the same member: a second of pipelined REFRESHes of
+# ttl=300 locks, each answered once etcd has its put, every reply OK (a
+# REFRESH refused, or one that did not restart the ttl, whose lock then
+# ends at 300 ms, gives ERR replies). No timing is asserted; bench/
+# judges speed.
 . "$(dirname "$0")/lib.sh"
 
 BENCH=$top_builddir/tools/keylock-bench
@@ -47,3 +52,16 @@ run again -w contended -c 4
 expect_status 64 $? "--etcd -w trylock"
 "$BENCH" --etcd -P 4 >/dev/null 2>&1
 expect_status 64 $? "--etcd -P 4"
+
+daemon_launch --unix '' --backend etcd --etcd-endpoints "$ETCD_ENDPOINTS" \
+    --etcd-prefix kbench/
+j=$TMP/refresh.json
+"$BENCH" -S "127.0.0.1:$PORT" -w refresh -c 4 -P 4 --ttl 300 -t 1 --json \
+    --no-progress >"$j" 2>"$TMP/refresh.err" ||
+    fail "refresh: exit $?: $(cat "$TMP/refresh.err")"
+[ "$(jval "$j" ok)" = true ] || fail "refresh: not ok: $(cat "$j")"
+[ "$(jval "$j" workload)" = refresh ] || fail "refresh: workload"
+[ "$(jval "$j" errors)" = 0 ] || fail "refresh: errors: $(cat "$j")"
+c=$(jval "$j" cycles)
+[ "$c" -gt 0 ] || fail "refresh: no REFRESH answered"
+pass "refresh: $c REFRESHes of ttl=300 locks through backend etcd, all OK"
