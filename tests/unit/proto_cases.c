@@ -151,6 +151,10 @@ cp_add_cases(Suite *s)
 	TCase	*tc;
 
 	tc = tcase_create("cases");
+	/* each case parses one line; check's 4 s default is what two of
+	 * them took in a full ASan make check at load 10-16 (forked, and
+	 * descheduled), so the timeout is the other suites' */
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, case_directory_has_enough_cases);
 	tcase_add_loop_test(tc, case_directory, 0, ncases);
 	suite_add_tcase(s, tc);
