@@ -99,57 +99,25 @@ fi
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH" ${BEFORE:+"$BEFORE"}; do
 	[ -x "$p" ] || { echo "etcd_compare.sh: $p: not found" >&2; exit 1; }
 done
-command -v etcd >/dev/null || { echo "etcd_compare.sh: no etcd" \
-    "(Debian: etcd-server)" >&2; exit 1; }
-perl -MJSON::PP -e 1 2>/dev/null ||
-    { echo "etcd_compare.sh: needs perl's JSON::PP" >&2; exit 1; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylock-etcd-compare.XXXXXX")
-PIDS=
-cleanup() {
-	trap - EXIT INT TERM HUP
-	for p in $PIDS; do
-		kill -TERM "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
-	sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" down || true
-	if [ "${KEEP:-0}" = 1 ]; then
-		echo "etcd_compare.sh: raw results kept in $TMP" >&2
-	else
-		rm -rf "$TMP"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-endpoints=$(sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" start 3 --watch $$)
+NAME=etcd_compare.sh
+# shellcheck source=bench/etcd_lib.sh
+. "$here/etcd_lib.sh"
+etcd_bench_need
+etcd_bench_start etcd-compare
 member1=${endpoints%%,*}
 member1=${member1#http://}
 # the second front end's endpoints: m2 first, then m3, m1
-endpoints2=${endpoints#*,},${endpoints%%,*}
 member2=${endpoints2%%,*}
 member2=${member2#http://}
 
-# frontend NAME BINARY PREFIX I: front end I (1: m1 first, 2: m2 first)
-# of a system; its address in $TMP/NAME.addr, its pid in $TMP/NAME.pid.
+# frontend NAME BINARY PREFIX I OPTIONS: front end I (1: m1 first, 2: m2
+# first) of a system (etcd_bench_keylockd).
 frontend() {
 	local name=$1 bin=$2 prefix=$3 i=$4 eps=$endpoints opts=$5
 	[ "$i" = 2 ] && eps=$endpoints2
-	mkdir -p "$TMP/$name"
-	# shellcheck disable=SC2086
-	"$bin" --config /dev/null --bind 127.0.0.1 --port 0 \
-	    --port-file "$TMP/$name.port" --unix "" --state-dir "$TMP/$name" \
-	    --backend etcd --etcd-endpoints "$eps" --etcd-prefix "$prefix" \
-	    --max-clients 100000 $opts >"$TMP/$name.log" 2>&1 &
-	PIDS="$PIDS $!"
-	echo $! >"$TMP/$name.pid"
-	for _ in $(seq 400); do
-		grep -q '^[0-9]' "$TMP/$name.port" 2>/dev/null && break
-		sleep 0.05
-	done
-	grep -q '^[0-9]' "$TMP/$name.port" ||
-	    { cat "$TMP/$name.log" >&2; exit 1; }
-	echo "127.0.0.1:$(head -n 1 "$TMP/$name.port")" >"$TMP/$name.addr"
+	# shellcheck disable=SC2086 # opts: options, split
+	etcd_bench_keylockd "$name" "$bin" --backend etcd \
+	    --etcd-endpoints "$eps" --etcd-prefix "$prefix" $opts
 }
 frontend keylockd1 "$KEYLOCKD" keylock/ 1 "$KEYLOCKD_OPTS"
 frontend keylockd2 "$KEYLOCKD" keylock/ 2 "$KEYLOCKD_OPTS"
@@ -170,7 +138,6 @@ cpu() {
 		sed 's/.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }'
 	done
 }
-members=$(cat "$TMP"/etcd/m[123].pid)
 
 # counters: etcd's own counters (its /metrics), one "NAME VALUE" a line:
 # per gRPC method the calls the members handled (unary) or the messages

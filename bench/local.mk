@@ -27,5 +27,6 @@ bench_session_storm_SOURCES = bench/session_storm.c
 TESTS += bench/smoke.sh
 EXTRA_DIST += bench/smoke.sh bench/compare.sh bench/instructions.sh \
 	bench/seed.sh bench/sessions.sh bench/channels.sh bench/refresh.sh \
+	bench/etcd_lib.sh \
 	bench/upgrade.sh bench/upgrade_pause.py \
 	bench/RESULTS.md

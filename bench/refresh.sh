@@ -43,52 +43,19 @@ KEYLOCKD_OPTS=${KEYLOCKD_OPTS:-}
 for p in "$KEYLOCKD" "$KEYLOCK_BENCH"; do
 	[ -x "$p" ] || { echo "refresh.sh: $p: not found" >&2; exit 1; }
 done
-command -v etcd >/dev/null || { echo "refresh.sh: no etcd" \
-    "(Debian: etcd-server)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "refresh.sh: needs curl" >&2; exit 1; }
-perl -MJSON::PP -e 1 2>/dev/null ||
-    { echo "refresh.sh: needs perl's JSON::PP" >&2; exit 1; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/keylock-refresh.XXXXXX")
-PIDS=
-cleanup() {
-	trap - EXIT INT TERM HUP
-	for p in $PIDS; do
-		kill -TERM "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
-	sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" down || true
-	if [ "${KEEP:-0}" = 1 ]; then
-		echo "refresh.sh: raw results kept in $TMP" >&2
-	else
-		rm -rf "$TMP"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-endpoints=$(sh "$top/tests/etcd/cluster.sh" "$TMP/etcd" start 3 --watch $$)
+NAME=refresh.sh
+# shellcheck source=bench/etcd_lib.sh
+. "$here/etcd_lib.sh"
+etcd_bench_need
+etcd_bench_start refresh
 member1=${endpoints%%,*}
-# the second front end's endpoints: m2 first, then m3, m1
-endpoints2=${endpoints#*,},${endpoints%%,*}
 
-# daemon NAME OPTIONS...: a keylockd on a free port; its address in
-# $TMP/NAME.addr.
+# daemon NAME OPTIONS...: a keylockd of this build (etcd_bench_keylockd)
 daemon() {
 	local name=$1
 	shift
-	mkdir -p "$TMP/$name"
-	"$KEYLOCKD" --config /dev/null --bind 127.0.0.1 --port 0 \
-	    --port-file "$TMP/$name.port" --unix "" --state-dir "$TMP/$name" \
-	    --max-clients 100000 "$@" >"$TMP/$name.log" 2>&1 &
-	PIDS="$PIDS $!"
-	for _ in $(seq 400); do
-		grep -q '^[0-9]' "$TMP/$name.port" 2>/dev/null && break
-		sleep 0.05
-	done
-	grep -q '^[0-9]' "$TMP/$name.port" ||
-	    { cat "$TMP/$name.log" >&2; exit 1; }
-	echo "127.0.0.1:$(head -n 1 "$TMP/$name.port")" >"$TMP/$name.addr"
+	etcd_bench_keylockd "$name" "$KEYLOCKD" "$@"
 }
 daemon local
 # shellcheck disable=SC2086 # KEYLOCKD_OPTS: options, split
@@ -97,7 +64,6 @@ daemon etcd1 --backend etcd --etcd-endpoints "$endpoints" \
 # shellcheck disable=SC2086
 daemon etcd2 --backend etcd --etcd-endpoints "$endpoints2" \
     --etcd-prefix keylock/ $KEYLOCKD_OPTS
-members=$(cat "$TMP"/etcd/m[123].pid)
 
 # ticks: the CPU ticks (user + system) the three members used so far.
 ticks() {
