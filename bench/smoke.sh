@@ -54,6 +54,22 @@ case $cycles in
 	;;
 esac
 
+# clean_run WHAT: the run whose --json is $TMP/bench.json had no error
+# reply and did cycles (a positive whole number, in CYCLES), or WHAT fails.
+clean_run() {
+	_v=$(json_get errors <"$TMP/bench.json") ||
+	    fail "$1: the output has no errors"
+	[ "$_v" = 0 ] || fail "$1: $_v error replies:" \
+	    "$(json_get first_error <"$TMP/bench.json")"
+	CYCLES=$(json_get cycles <"$TMP/bench.json") ||
+	    fail "$1: the output has no cycles"
+	case $CYCLES in
+	'' | *[!0-9]* | 0)
+		fail "$1: cycles is '$CYCLES', not a positive whole number"
+		;;
+	esac
+}
+
 # --channels: the clients as channels of a few connections, each reply
 # routed by its @N to its client: lock-unlock on random keys (pipelined)
 # and one contended key handed over between channels of one connection
@@ -68,18 +84,8 @@ for w in "lock-unlock -c 12 -P 4 --channels 3" "contended -c 12 --channels 2"; d
 	v=$(json_get channels_over <"$TMP/bench.json") ||
 	    fail "-w $w: the output has no channels_over"
 	[ "$v" = "${w##* }" ] || fail "-w $w: channels_over is '$v'"
-	v=$(json_get errors <"$TMP/bench.json") ||
-	    fail "-w $w: the output has no errors"
-	[ "$v" = 0 ] || fail "-w $w: $v error replies:" \
-	    "$(json_get first_error <"$TMP/bench.json")"
-	v=$(json_get cycles <"$TMP/bench.json") ||
-	    fail "-w $w: the output has no cycles"
-	case $v in
-	'' | *[!0-9]* | 0)
-		fail "-w $w: cycles is '$v', not a positive whole number"
-		;;
-	esac
-	ccycles="${ccycles:+$ccycles, }$v ${w%% *}"
+	clean_run "-w $w"
+	ccycles="${ccycles:+$ccycles, }$CYCLES ${w%% *}"
 done
 v=0
 "$BENCH" -S "127.0.0.1:$PORT" -w connect -c 4 --channels 2 -t 1 \
@@ -139,17 +145,8 @@ fi
 "$BENCH" -S "127.0.0.1:$PORT" -w refresh -c 4 -P 4 --ttl 300 -t 1 \
     --no-progress --json >"$TMP/bench.json" 2>"$TMP/bench.err" ||
     fail "keylock-bench -w refresh exited with status $?"
-v=$(json_get errors <"$TMP/bench.json") ||
-    fail "-w refresh: the output has no errors"
-[ "$v" = 0 ] || fail "-w refresh: $v error replies:" \
-    "$(json_get first_error <"$TMP/bench.json")"
-rcycles=$(json_get cycles <"$TMP/bench.json") ||
-    fail "-w refresh: the output has no cycles"
-case $rcycles in
-'' | *[!0-9]* | 0)
-	fail "-w refresh: cycles is '$rcycles', not a positive whole number"
-	;;
-esac
+clean_run "-w refresh"
+rcycles=$CYCLES
 for m in count:$rcycles failed:0; do
 	v=$(json_get latency_ms REFRESH "${m%%:*}" <"$TMP/bench.json") ||
 	    fail "-w refresh: the output has no latency_ms.REFRESH.${m%%:*}"

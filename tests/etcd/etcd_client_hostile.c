@@ -291,6 +291,21 @@ START_TEST(an_error_text_loses_its_control_bytes)
 }
 END_TEST
 
+/* A range that may be tried again (ETCD_RETRY), against a server in
+ * h_hold's way, by a client whose etcd-timeout is timeout_ms; its end. */
+static struct res
+h_retried_range(int hold, int timeout_ms)
+{
+	struct res		r = { 0 };
+	struct etcd_range	rg = { .key = "k", .keylen = 1 };
+
+	h_hold = hold;
+	t_e = h_client_in(timeout_ms);
+	ck_assert_ptr_nonnull(etcd_range(t_e, &rg, ETCD_RETRY, res_cb, &r));
+	ck_assert(t_run_until(&r.done, T_WAIT_MS));
+	return r;
+}
+
 /*
  * A call whose deadline meets a try still in flight says why the try
  * before it ended. etcd refusing a TLS 1.3 client's certificate ends each
@@ -299,13 +314,8 @@ END_TEST
  */
 START_TEST(a_deadline_during_a_retry_says_why_the_try_before_ended)
 {
-	struct res		r = { 0 };
-	struct etcd_range	rg = { .key = "k", .keylen = 1 };
+	struct res r = h_retried_range(1, 2000);
 
-	h_hold = 1;
-	t_e = h_client_in(2000);
-	ck_assert_ptr_nonnull(etcd_range(t_e, &rg, ETCD_RETRY, res_cb, &r));
-	ck_assert(t_run_until(&r.done, T_WAIT_MS));
 	ck_assert_int_ge(h_nreq, 2);
 	ck_assert_int_eq(r.status, ETCD_ERR_TIMEOUT);
 	ck_assert_msg(strstr(r.msg, "no reply from") != NULL &&
@@ -318,15 +328,10 @@ END_TEST
  * the probe moves on say that it failed (over TLS, the alert). */
 START_TEST(a_failed_probe_says_it_failed_not_that_it_was_silent)
 {
-	struct res		r = { 0 };
-	struct etcd_range	rg = { .key = "k", .keylen = 1 };
-
 	/* etcd-timeout 5000: the probe has 1000 ms, and its failure comes
 	 * well within them however busy the machine */
-	h_hold = 2;
-	t_e = h_client_in(5000);
-	ck_assert_ptr_nonnull(etcd_range(t_e, &rg, ETCD_RETRY, res_cb, &r));
-	ck_assert(t_run_until(&r.done, T_WAIT_MS));
+	struct res r = h_retried_range(2, 5000);
+
 	ck_assert_int_eq(r.status, ETCD_ERR_TIMEOUT);
 	ck_assert_msg(strstr(r.msg, "its status request failed") != NULL &&
 	    strstr(r.msg, "no status within") == NULL, "%s", r.msg);
